@@ -1,0 +1,136 @@
+/**
+ * What a sandboxed process gets to see: a scrubbed environment, the interpreters Sandpit runs
+ * code with, and (with bubblewrap) a private mount, PID, IPC and UTS namespace in which the
+ * sandbox's root directory is mounted at /mnt/user-data.
+ */
+import { execFile } from "node:child_process";
+import * as fs from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { delimiter, dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+/** Static files sandboxd runs code with (language runners); read-only inside the sandbox. */
+export const RUNNERS_DIR = fileURLToPath(new URL("../runners/", import.meta.url)).replace(/\/$/, "");
+
+/** Variables a sandbox may inherit from its host: locale, paths, and proxy/registry settings. */
+const INHERITABLE = [
+  /^(PATH|HOME|USER|LOGNAME|SHELL|TERM|TZ|LANG|LANGUAGE)$/,
+  /^LC_[A-Z]+$/,
+  /^(HTTP_PROXY|HTTPS_PROXY|NO_PROXY|ALL_PROXY|http_proxy|https_proxy|no_proxy|all_proxy)$/,
+  /^(SSL_CERT_FILE|SSL_CERT_DIR|NODE_EXTRA_CA_CERTS|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|PIP_CERT)$/,
+  /^PIP_[A-Z_]+$/,
+  /^npm_config_[a-z_]+$/i,
+  /^UV_[A-Z_]+$/,
+];
+/** Names that look like credentials are dropped even when their prefix is inheritable. */
+const SECRET = /(TOKEN|SECRET|PASSW|PASSWD|CREDENTIAL|API_?KEY|PRIVATE|AUTH|SESSION|COOKIE)/i;
+/** Values that carry credentials inline (a proxy URL with user:password@). */
+const SECRET_VALUE = /:\/\/[^/\s:@]+:[^/\s@]+@/;
+
+/** Keeps only inheritable, non-secret variables. Sandboxes never see the host's secrets. */
+export function scrubEnv(env: NodeJS.ProcessEnv): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined || SECRET.test(name) || SECRET_VALUE.test(value)) continue;
+    if (INHERITABLE.some((re) => re.test(name))) out[name] = value;
+  }
+  return out;
+}
+
+export interface Interpreters {
+  /** Real python3 executable (not a version-manager shim) and its prefix. */
+  python: string;
+  pythonPrefix: string;
+  /** Node executable that runs TypeScript cells (Node 24: types are stripped natively). */
+  node: string;
+  /** npm's CLI entry point, when npm is installed. */
+  npmCli: string | null;
+}
+
+const run = promisify(execFile);
+
+/**
+ * Finds the interpreters once. `SANDBOXD_PYTHON` pins python (an image sets it); otherwise the
+ * `python3` on PATH is asked for its real executable, which sees through pyenv-style shims.
+ */
+export async function discoverInterpreters(env: NodeJS.ProcessEnv): Promise<Interpreters> {
+  let python = env.SANDBOXD_PYTHON ?? "";
+  let pythonPrefix = env.SANDBOXD_PYTHON_PREFIX ?? "";
+  if (!python || !pythonPrefix) {
+    try {
+      const { stdout } = await run(python || "python3", ["-c", "import sys; print(sys.executable); print(sys.prefix)"], {
+        env: { PATH: env.PATH ?? "/usr/bin:/bin" },
+        timeout: 10_000,
+      });
+      [python = "", pythonPrefix = ""] = stdout.trim().split("\n");
+    } catch {
+      python = python || "python3"; // reported when a python cell actually runs
+      pythonPrefix = "/usr";
+    }
+  }
+  return { python, pythonPrefix, node: process.execPath, npmCli: await findNpmCli(env.PATH ?? "") };
+}
+
+async function findNpmCli(path: string): Promise<string | null> {
+  const candidates = path
+    .split(delimiter)
+    .filter(Boolean)
+    .map((dir) => join(dir, "npm"));
+  candidates.push(join(dirname(process.execPath), "..", "lib", "node_modules", "npm", "bin", "npm-cli.js"));
+  for (const candidate of candidates) {
+    if (!existsSync(candidate)) continue;
+    const real = await fs.realpath(candidate).catch(() => null);
+    if (real?.endsWith(".js")) return real;
+  }
+  return null;
+}
+
+export interface BwrapOptions {
+  /** Real path of the sandbox root, mounted read-write at `virtualRoot`. */
+  hostRoot: string;
+  virtualRoot: string;
+  cwd: string;
+  network: boolean;
+  /** Extra host directories (interpreters, runners) mounted read-only at the same path. */
+  readOnly: string[];
+}
+
+/** /etc entries a process needs for DNS, TLS, users and locale; the rest of /etc stays hidden. */
+const ETC_ALLOW = [
+  "resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "services", "protocols",
+  "ssl", "ca-certificates", "ca-certificates.conf", "pki", "pip.conf", "npmrc",
+  "passwd", "group", "localtime", "timezone", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+  "alternatives", "mime.types", "os-release", "debian_version",
+];
+
+/** bubblewrap arguments that run a command with only the sandbox root writable. */
+export async function bwrapArgs(opts: BwrapOptions): Promise<string[]> {
+  const args = ["--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"];
+  if (opts.network) args.push("--share-net");
+  args.push("--ro-bind", "/usr", "/usr");
+  // Merged-/usr systems have /bin -> usr/bin and friends: recreate the links, else bind.
+  for (const top of ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]) {
+    const link = await fs.readlink(`/${top}`).catch(() => null);
+    if (link !== null) args.push("--symlink", link, `/${top}`);
+    else if (existsSync(`/${top}`)) args.push("--ro-bind", `/${top}`, `/${top}`);
+  }
+  for (const entry of ETC_ALLOW) args.push("--ro-bind-try", `/etc/${entry}`, `/etc/${entry}`);
+  for (const dir of new Set(opts.readOnly)) {
+    if (dir === "/usr" || dir.startsWith("/usr/")) continue;
+    args.push("--ro-bind", dir, dir);
+  }
+  args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp");
+  args.push("--bind", opts.hostRoot, opts.virtualRoot, "--chdir", opts.cwd);
+  return args;
+}
+
+/** True when bubblewrap is installed and can create namespaces on this host. */
+export async function bwrapAvailable(): Promise<boolean> {
+  try {
+    await run("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], { timeout: 10_000 });
+    return true;
+  } catch {
+    return false;
+  }
+}

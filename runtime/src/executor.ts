@@ -1,0 +1,269 @@
+/**
+ * Turns API requests (a command, a code cell, a package install) into sandboxed processes:
+ * paths through the jail, a scrubbed environment, bubblewrap when isolation is on, and a
+ * CodeExecutionResult built from the runner's structured error.
+ */
+import { randomUUID } from "node:crypto";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import {
+  DEFAULT_TIMEOUT_MS,
+  SandboxdError,
+  type CodeExecutionResult,
+  type ExecuteCodeRequest,
+  type InstallPackagesRequest,
+  type RunCommandRequest,
+  type RunCommandResult,
+} from "./protocol.ts";
+import { bwrapArgs, RUNNERS_DIR, type Interpreters } from "./environment.ts";
+import type { JailPath, PathJail } from "./jail.ts";
+import { runProcess } from "./process.ts";
+
+export type Isolation = "none" | "bwrap";
+
+export interface ExecutorOptions {
+  jail: PathJail;
+  isolation: Isolation;
+  /** With bubblewrap: whether the sandbox shares the host's network (off = loopback only). */
+  network: boolean;
+  /** Scrubbed base environment every process starts from. */
+  baseEnv: Record<string, string>;
+  outputCapBytes: number;
+  interpreters: Promise<Interpreters>;
+}
+
+/** Sandpit's own state inside the sandbox root: packages, code cells, a home directory. */
+const STATE_DIR = ".sandpit";
+
+export class Executor {
+  private readonly opts: ExecutorOptions;
+  /** Sandbox-wide environment, set at start and by warm-pool adoption (/v1/init). */
+  private sandboxEnv: Record<string, string> = {};
+  private readonly rootRef: RegExp;
+
+  constructor(opts: ExecutorOptions) {
+    this.opts = opts;
+    this.rootRef = new RegExp(`${opts.jail.virtualRoot.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![\\w.-])`, "g");
+  }
+
+  setSandboxEnv(env: Record<string, string>): void {
+    this.sandboxEnv = { ...this.sandboxEnv, ...env };
+  }
+
+  async runCommand(
+    req: RunCommandRequest,
+    stream?: { onChunk: (s: "stdout" | "stderr", d: string, o: number) => void; signal?: AbortSignal },
+  ): Promise<RunCommandResult> {
+    const cwd = await this.existingDir(req.cwd);
+    return this.spawn(["/bin/sh", "-c", this.localise(req.command)], {
+      cwd,
+      env: req.env,
+      stdin: req.stdin,
+      timeoutMs: req.timeoutMs,
+      onChunk: stream?.onChunk,
+      signal: stream?.signal,
+    });
+  }
+
+  async executeCode(req: ExecuteCodeRequest, signal?: AbortSignal): Promise<CodeExecutionResult> {
+    const { jail } = this.opts;
+    const interp = await this.opts.interpreters;
+    const cwd = await this.existingDir(req.cwd);
+    const id = randomUUID();
+    const ext = req.language === "python" ? "py" : "mts";
+    const codePath = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/run/${id}.${ext}`);
+    const errorPath = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/run/${id}.error.json`);
+    await jail.writeFile(codePath, this.localise(req.code));
+    const code = this.inSandbox(codePath);
+    const error = this.inSandbox(errorPath);
+    try {
+      const argv =
+        req.language === "python"
+          ? [interp.python, "-u", join(RUNNERS_DIR, "python_runner.py"), code, error]
+          : [
+              interp.node,
+              "--experimental-transform-types",
+              "--disable-warning=ExperimentalWarning",
+              "--import",
+              pathToFileURL(join(RUNNERS_DIR, "node_preload.mjs")).href,
+              code,
+            ];
+      const env = req.language === "typescript" ? { ...req.env, SANDPIT_ERROR_FILE: error, SANDPIT_CODE_FILE: code } : req.env;
+      const result = await this.spawn(argv, { cwd, env, timeoutMs: req.timeoutMs, signal });
+      const reported = await this.readError(errorPath);
+      return toCodeResult(result, reported, req.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    } finally {
+      await jail.remove(codePath, false).catch(() => undefined);
+      await jail.remove(errorPath, false).catch(() => undefined);
+    }
+  }
+
+  /** Installs packages into the sandbox's own state directory (kept across pause/resume). */
+  async installPackages(req: InstallPackagesRequest): Promise<RunCommandResult> {
+    if (req.packages.length === 0) {
+      return { exitCode: 0, stdout: "", stderr: "", durationMs: 0, timedOut: false, truncated: false };
+    }
+    const interp = await this.opts.interpreters;
+    const { jail } = this.opts;
+    let argv: string[];
+    if (req.language === "python") {
+      const target = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/python`);
+      await jail.mkdir(target);
+      argv = [interp.python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--target", this.inSandbox(target), ...req.packages];
+    } else {
+      if (!interp.npmCli) throw new SandboxdError("EXECUTION_FAILED", "npm is not installed in this sandbox");
+      const prefix = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}`);
+      await jail.mkdir(prefix);
+      argv = [interp.node, interp.npmCli, "install", "--prefix", this.inSandbox(prefix), "--no-audit", "--no-fund", "--loglevel=error", ...req.packages];
+    }
+    const result = await this.spawn(argv, { cwd: await this.existingDir(undefined), timeoutMs: req.timeoutMs ?? 10 * 60_000 });
+    if (result.timedOut) throw new SandboxdError("TIMEOUT", `installing ${req.packages.join(" ")} timed out`);
+    if (result.exitCode !== 0) {
+      throw new SandboxdError(
+        "EXECUTION_FAILED",
+        `installing ${req.packages.join(" ")} failed (exit ${result.exitCode}): ${(result.stderr || result.stdout).slice(-2000)}`,
+      );
+    }
+    return result;
+  }
+
+  /** Resolves a working directory, which must exist inside the root. */
+  private async existingDir(cwd: string | undefined): Promise<JailPath> {
+    const p = this.opts.jail.resolve(cwd ?? this.opts.jail.defaultDir);
+    const fh = await this.opts.jail.openDir(p);
+    await fh.close();
+    return p;
+  }
+
+  /** The path a sandboxed process uses for a jail path: virtual inside bubblewrap, host otherwise. */
+  private inSandbox(p: JailPath): string {
+    return this.opts.isolation === "bwrap" ? p.virtual : this.opts.jail.hostPath(p);
+  }
+
+  /** Without a mount namespace, /mnt/user-data in command text is rewritten to the host root. */
+  private localise(text: string): string {
+    return this.opts.isolation === "bwrap" ? text : text.replace(this.rootRef, this.opts.jail.realRoot);
+  }
+
+  private async readError(p: JailPath): Promise<{ name: string; message: string; traceback?: string } | null> {
+    try {
+      const { fh, size } = await this.opts.jail.openFileForRead(p);
+      try {
+        if (size > 4 * 1024 * 1024) return null;
+        const parsed: unknown = JSON.parse(await fh.readFile("utf8"));
+        if (parsed && typeof parsed === "object" && "name" in parsed && "message" in parsed) {
+          const e = parsed as Record<string, unknown>;
+          return {
+            name: String(e.name),
+            message: String(e.message),
+            ...(typeof e.traceback === "string" ? { traceback: e.traceback } : {}),
+          };
+        }
+        return null;
+      } finally {
+        await fh.close();
+      }
+    } catch {
+      return null;
+    }
+  }
+
+  private async spawn(
+    argv: string[],
+    o: {
+      cwd: JailPath;
+      env?: Record<string, string> | undefined;
+      stdin?: string | undefined;
+      timeoutMs?: number | undefined;
+      onChunk?: ((s: "stdout" | "stderr", d: string, off: number) => void) | undefined;
+      signal?: AbortSignal | undefined;
+    },
+  ): Promise<RunCommandResult> {
+    const { jail } = this.opts;
+    const interp = await this.opts.interpreters;
+    const state = (sub: string) => this.inSandbox(jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/${sub}`));
+    const env: Record<string, string> = {
+      ...this.opts.baseEnv,
+      PYTHONUNBUFFERED: "1",
+      PYTHONPATH: state("python"),
+      NODE_PATH: state("node_modules"),
+      ...this.sandboxEnv,
+      ...o.env,
+    };
+    let file = argv[0]!;
+    let args = argv.slice(1);
+    let cwd = jail.hostPath(o.cwd);
+    if (this.opts.isolation === "bwrap") {
+      const prefix = await bwrapArgs({
+        hostRoot: jail.realRoot,
+        virtualRoot: jail.virtualRoot,
+        cwd: o.cwd.virtual,
+        network: this.opts.network,
+        readOnly: [RUNNERS_DIR, interp.pythonPrefix, parentOf(interp.node, 2), ...(interp.npmCli ? [parentOf(interp.npmCli, 2)] : [])],
+      });
+      args = [...prefix, "--", file, ...args];
+      file = "bwrap";
+      cwd = "/";
+    }
+    try {
+      return await runProcess({
+        file,
+        args,
+        cwd,
+        env,
+        stdin: o.stdin,
+        timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+        outputCapBytes: this.opts.outputCapBytes,
+        onChunk: o.onChunk,
+        signal: o.signal,
+      });
+    } catch (err) {
+      throw new SandboxdError("EXECUTION_FAILED", `could not start ${file}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+}
+
+function parentOf(path: string, levels: number): string {
+  let p = path;
+  for (let i = 0; i < levels; i++) p = p.slice(0, p.lastIndexOf("/")) || "/";
+  return p;
+}
+
+/** The contract's `output`: stdout parsed as JSON, or else its last non-empty line. */
+export function parseOutput(stdout: string): unknown {
+  const text = stdout.trim();
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    const last = text.slice(text.lastIndexOf("\n") + 1).trim();
+    if (last === text) return undefined;
+    try {
+      return JSON.parse(last);
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+function toCodeResult(
+  r: RunCommandResult,
+  reported: { name: string; message: string; traceback?: string } | null,
+  timeoutMs: number,
+): CodeExecutionResult {
+  if (r.timedOut) {
+    throw new SandboxdError("TIMEOUT", `code execution exceeded its timeout of ${timeoutMs} ms and was killed`);
+  }
+  const success = r.exitCode === 0 && !reported;
+  const result: CodeExecutionResult = { success, stdout: r.stdout, stderr: r.stderr, durationMs: r.durationMs };
+  const output = parseOutput(r.stdout);
+  if (output !== undefined) result.output = output;
+  if (!success) {
+    result.error = reported ?? {
+      name: "ExitError",
+      message: `process exited with code ${r.exitCode}`,
+      ...(r.stderr ? { traceback: r.stderr.slice(-8000) } : {}),
+    };
+  }
+  return result;
+}

@@ -1,0 +1,349 @@
+/**
+ * The path jail: every file the API touches is reached through here, and nothing outside the
+ * root can be read, written, listed or removed.
+ *
+ * Node has no openat2(RESOLVE_BENEATH), so containment is enforced in two steps that together
+ * close the check-then-use race:
+ *  1. the virtual path is normalised lexically and must stay under the virtual root;
+ *  2. the object is opened first and only then verified: the real path of the open descriptor
+ *     (`/proc/self/fd/N`) must be inside the real root. Whatever a concurrent symlink swap did,
+ *     what we verify is exactly what we then use.
+ * New files are created inside a directory that was opened and verified the same way, through
+ * that directory's `/proc/self/fd/N/` magic link, with O_CREAT|O_EXCL|O_NOFOLLOW, and moved into
+ * place by rename(2), which replaces a symlink rather than following it. So a write can never
+ * land outside the root, even through a dangling symlink.
+ */
+import { constants as C, type Dirent } from "node:fs";
+import * as fs from "node:fs/promises";
+import { posix } from "node:path";
+import { randomBytes } from "node:crypto";
+import type { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { SandboxdError, VIRTUAL_ROOT, VIRTUAL_WORKSPACE, type FileEntry, type FileType } from "./protocol.ts";
+
+const MAX_PATH_BYTES = 4096;
+const MAX_NAME_BYTES = 255;
+const MAX_LIST_ENTRIES = 10_000;
+const UPLOAD_PREFIX = ".sandpit-upload-";
+
+/** A path that passed lexical checks: its virtual form and its components under the root. */
+export interface JailPath {
+  virtual: string;
+  parts: string[];
+}
+
+export class PathJail {
+  readonly realRoot: string;
+  readonly virtualRoot: string;
+  readonly defaultDir: string;
+
+  private constructor(realRoot: string, virtualRoot: string, defaultDir: string) {
+    this.realRoot = realRoot;
+    this.virtualRoot = virtualRoot;
+    this.defaultDir = defaultDir;
+  }
+
+  /** Creates the root (and the standard sub-directories) if missing and pins its real path. */
+  static async open(hostRoot: string, virtualRoot = VIRTUAL_ROOT, defaultDir = VIRTUAL_WORKSPACE): Promise<PathJail> {
+    await fs.mkdir(hostRoot, { recursive: true });
+    return new PathJail(await fs.realpath(hostRoot), virtualRoot, defaultDir);
+  }
+
+  /**
+   * Lexical resolution: absolute paths must be under the virtual root, relative ones are taken
+   * from the default directory (the workspace). Throws INVALID_ARGUMENT for anything else.
+   */
+  resolve(input: unknown): JailPath {
+    if (typeof input !== "string" || input.length === 0) {
+      throw new SandboxdError("INVALID_ARGUMENT", "path is required");
+    }
+    if (input.includes("\0")) throw new SandboxdError("INVALID_ARGUMENT", "path contains a NUL byte");
+    if (Buffer.byteLength(input) > MAX_PATH_BYTES) {
+      throw new SandboxdError("INVALID_ARGUMENT", `path is longer than ${MAX_PATH_BYTES} bytes`);
+    }
+    const joined = input.startsWith("/") ? input : posix.join(this.defaultDir, input);
+    const virtual = posix.normalize(joined).replace(/(.)\/+$/, "$1");
+    if (virtual !== this.virtualRoot && !virtual.startsWith(this.virtualRoot + "/")) {
+      throw new SandboxdError("INVALID_ARGUMENT", `path ${JSON.stringify(input)} is outside ${this.virtualRoot}`);
+    }
+    const parts = virtual.slice(this.virtualRoot.length).split("/").filter(Boolean);
+    for (const part of parts) {
+      if (Buffer.byteLength(part) > MAX_NAME_BYTES) {
+        throw new SandboxdError("INVALID_ARGUMENT", `a path component is longer than ${MAX_NAME_BYTES} bytes`);
+      }
+    }
+    return { virtual, parts };
+  }
+
+  /** Host path of a resolved path. Only for building argv/cwd; never opened without verification. */
+  hostPath(p: JailPath): string {
+    return p.parts.length === 0 ? this.realRoot : `${this.realRoot}/${p.parts.join("/")}`;
+  }
+
+  /** Maps a verified host path back to the virtual path agents see. */
+  toVirtual(hostPath: string): string {
+    if (hostPath === this.realRoot) return this.virtualRoot;
+    return this.virtualRoot + hostPath.slice(this.realRoot.length);
+  }
+
+  private isInside(real: string): boolean {
+    return real === this.realRoot || real.startsWith(this.realRoot + "/");
+  }
+
+  /** Refuses (and closes) a descriptor whose real path left the root. */
+  private async verify(fh: fs.FileHandle, p: JailPath): Promise<fs.FileHandle> {
+    let real: string;
+    try {
+      real = await fs.readlink(`/proc/self/fd/${fh.fd}`);
+    } catch (err) {
+      await fh.close();
+      throw err;
+    }
+    if (!this.isInside(real)) {
+      await fh.close();
+      throw new SandboxdError("INVALID_ARGUMENT", `path ${p.virtual} resolves outside ${this.virtualRoot}`);
+    }
+    return fh;
+  }
+
+  /** Opens an existing directory (symlinks followed, result verified). */
+  async openDir(p: JailPath): Promise<fs.FileHandle> {
+    const fh = await this.guard(p, () => fs.open(this.hostPath(p), C.O_RDONLY | C.O_DIRECTORY));
+    return this.verify(fh, p);
+  }
+
+  /**
+   * Opens a directory, creating missing components one at a time inside verified parents, so
+   * `mkdir -p` through a symlink pointing outside stops at the symlink.
+   */
+  async openDirCreating(p: JailPath): Promise<fs.FileHandle> {
+    let dir = await this.openDir({ virtual: this.virtualRoot, parts: [] });
+    try {
+      for (let i = 0; i < p.parts.length; i++) {
+        const step: JailPath = { virtual: posix.join(this.virtualRoot, ...p.parts.slice(0, i + 1)), parts: p.parts.slice(0, i + 1) };
+        const next = `/proc/self/fd/${dir.fd}/${p.parts[i]}`;
+        await this.guard(step, async () => {
+          try {
+            await fs.mkdir(next, 0o755);
+          } catch (err) {
+            if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+          }
+        });
+        const child = await this.guard(step, () => fs.open(next, C.O_RDONLY | C.O_DIRECTORY));
+        await dir.close();
+        dir = await this.verify(child, step);
+      }
+      return dir;
+    } catch (err) {
+      await dir.close().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Opens a regular file for reading; FIFOs and devices are refused without blocking. */
+  async openFileForRead(p: JailPath): Promise<{ fh: fs.FileHandle; size: number }> {
+    const fh = await this.verify(
+      await this.guard(p, () => fs.open(this.hostPath(p), C.O_RDONLY | C.O_NONBLOCK | C.O_NOCTTY)),
+      p,
+    );
+    const st = await fh.stat();
+    if (!st.isFile()) {
+      await fh.close();
+      throw new SandboxdError("INVALID_ARGUMENT", `${p.virtual} is ${st.isDirectory() ? "a directory" : "not a regular file"}`);
+    }
+    return { fh, size: st.size };
+  }
+
+  /**
+   * Streams `source` into `p` atomically: the bytes go to a temporary file in the verified parent
+   * and are renamed over the target only when the stream ended cleanly. A cut stream leaves the
+   * old file (or nothing) in place, never a half-written one.
+   */
+  async writeFile(p: JailPath, source: Readable | Uint8Array | string): Promise<number> {
+    const name = this.leafName(p, "write");
+    const dir = await this.openDirCreating({ virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) });
+    const tmp = `/proc/self/fd/${dir.fd}/${UPLOAD_PREFIX}${randomBytes(8).toString("hex")}`;
+    try {
+      const out = await this.guard(p, () => fs.open(tmp, C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, 0o644));
+      let size = 0;
+      try {
+        if (typeof source === "string" || source instanceof Uint8Array) {
+          const buf = typeof source === "string" ? Buffer.from(source) : source;
+          await out.writeFile(buf);
+          size = buf.byteLength;
+        } else {
+          // The write stream owns (and closes) the descriptor once the pipeline settles.
+          const sink = out.createWriteStream();
+          source.on("data", (chunk: Buffer) => (size += chunk.length));
+          await pipeline(source, sink);
+        }
+      } finally {
+        await out.close().catch(() => undefined);
+      }
+      await this.guard(p, () => fs.rename(tmp, `/proc/self/fd/${dir.fd}/${name}`));
+      return size;
+    } catch (err) {
+      await fs.unlink(tmp).catch(() => undefined);
+      throw err;
+    } finally {
+      await dir.close();
+    }
+  }
+
+  /** Describes the path itself (a symlink is reported as a symlink, not followed). */
+  async stat(p: JailPath): Promise<FileEntry> {
+    if (p.parts.length === 0) return this.entryAt(this.realRoot, p.virtual);
+    const dir = await this.openDir({ virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) });
+    try {
+      return await this.guard(p, () => this.entryAt(`/proc/self/fd/${dir.fd}/${p.parts.at(-1)}`, p.virtual));
+    } finally {
+      await dir.close();
+    }
+  }
+
+  /** Lists a directory to `depth` levels (1 = direct children); symlinks are not descended. */
+  async list(p: JailPath, depth: number): Promise<{ entries: FileEntry[]; truncated: boolean }> {
+    const entries: FileEntry[] = [];
+    const dir = await this.openDir(p);
+    try {
+      // Each level is read through a descriptor opened with O_NOFOLLOW relative to its verified
+      // parent, so a directory swapped for a symlink mid-walk cannot lead the listing outside.
+      const walk = async (dirFh: fs.FileHandle, virtualDir: string, level: number): Promise<boolean> => {
+        const hostDir = `/proc/self/fd/${dirFh.fd}`;
+        let children: Dirent[];
+        try {
+          children = await fs.readdir(hostDir, { withFileTypes: true });
+        } catch (err) {
+          if (level > 1) return true; // a sub-directory removed mid-walk is simply skipped
+          throw err;
+        }
+        children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+        for (const child of children) {
+          if (child.name.startsWith(UPLOAD_PREFIX)) continue;
+          if (entries.length >= MAX_LIST_ENTRIES) return false;
+          const entry = await this.entryAt(`${hostDir}/${child.name}`, posix.join(virtualDir, child.name)).catch(() => null);
+          if (!entry) continue;
+          entries.push(entry);
+          if (entry.type !== "dir" || level >= depth) continue;
+          const sub = await fs
+            .open(`${hostDir}/${child.name}`, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW)
+            .catch(() => null);
+          if (!sub) continue;
+          try {
+            if (!(await walk(sub, entry.path, level + 1))) return false;
+          } finally {
+            await sub.close();
+          }
+        }
+        return true;
+      };
+      const complete = await this.guard(p, () => walk(dir, p.virtual, 1));
+      return { entries, truncated: !complete };
+    } finally {
+      await dir.close();
+    }
+  }
+
+  async mkdir(p: JailPath): Promise<void> {
+    const dir = await this.openDirCreating(p);
+    await dir.close();
+  }
+
+  async remove(p: JailPath, recursive: boolean): Promise<void> {
+    const name = this.leafName(p, "remove");
+    const dir = await this.openDir({ virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) });
+    try {
+      const target = `/proc/self/fd/${dir.fd}/${name}`;
+      await this.guard(p, async () => {
+        const st = await fs.lstat(target);
+        if (!st.isDirectory()) return fs.unlink(target);
+        if (recursive) await removeTree(target);
+        return fs.rmdir(target);
+      });
+    } finally {
+      await dir.close();
+    }
+  }
+
+  private leafName(p: JailPath, verb: string): string {
+    const name = p.parts.at(-1);
+    if (!name) throw new SandboxdError("INVALID_ARGUMENT", `cannot ${verb} the sandbox root ${this.virtualRoot}`);
+    return name;
+  }
+
+  private async entryAt(hostPath: string, virtual: string): Promise<FileEntry> {
+    const st = await fs.lstat(hostPath);
+    const type: FileType = st.isFile() ? "file" : st.isDirectory() ? "dir" : st.isSymbolicLink() ? "symlink" : "other";
+    return { name: posix.basename(virtual), path: virtual, type, size: st.size, modifiedMs: Math.floor(st.mtimeMs) };
+  }
+
+  /** Runs a filesystem call and turns errno failures into errors that name the virtual path only. */
+  private async guard<T>(p: JailPath, op: () => Promise<T>): Promise<T> {
+    try {
+      return await op();
+    } catch (err) {
+      throw toSandboxdError(err, p.virtual);
+    }
+  }
+}
+
+/**
+ * Empties a directory without ever following a symlink: each level is opened with O_NOFOLLOW
+ * relative to its parent's descriptor and entries are unlinked by name inside it. (fs.rm walks by
+ * path strings, so a directory swapped for a symlink mid-walk would lead it outside the root.)
+ */
+async function removeTree(dirPath: string): Promise<void> {
+  let dir: fs.FileHandle;
+  try {
+    dir = await fs.open(dirPath, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ELOOP" || (err as NodeJS.ErrnoException).code === "ENOTDIR") return;
+    throw err;
+  }
+  try {
+    const base = `/proc/self/fd/${dir.fd}`;
+    for (const name of await fs.readdir(base)) {
+      const child = `${base}/${name}`;
+      const st = await fs.lstat(child).catch(() => null);
+      if (!st) continue;
+      if (st.isDirectory()) {
+        await removeTree(child);
+        await fs.rmdir(child);
+      } else {
+        await fs.unlink(child);
+      }
+    }
+  } finally {
+    await dir.close();
+  }
+}
+
+/** Maps an errno failure onto an API error; host paths never appear in the message. */
+export function toSandboxdError(err: unknown, virtual: string): Error {
+  if (err instanceof SandboxdError) return err;
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  switch (code) {
+    case "ENOENT":
+      return new SandboxdError("NOT_FOUND", `${virtual} does not exist`, { cause: err });
+    case "ENOTDIR":
+      return new SandboxdError("CONFLICT", `a component of ${virtual} is not a directory`, { cause: err });
+    case "EISDIR":
+      return new SandboxdError("CONFLICT", `${virtual} is a directory`, { cause: err });
+    case "EEXIST":
+      return new SandboxdError("CONFLICT", `${virtual} already exists`, { cause: err });
+    case "ENOTEMPTY":
+      return new SandboxdError("CONFLICT", `${virtual} is a non-empty directory (remove it recursively)`, { cause: err });
+    case "ELOOP":
+      return new SandboxdError("INVALID_ARGUMENT", `${virtual} is a symlink loop or a symlink where none is allowed`, { cause: err });
+    case "ENAMETOOLONG":
+      return new SandboxdError("INVALID_ARGUMENT", `${virtual} is too long`, { cause: err });
+    case "EACCES":
+    case "EPERM":
+      return new SandboxdError("INVALID_ARGUMENT", `permission denied: ${virtual}`, { cause: err });
+    case "ENOSPC":
+    case "EDQUOT":
+      return new SandboxdError("INTERNAL", `no space left while writing ${virtual}`, { cause: err });
+    default:
+      return new SandboxdError("INTERNAL", `file operation on ${virtual} failed (${code ?? "unknown error"})`, { cause: err });
+  }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env node
+/**
+ * sandboxd entry point. Prints one JSON line `{"ready":true,"port":N}` on stdout once it
+ * listens, logs JSON to stderr, and stops cleanly on SIGTERM/SIGINT.
+ */
+import { readFile } from "node:fs/promises";
+import { createInterface } from "node:readline";
+import { pino } from "pino";
+import { startSandboxd } from "./index.ts";
+import { readSettings } from "./config.ts";
+
+async function readToken(settings: ReturnType<typeof readSettings>): Promise<string> {
+  if (settings.SANDBOXD_TOKEN) return settings.SANDBOXD_TOKEN;
+  if (settings.SANDBOXD_TOKEN_FILE) return (await readFile(settings.SANDBOXD_TOKEN_FILE, "utf8")).trim();
+  if (settings.SANDBOXD_TOKEN_STDIN === "1") {
+    const lines = createInterface({ input: process.stdin });
+    for await (const line of lines) return line.trim();
+  }
+  throw new Error("no token: set SANDBOXD_TOKEN, SANDBOXD_TOKEN_FILE or SANDBOXD_TOKEN_STDIN=1");
+}
+
+const settings = readSettings(process.env);
+const logger = pino({ level: settings.SANDBOXD_LOG_LEVEL }, pino.destination(2));
+try {
+  const token = await readToken(settings);
+  // The token and settings are not passed on: children get a scrubbed environment built afresh.
+  delete process.env.SANDBOXD_TOKEN;
+  const server = await startSandboxd({ settings, token, logger, env: process.env });
+  process.stdout.write(JSON.stringify({ ready: true, port: server.port }) + "\n");
+  const stop = (why: string) => {
+    logger.info({ why }, "stopping");
+    void server.close().then(() => process.exit(0));
+  };
+  process.on("SIGTERM", () => stop("SIGTERM"));
+  process.on("SIGINT", () => stop("SIGINT"));
+  if (settings.SANDBOXD_TOKEN_STDIN === "1") {
+    // The parent holds our stdin: when it goes away, so do we.
+    process.stdin.on("end", () => stop("parent closed stdin"));
+    process.stdin.resume();
+  }
+} catch (err) {
+  logger.fatal({ err }, "sandboxd failed to start");
+  process.exit(1);
+}

@@ -1,0 +1,142 @@
+/**
+ * Runs one child process to completion with bounded memory: each output stream is captured up to
+ * a cap (the rest is drained and dropped, and the result says so), the deadline kills the whole
+ * process group, and chunks can be streamed to the caller as they arrive.
+ */
+import { spawn } from "node:child_process";
+import { constants } from "node:os";
+import { StringDecoder } from "node:string_decoder";
+import type { RunCommandResult } from "./protocol.ts";
+
+export interface ProcessSpec {
+  file: string;
+  args: string[];
+  cwd: string;
+  env: Record<string, string>;
+  stdin?: string | undefined;
+  timeoutMs: number;
+  outputCapBytes: number;
+  /** Called with each decoded chunk kept under the cap, and its byte offset in its stream. */
+  onChunk?: ((stream: "stdout" | "stderr", data: string, offset: number) => void) | undefined;
+  /** Aborting kills the process group, as a timeout does (the caller went away). */
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * After the main process exits, wait this long for its output pipes to close. A background job
+ * it started (`server &`) may hold them open for ever; it keeps running, we stop listening.
+ */
+const PIPE_GRACE_MS = 100;
+
+class CappedStream {
+  readonly chunks: Buffer[] = [];
+  kept = 0;
+  seen = 0;
+  truncated = false;
+  private readonly decoder = new StringDecoder("utf8");
+  private readonly cap: number;
+  private readonly name: "stdout" | "stderr";
+  private readonly onChunk: ProcessSpec["onChunk"];
+
+  constructor(name: "stdout" | "stderr", cap: number, onChunk: ProcessSpec["onChunk"]) {
+    this.name = name;
+    this.cap = cap;
+    this.onChunk = onChunk;
+  }
+
+  push(chunk: Buffer): void {
+    const offset = this.seen;
+    this.seen += chunk.length;
+    const room = this.cap - this.kept;
+    if (room <= 0) {
+      this.truncated = true;
+      return;
+    }
+    const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
+    if (part.length < chunk.length) this.truncated = true;
+    this.kept += part.length;
+    if (this.onChunk) {
+      const text = this.decoder.write(part);
+      if (text) this.onChunk(this.name, text, offset);
+    } else {
+      this.chunks.push(part);
+    }
+  }
+
+  text(): string {
+    if (this.onChunk) {
+      const rest = this.decoder.end();
+      if (rest) this.onChunk(this.name, rest, this.kept);
+      return "";
+    }
+    return Buffer.concat(this.chunks).toString("utf8");
+  }
+}
+
+export function runProcess(spec: ProcessSpec): Promise<RunCommandResult> {
+  const started = performance.now();
+  return new Promise((resolve, reject) => {
+    const child = spawn(spec.file, spec.args, {
+      cwd: spec.cwd,
+      env: spec.env,
+      // A new process group, so a timeout can kill everything the command started.
+      detached: true,
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    const out = new CappedStream("stdout", spec.outputCapBytes, spec.onChunk);
+    const err = new CappedStream("stderr", spec.outputCapBytes, spec.onChunk);
+    let timedOut = false;
+    let exitCode: number | null = null;
+    let settled = false;
+
+    const killGroup = () => {
+      if (child.pid === undefined) return;
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // the group is already gone
+      }
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      killGroup();
+    }, spec.timeoutMs);
+    const onAbort = () => killGroup();
+    spec.signal?.addEventListener("abort", onAbort, { once: true });
+
+    child.stdout.on("data", (c: Buffer) => out.push(c));
+    child.stderr.on("data", (c: Buffer) => err.push(c));
+    child.stdin.on("error", () => undefined); // the command may exit without reading its stdin
+    child.stdin.end(spec.stdin ?? "");
+
+    const finish = () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      spec.signal?.removeEventListener("abort", onAbort);
+      child.stdout.destroy();
+      child.stderr.destroy();
+      resolve({
+        // 128 + signal number is what a shell reports for a killed command.
+        exitCode: exitCode ?? 137,
+        stdout: out.text(),
+        stderr: err.text(),
+        durationMs: Math.round(performance.now() - started),
+        timedOut,
+        truncated: out.truncated || err.truncated,
+      });
+    };
+    child.on("error", (e) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on("exit", (code, signal) => {
+      exitCode = code ?? (signal ? 128 + constants.signals[signal] : 1);
+      if (timedOut) killGroup();
+      setTimeout(finish, PIPE_GRACE_MS).unref();
+    });
+    child.on("close", finish);
+  });
+}

@@ -1,0 +1,160 @@
+/**
+ * The sandboxd wire protocol: request schemas (validated on the server), response shapes
+ * (trusted by the SDK client) and the error envelope. Both ends import this one file, so the
+ * server and every provider's data-plane client cannot drift apart.
+ */
+import { z } from "zod";
+
+/** Agents see the same paths on every provider; sandboxd maps them onto its root directory. */
+export const VIRTUAL_ROOT = "/mnt/user-data";
+export const VIRTUAL_WORKSPACE = `${VIRTUAL_ROOT}/workspace`;
+export const VIRTUAL_DIRS = ["workspace", "uploads", "outputs"] as const;
+
+export const PROTOCOL_VERSION = "1";
+export const CAPABILITIES = ["commands", "commands.stream", "code", "files", "packages"] as const;
+
+const MiB = 1024 * 1024;
+/** Default cap on each captured output stream (stdout, stderr) of one command. */
+export const DEFAULT_OUTPUT_CAP_BYTES = 10 * MiB;
+/** Commands and code without a timeout are stopped after this long. */
+export const DEFAULT_TIMEOUT_MS = 5 * 60_000;
+export const MAX_TIMEOUT_MS = 24 * 60 * 60_000;
+/** Longest command line or code body accepted in one request. */
+export const MAX_SOURCE_BYTES = 4 * MiB;
+
+const envMap = z
+  .record(
+    z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are [A-Za-z_][A-Za-z0-9_]*"),
+    z.string().refine((v) => !v.includes("\0"), "environment values may not contain NUL"),
+  )
+  .refine((m) => Object.keys(m).length <= 1000, "at most 1000 environment variables");
+
+const timeoutMs = z.number().int().positive().max(MAX_TIMEOUT_MS);
+
+export const RunCommandRequest = z.strictObject({
+  command: z.string().min(1, "command is empty").max(MAX_SOURCE_BYTES),
+  cwd: z.string().optional(),
+  env: envMap.optional(),
+  timeoutMs: timeoutMs.optional(),
+  stdin: z.string().optional(),
+});
+export type RunCommandRequest = z.infer<typeof RunCommandRequest>;
+
+export interface RunCommandResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  durationMs: number;
+  timedOut: boolean;
+  /** True when either stream went past the output cap and was cut. */
+  truncated: boolean;
+}
+
+/** One NDJSON line of a streamed command: a chunk of output, or the final result. */
+export type CommandStreamEvent =
+  | { stream: "stdout" | "stderr"; data: string; offset: number }
+  | ({ stream: "exit" } & Omit<RunCommandResult, "stdout" | "stderr">)
+  | { stream: "error"; error: ErrorBody };
+
+export const LANGUAGES = ["python", "typescript"] as const;
+export type Language = (typeof LANGUAGES)[number];
+
+export const ExecuteCodeRequest = z.strictObject({
+  language: z.enum(LANGUAGES, {
+    error: (issue) => `unknown language ${JSON.stringify(issue.input)}: use "python" or "typescript"`,
+  }),
+  code: z.string().max(MAX_SOURCE_BYTES),
+  cwd: z.string().optional(),
+  env: envMap.optional(),
+  timeoutMs: timeoutMs.optional(),
+});
+export type ExecuteCodeRequest = z.infer<typeof ExecuteCodeRequest>;
+
+export interface CodeExecutionResult {
+  success: boolean;
+  output?: unknown;
+  stdout: string;
+  stderr: string;
+  durationMs: number;
+  error?: { name: string; message: string; traceback?: string };
+}
+
+export const InstallPackagesRequest = z.strictObject({
+  language: ExecuteCodeRequest.shape.language,
+  packages: z
+    .array(
+      z
+        .string()
+        .min(1)
+        .max(200)
+        // A package spec is passed to pip/npm as one argv entry, never through a shell; still,
+        // refuse option-like or whitespace-laden specs so no flag can be smuggled in.
+        .regex(/^[^\s-][^\s]*$/, "a package is a name with an optional version, not an option"),
+    )
+    .max(200),
+  timeoutMs: timeoutMs.optional(),
+});
+export type InstallPackagesRequest = z.infer<typeof InstallPackagesRequest>;
+
+export const MkdirRequest = z.strictObject({ path: z.string() });
+
+export type FileType = "file" | "dir" | "symlink" | "other";
+export interface FileEntry {
+  name: string;
+  /** Virtual path, e.g. /mnt/user-data/workspace/a.txt. */
+  path: string;
+  type: FileType;
+  size: number;
+  modifiedMs: number;
+}
+
+export const InitRequest = z.strictObject({
+  token: z.string().min(32).max(512),
+  env: envMap.optional(),
+  packages: z.array(z.string()).optional(),
+  language: ExecuteCodeRequest.shape.language.optional(),
+});
+
+export const ERROR_CODES = [
+  "INVALID_ARGUMENT",
+  "UNAUTHORIZED",
+  "NOT_FOUND",
+  "CONFLICT",
+  "PAYLOAD_TOO_LARGE",
+  "TIMEOUT",
+  "EXECUTION_FAILED",
+  "INTERNAL",
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+export interface ErrorBody {
+  code: ErrorCode;
+  message: string;
+}
+
+export const HTTP_STATUS: Record<ErrorCode, number> = {
+  INVALID_ARGUMENT: 400,
+  UNAUTHORIZED: 401,
+  NOT_FOUND: 404,
+  CONFLICT: 409,
+  PAYLOAD_TOO_LARGE: 413,
+  TIMEOUT: 504,
+  EXECUTION_FAILED: 422,
+  INTERNAL: 500,
+};
+
+/** An error sandboxd reports to its caller with a code and a message safe to show. */
+export class SandboxdError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "SandboxdError";
+    this.code = code;
+  }
+}
+
+export interface HealthResponse {
+  ok: true;
+  version: string;
+  protocol: string;
+  capabilities: readonly string[];
+}

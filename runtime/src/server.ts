@@ -1,0 +1,208 @@
+/**
+ * sandboxd's HTTP API (DESIGN §2). Every route but /healthz needs `Authorization: Bearer
+ * <token>`; bodies are validated by the protocol schemas; every failure is a JSON error envelope
+ * `{error: {code, message}}` with a matching status, never a stack trace or a host path.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import express, { type NextFunction, type Request, type Response } from "express";
+import type { Logger } from "pino";
+import { z } from "zod";
+import type { Executor } from "./executor.ts";
+import type { PathJail } from "./jail.ts";
+import {
+  CAPABILITIES,
+  ExecuteCodeRequest,
+  HTTP_STATUS,
+  InitRequest,
+  InstallPackagesRequest,
+  MAX_SOURCE_BYTES,
+  MkdirRequest,
+  PROTOCOL_VERSION,
+  RunCommandRequest,
+  SandboxdError,
+  type CommandStreamEvent,
+  type ErrorBody,
+  type HealthResponse,
+} from "./protocol.ts";
+
+export const VERSION = "0.1.0";
+
+export interface ServerOptions {
+  jail: PathJail;
+  executor: Executor;
+  token: string;
+  logger: Logger;
+}
+
+/** Bearer-token check in constant time: both sides are hashed so lengths never differ. */
+class TokenGate {
+  private digest: Buffer;
+  constructor(token: string) {
+    this.digest = sha256(token);
+  }
+  replace(token: string): void {
+    this.digest = sha256(token);
+  }
+  accepts(header: string | undefined): boolean {
+    const match = /^Bearer (.+)$/.exec(header ?? "");
+    return match !== null && timingSafeEqual(sha256(match[1]!), this.digest);
+  }
+}
+
+function sha256(s: string): Buffer {
+  return createHash("sha256").update(s).digest();
+}
+
+export function createApp(opts: ServerOptions): express.Express {
+  const { jail, executor, logger } = opts;
+  const gate = new TokenGate(opts.token);
+  const app = express();
+  app.disable("x-powered-by");
+  app.set("query parser", "simple");
+
+  app.get("/healthz", (_req, res) => {
+    const body: HealthResponse = { ok: true, version: VERSION, protocol: PROTOCOL_VERSION, capabilities: CAPABILITIES };
+    res.json(body);
+  });
+
+  app.use((req, _res, next) => {
+    if (!gate.accepts(req.headers.authorization)) {
+      return next(new SandboxdError("UNAUTHORIZED", "missing or wrong bearer token"));
+    }
+    next();
+  });
+
+  const json = express.json({ limit: MAX_SOURCE_BYTES + 64 * 1024 });
+
+  app.post("/v1/commands/run", json, async (req, res) => {
+    const body = parse(RunCommandRequest, req.body);
+    if (!wantsNdjson(req)) {
+      res.json(await executor.runCommand(body));
+      return;
+    }
+    // Streamed: output chunks as they come, then the exit line. Errors after the headers went
+    // out can no longer change the status, so they are reported as a final `error` line.
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    res.status(200).type("application/x-ndjson");
+    res.flushHeaders();
+    const send = (event: CommandStreamEvent) => res.write(JSON.stringify(event) + "\n");
+    try {
+      const { stdout: _o, stderr: _e, ...exit } = await executor.runCommand(body, {
+        onChunk: (stream, data, offset) => send({ stream, data, offset }),
+        signal: abort.signal,
+      });
+      send({ stream: "exit", ...exit });
+    } catch (err) {
+      send({ stream: "error", error: errorBody(err, logger) });
+    }
+    res.end();
+  });
+
+  app.post("/v1/code/execute", json, async (req, res) => {
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    res.json(await executor.executeCode(parse(ExecuteCodeRequest, req.body), abort.signal));
+  });
+
+  app.post("/v1/packages/install", json, async (req, res) => {
+    const r = await executor.installPackages(parse(InstallPackagesRequest, req.body));
+    res.json({ installed: true, durationMs: r.durationMs });
+  });
+
+  app.post("/v1/init", json, async (req, res) => {
+    const body = parse(InitRequest, req.body);
+    if (body.env) executor.setSandboxEnv(body.env);
+    if (body.packages?.length) {
+      await executor.installPackages({ language: body.language ?? "python", packages: body.packages });
+    }
+    gate.replace(body.token);
+    res.json({ initialized: true });
+  });
+
+  app.get("/v1/files", async (req, res) => {
+    const p = jail.resolve(req.query.path);
+    const { fh, size } = await jail.openFileForRead(p);
+    res.status(200).type("application/octet-stream").setHeader("Content-Length", String(size));
+    const stream = fh.createReadStream();
+    stream.on("error", (err) => {
+      logger.warn({ err, path: p.virtual }, "file read failed mid-stream");
+      res.destroy(err);
+    });
+    stream.pipe(res);
+  });
+
+  app.put("/v1/files", async (req, res) => {
+    const p = jail.resolve(req.query.path);
+    const size = await jail.writeFile(p, req);
+    res.status(201).json({ path: p.virtual, size });
+  });
+
+  app.get("/v1/files/stat", async (req, res) => {
+    res.json(await jail.stat(jail.resolve(req.query.path)));
+  });
+
+  app.get("/v1/files/list", async (req, res) => {
+    const depth = req.query.depth === undefined ? 1 : Number(req.query.depth);
+    if (!Number.isInteger(depth) || depth < 1 || depth > 32) {
+      throw new SandboxdError("INVALID_ARGUMENT", "depth must be an integer from 1 to 32");
+    }
+    res.json(await jail.list(jail.resolve(req.query.path), depth));
+  });
+
+  app.post("/v1/files/mkdir", json, async (req, res) => {
+    const p = jail.resolve(parse(MkdirRequest, req.body).path);
+    await jail.mkdir(p);
+    res.status(201).json({ path: p.virtual });
+  });
+
+  app.delete("/v1/files", async (req, res) => {
+    const recursive = req.query.recursive === "true" || req.query.recursive === "1";
+    await jail.remove(jail.resolve(req.query.path), recursive);
+    res.status(204).end();
+  });
+
+  app.use((_req, _res, next) => next(new SandboxdError("NOT_FOUND", "no such route")));
+
+  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const body = errorBody(err, logger);
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    res.status(HTTP_STATUS[body.code]).json({ error: body });
+  });
+
+  return app;
+}
+
+function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  const result = schema.safeParse(body ?? {});
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
+    throw new SandboxdError("INVALID_ARGUMENT", `${where}${issue?.message ?? "invalid request"}`);
+  }
+  return result.data;
+}
+
+function wantsNdjson(req: Request): boolean {
+  return (req.headers.accept ?? "").includes("application/x-ndjson");
+}
+
+/** Client errors pass through; anything else is logged and reported without internals. */
+function errorBody(err: unknown, logger: Logger): ErrorBody {
+  if (err instanceof SandboxdError) return { code: err.code, message: err.message };
+  const e = err as { type?: string; status?: number; message?: string };
+  if (e?.type === "entity.too.large") return { code: "PAYLOAD_TOO_LARGE", message: "request body is too large" };
+  if (e?.type === "entity.parse.failed") return { code: "INVALID_ARGUMENT", message: "request body is not valid JSON" };
+  if (typeof e?.status === "number" && e.status >= 400 && e.status < 500) {
+    return { code: "INVALID_ARGUMENT", message: e.message ?? "bad request" };
+  }
+  logger.error({ err }, "request failed");
+  return { code: "INTERNAL", message: "internal error" };
+}
