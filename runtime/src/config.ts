@@ -6,16 +6,17 @@ import { z } from "zod";
 import { DEFAULT_OUTPUT_CAP_BYTES, VIRTUAL_ROOT } from "./protocol.ts";
 
 const Settings = z.object({
-  /** host:port to listen on; port 0 picks a free one (reported on stdout). */
-  SANDBOXD_LISTEN: z.string().regex(/^[^:]+:\d+$/, "expected host:port").default("0.0.0.0:8080"),
+  /** host:port (port 0 picks a free one, reported on stdout) or unix:/path/to/socket. */
+  SANDBOXD_LISTEN: z
+    .string()
+    .regex(/^([^:]+:\d+|unix:\/.+)$/, "expected host:port or unix:/absolute/path")
+    .default("0.0.0.0:8080"),
   /** Directory mapped to /mnt/user-data (in an image they are the same). */
   SANDBOXD_ROOT: z.string().startsWith("/", "must be an absolute path").default(VIRTUAL_ROOT),
   SANDBOXD_TOKEN: z.string().min(32, "the token must be at least 32 characters").optional(),
   SANDBOXD_TOKEN_FILE: z.string().optional(),
   /** "1": read the token from the first line of stdin and exit when stdin closes (parent gone). */
   SANDBOXD_TOKEN_STDIN: z.enum(["0", "1"]).default("0"),
-  SANDBOXD_ISOLATION: z.enum(["none", "bwrap"]).default("none"),
-  SANDBOXD_NETWORK: z.enum(["on", "off"]).default("on"),
   SANDBOXD_OUTPUT_CAP_BYTES: z.coerce.number().int().positive().default(DEFAULT_OUTPUT_CAP_BYTES),
   /** JSON object of variables every process in this sandbox gets. */
   SANDBOXD_ENV: z

@@ -86,51 +86,18 @@ async function findNpmCli(path: string): Promise<string | null> {
   return null;
 }
 
-export interface BwrapOptions {
-  /** Real path of the sandbox root, mounted read-write at `virtualRoot`. */
-  hostRoot: string;
-  virtualRoot: string;
-  cwd: string;
-  network: boolean;
-  /** Extra host directories (interpreters, runners) mounted read-only at the same path. */
-  readOnly: string[];
-}
-
-/** /etc entries a process needs for DNS, TLS, users and locale; the rest of /etc stays hidden. */
-const ETC_ALLOW = [
-  "resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "services", "protocols",
-  "ssl", "ca-certificates", "ca-certificates.conf", "pki", "pip.conf", "npmrc",
-  "passwd", "group", "localtime", "timezone", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-  "alternatives", "mime.types", "os-release", "debian_version",
-];
-
-/** bubblewrap arguments that run a command with only the sandbox root writable. */
-export async function bwrapArgs(opts: BwrapOptions): Promise<string[]> {
-  const args = ["--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"];
-  if (opts.network) args.push("--share-net");
-  args.push("--ro-bind", "/usr", "/usr");
-  // Merged-/usr systems have /bin -> usr/bin and friends: recreate the links, else bind.
-  for (const top of ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]) {
-    const link = await fs.readlink(`/${top}`).catch(() => null);
-    if (link !== null) args.push("--symlink", link, `/${top}`);
-    else if (existsSync(`/${top}`)) args.push("--ro-bind", `/${top}`, `/${top}`);
-  }
-  for (const entry of ETC_ALLOW) args.push("--ro-bind-try", `/etc/${entry}`, `/etc/${entry}`);
-  for (const dir of new Set(opts.readOnly)) {
-    if (dir === "/usr" || dir.startsWith("/usr/")) continue;
-    args.push("--ro-bind", dir, dir);
-  }
-  args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp");
-  args.push("--bind", opts.hostRoot, opts.virtualRoot, "--chdir", opts.cwd);
-  return args;
-}
-
-/** True when bubblewrap is installed and can create namespaces on this host. */
-export async function bwrapAvailable(): Promise<boolean> {
-  try {
-    await run("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], { timeout: 10_000 });
-    return true;
-  } catch {
-    return false;
+/**
+ * Puts `python3`, `python`, `pip` and `node` links to the interpreters Sandpit uses in
+ * `binDir`, which sandboxd puts first on every process's PATH, so `python3 x.py` in a command
+ * and a python cell run the same interpreter (and see the same installed packages).
+ */
+export async function installShims(binDir: string, interp: Interpreters): Promise<void> {
+  await fs.mkdir(binDir, { recursive: true });
+  const links: Record<string, string> = { python3: interp.python, python: interp.python, node: interp.node };
+  const pip = join(interp.pythonPrefix, "bin", "pip3");
+  if (existsSync(pip)) links.pip = links.pip3 = pip;
+  for (const [name, target] of Object.entries(links)) {
+    await fs.rm(join(binDir, name), { force: true });
+    await fs.symlink(target, join(binDir, name));
   }
 }

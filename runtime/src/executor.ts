@@ -1,7 +1,8 @@
 /**
  * Turns API requests (a command, a code cell, a package install) into sandboxed processes:
- * paths through the jail, a scrubbed environment, bubblewrap when isolation is on, and a
- * CodeExecutionResult built from the runner's structured error.
+ * paths through the jail, a scrubbed environment with Sandpit's interpreters first on PATH, and
+ * a CodeExecutionResult built from the runner's structured error. Isolation is whatever
+ * sandboxd itself runs in (a container, a pod, or bubblewrap started by the local provider).
  */
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
@@ -15,17 +16,12 @@ import {
   type RunCommandRequest,
   type RunCommandResult,
 } from "./protocol.ts";
-import { bwrapArgs, RUNNERS_DIR, type Interpreters } from "./environment.ts";
+import { RUNNERS_DIR, type Interpreters } from "./environment.ts";
 import type { JailPath, PathJail } from "./jail.ts";
 import { runProcess } from "./process.ts";
 
-export type Isolation = "none" | "bwrap";
-
 export interface ExecutorOptions {
   jail: PathJail;
-  isolation: Isolation;
-  /** With bubblewrap: whether the sandbox shares the host's network (off = loopback only). */
-  network: boolean;
   /** Scrubbed base environment every process starts from. */
   baseEnv: Record<string, string>;
   outputCapBytes: number;
@@ -135,14 +131,19 @@ export class Executor {
     return p;
   }
 
-  /** The path a sandboxed process uses for a jail path: virtual inside bubblewrap, host otherwise. */
+  /** The path processes use for a jail path (the virtual one when the root is mounted there). */
   private inSandbox(p: JailPath): string {
-    return this.opts.isolation === "bwrap" ? p.virtual : this.opts.jail.hostPath(p);
+    return this.opts.jail.hostPath(p);
   }
 
-  /** Without a mount namespace, /mnt/user-data in command text is rewritten to the host root. */
+  /**
+   * When the root is not mounted at /mnt/user-data (the local provider without bubblewrap),
+   * the virtual prefix in command and code text is rewritten to the real root, as DeerFlow's
+   * local mode does, so agents can use the same paths everywhere.
+   */
   private localise(text: string): string {
-    return this.opts.isolation === "bwrap" ? text : text.replace(this.rootRef, this.opts.jail.realRoot);
+    const { jail } = this.opts;
+    return jail.realRoot === jail.virtualRoot ? text : text.replace(this.rootRef, jail.realRoot);
   }
 
   private async readError(p: JailPath): Promise<{ name: string; message: string; traceback?: string } | null> {
@@ -180,36 +181,22 @@ export class Executor {
     },
   ): Promise<RunCommandResult> {
     const { jail } = this.opts;
-    const interp = await this.opts.interpreters;
     const state = (sub: string) => this.inSandbox(jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/${sub}`));
     const env: Record<string, string> = {
       ...this.opts.baseEnv,
+      PATH: `${state("bin")}:${this.opts.baseEnv.PATH ?? "/usr/local/bin:/usr/bin:/bin"}`,
       PYTHONUNBUFFERED: "1",
       PYTHONPATH: state("python"),
       NODE_PATH: state("node_modules"),
       ...this.sandboxEnv,
       ...o.env,
     };
-    let file = argv[0]!;
-    let args = argv.slice(1);
-    let cwd = jail.hostPath(o.cwd);
-    if (this.opts.isolation === "bwrap") {
-      const prefix = await bwrapArgs({
-        hostRoot: jail.realRoot,
-        virtualRoot: jail.virtualRoot,
-        cwd: o.cwd.virtual,
-        network: this.opts.network,
-        readOnly: [RUNNERS_DIR, interp.pythonPrefix, parentOf(interp.node, 2), ...(interp.npmCli ? [parentOf(interp.npmCli, 2)] : [])],
-      });
-      args = [...prefix, "--", file, ...args];
-      file = "bwrap";
-      cwd = "/";
-    }
+    const [file, ...args] = argv as [string, ...string[]];
     try {
       return await runProcess({
         file,
         args,
-        cwd,
+        cwd: jail.hostPath(o.cwd),
         env,
         stdin: o.stdin,
         timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT_MS,
@@ -221,12 +208,6 @@ export class Executor {
       throw new SandboxdError("EXECUTION_FAILED", `could not start ${file}: ${(err as Error).message}`, { cause: err });
     }
   }
-}
-
-function parentOf(path: string, levels: number): string {
-  let p = path;
-  for (let i = 0; i < levels; i++) p = p.slice(0, p.lastIndexOf("/")) || "/";
-  return p;
 }
 
 /** The contract's `output`: stdout parsed as JSON, or else its last non-empty line. */

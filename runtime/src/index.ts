@@ -1,41 +1,42 @@
-/** sandboxd as a library: start it in-process (tests, the local provider's benchmarks) or via main.ts. */
+/** sandboxd as a library: start it in-process (tests, benchmarks) or through main.ts. */
 import type { AddressInfo } from "node:net";
 import { createServer, type Server } from "node:http";
+import { rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import { createApp } from "./server.ts";
 import { Executor } from "./executor.ts";
 import { PathJail } from "./jail.ts";
-import { discoverInterpreters, scrubEnv } from "./environment.ts";
+import { discoverInterpreters, installShims, scrubEnv } from "./environment.ts";
 import { VIRTUAL_DIRS } from "./protocol.ts";
+import { killStartedSessions } from "./process.ts";
 import type { Settings } from "./config.ts";
 
 export * from "./protocol.ts";
 export { PathJail } from "./jail.ts";
 export { readSettings, type Settings } from "./config.ts";
-export { scrubEnv, bwrapAvailable } from "./environment.ts";
+export { scrubEnv, discoverInterpreters, RUNNERS_DIR, type Interpreters } from "./environment.ts";
 export { parseOutput } from "./executor.ts";
 
 export interface RunningSandboxd {
-  port: number;
+  /** "127.0.0.1:41234" or "unix:/path/to/socket". */
+  address: string;
+  /** TCP port, or null on a unix socket. */
+  port: number | null;
   server: Server;
   close(): Promise<void>;
 }
 
-export async function startSandboxd(o: {
-  settings: Settings;
-  token: string;
-  logger: Logger;
-  env: NodeJS.ProcessEnv;
-}): Promise<RunningSandboxd> {
+export async function startSandboxd(o: { settings: Settings; token: string; logger: Logger; env: NodeJS.ProcessEnv }): Promise<RunningSandboxd> {
   const jail = await PathJail.open(o.settings.SANDBOXD_ROOT);
   for (const dir of VIRTUAL_DIRS) await jail.mkdir(jail.resolve(`${jail.virtualRoot}/${dir}`));
+  const interpreters = discoverInterpreters(o.env);
+  const shims = interpreters.then((interp) => installShims(`${jail.realRoot}/.sandpit/bin`, interp));
   const executor = new Executor({
     jail,
-    isolation: o.settings.SANDBOXD_ISOLATION,
-    network: o.settings.SANDBOXD_NETWORK === "on",
     baseEnv: scrubEnv(o.env),
     outputCapBytes: o.settings.SANDBOXD_OUTPUT_CAP_BYTES,
-    interpreters: discoverInterpreters(o.env),
+    // Processes start only once the interpreter links are in place.
+    interpreters: shims.then(() => interpreters),
   });
   executor.setSandboxEnv(o.settings.SANDBOXD_ENV);
   const app = createApp({ jail, executor, token: o.token, logger: o.logger });
@@ -43,23 +44,28 @@ export async function startSandboxd(o: {
   // Long commands stream for minutes; Node's default request timeout would cut them.
   server.requestTimeout = 0;
   server.keepAliveTimeout = 65_000;
-  const [host, port] = splitListen(o.settings.SANDBOXD_LISTEN);
+  const listen = o.settings.SANDBOXD_LISTEN;
+  const socket = listen.startsWith("unix:") ? listen.slice("unix:".length) : null;
+  if (socket) await rm(socket, { force: true }); // a stale socket from a previous run
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(port, host, () => resolve());
+    if (socket) server.listen(socket, () => resolve());
+    else {
+      const i = listen.lastIndexOf(":");
+      server.listen(Number(listen.slice(i + 1)), listen.slice(0, i), () => resolve());
+    }
   });
+  const port = socket ? null : (server.address() as AddressInfo).port;
   return {
-    port: (server.address() as AddressInfo).port,
+    address: socket ? listen : `${listen.slice(0, listen.lastIndexOf(":"))}:${port}`,
+    port,
     server,
-    close: () =>
-      new Promise((resolve) => {
+    close: async () => {
+      await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
-      }),
+      });
+      await killStartedSessions();
+    },
   };
-}
-
-function splitListen(listen: string): [string, number] {
-  const i = listen.lastIndexOf(":");
-  return [listen.slice(0, i), Number(listen.slice(i + 1))];
 }

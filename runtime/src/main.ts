@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * sandboxd entry point. Prints one JSON line `{"ready":true,"port":N}` on stdout once it
+ * sandboxd entry point. Prints one JSON line `{"ready":true,"address":...,"port":...}` on stdout once it
  * listens, logs JSON to stderr, and stops cleanly on SIGTERM/SIGINT.
  */
 import { readFile } from "node:fs/promises";
@@ -26,7 +26,7 @@ try {
   // The token and settings are not passed on: children get a scrubbed environment built afresh.
   delete process.env.SANDBOXD_TOKEN;
   const server = await startSandboxd({ settings, token, logger, env: process.env });
-  process.stdout.write(JSON.stringify({ ready: true, port: server.port }) + "\n");
+  process.stdout.write(JSON.stringify({ ready: true, address: server.address, port: server.port }) + "\n");
   const stop = (why: string) => {
     logger.info({ why }, "stopping");
     void server.close().then(() => process.exit(0));

@@ -4,6 +4,7 @@
  * process group, and chunks can be streamed to the caller as they arrive.
  */
 import { spawn } from "node:child_process";
+import { readdir, readFile } from "node:fs/promises";
 import { constants } from "node:os";
 import { StringDecoder } from "node:string_decoder";
 import type { RunCommandResult } from "./protocol.ts";
@@ -27,6 +28,34 @@ export interface ProcessSpec {
  * it started (`server &`) may hold them open for ever; it keeps running, we stop listening.
  */
 const PIPE_GRACE_MS = 100;
+
+/** Every session this process started (a detached child leads its own session). */
+const sessions = new Set<number>();
+
+/**
+ * Kills every process still in a session we started: background jobs outlive the command that
+ * started them, but not sandboxd. (Inside bubblewrap the PID namespace does this by itself.)
+ */
+export async function killStartedSessions(): Promise<number> {
+  if (sessions.size === 0) return 0;
+  let killed = 0;
+  for (const name of await readdir("/proc").catch(() => [] as string[])) {
+    if (!/^\d+$/.test(name)) continue;
+    const stat = await readFile(`/proc/${name}/stat`, "utf8").catch(() => "");
+    // Fields after the parenthesised command name: state ppid pgrp session ...
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (sessions.has(Number(fields[3]))) {
+      try {
+        process.kill(Number(name), "SIGKILL");
+        killed++;
+      } catch {
+        // already gone
+      }
+    }
+  }
+  sessions.clear();
+  return killed;
+}
 
 class CappedStream {
   readonly chunks: Buffer[] = [];
@@ -83,6 +112,7 @@ export function runProcess(spec: ProcessSpec): Promise<RunCommandResult> {
       detached: true,
       stdio: ["pipe", "pipe", "pipe"],
     });
+    if (child.pid !== undefined) sessions.add(child.pid);
     const out = new CappedStream("stdout", spec.outputCapBytes, spec.onChunk);
     const err = new CappedStream("stderr", spec.outputCapBytes, spec.onChunk);
     let timedOut = false;

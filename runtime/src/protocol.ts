@@ -50,10 +50,19 @@ export interface RunCommandResult {
   truncated: boolean;
 }
 
-/** One NDJSON line of a streamed command: a chunk of output, or the final result. */
+/** The last NDJSON line of a streamed command (its output went out in chunks before). */
+export interface CommandExit {
+  stream: "exit";
+  exitCode: number;
+  durationMs: number;
+  timedOut: boolean;
+  truncated: boolean;
+}
+
+/** One NDJSON line of a streamed command: a chunk of output, the exit status, or an error. */
 export type CommandStreamEvent =
   | { stream: "stdout" | "stderr"; data: string; offset: number }
-  | ({ stream: "exit" } & Omit<RunCommandResult, "stdout" | "stderr">)
+  | CommandExit
   | { stream: "error"; error: ErrorBody };
 
 export const LANGUAGES = ["python", "typescript"] as const;

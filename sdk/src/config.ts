@@ -1,0 +1,66 @@
+/**
+ * Sandpit's SDK configuration: one strict object (or YAML file) whose `sandbox.use` picks the
+ * provider, or an ordered list of providers for a fallback chain, in one line:
+ *
+ *   sandbox:
+ *     use: [docker, local]
+ *     local:
+ *       isolation: bwrap
+ *
+ * Unknown keys anywhere are errors that name the key.
+ */
+import { readFile } from "node:fs/promises";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+import { SandboxError } from "./errors.ts";
+import { getProvider, providerNames } from "./registry.ts";
+
+export interface SandboxSection {
+  use: string | string[];
+  [provider: string]: unknown;
+}
+export interface SandpitConfig {
+  sandbox: SandboxSection;
+}
+
+/** The schema is built from the registry, so every registered provider's options are checked. */
+function schema() {
+  const names = providerNames() as [string, ...string[]];
+  const name = z.enum(names, { error: (i) => `unknown provider ${JSON.stringify(i.input)} (registered: ${names.join(", ")})` });
+  const sections = Object.fromEntries(names.map((n) => [n, getProvider(n).options.optional()]));
+  return z.strictObject({
+    sandbox: z.strictObject({
+      use: z.union([name, z.array(name).min(1, "use lists at least one provider")]),
+      ...sections,
+    }),
+  });
+}
+
+export function parseConfig(input: unknown): SandpitConfig {
+  const r = schema().safeParse(input);
+  if (!r.success) {
+    const lines = r.error.issues.map((i) => {
+      const where = i.path.join(".") || "(root)";
+      if (i.code === "unrecognized_keys") return `${where ? where + ": " : ""}unknown key${i.keys.length > 1 ? "s" : ""} ${i.keys.map((k) => JSON.stringify(k)).join(", ")}`;
+      return `${where}: ${i.message}`;
+    });
+    throw new SandboxError(`invalid Sandpit config:\n  ${lines.join("\n  ")}`, "INVALID_ARGUMENT");
+  }
+  return r.data as SandpitConfig;
+}
+
+export async function loadConfigFile(path: string): Promise<SandpitConfig> {
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (err) {
+    throw new SandboxError(`cannot read config file ${path}: ${(err as Error).message}`, "INVALID_ARGUMENT", err);
+  }
+  let data: unknown;
+  try {
+    data = parseYaml(text);
+  } catch (err) {
+    throw new SandboxError(`config file ${path} is not valid YAML: ${(err as Error).message}`, "INVALID_ARGUMENT", err);
+  }
+  return parseConfig(data);
+}

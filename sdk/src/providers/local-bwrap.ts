@@ -1,0 +1,64 @@
+/**
+ * bubblewrap for the local provider. sandboxd itself runs inside the namespace, exactly as it
+ * runs inside a container: the sandbox directory is mounted at /mnt/user-data, the host's
+ * system directories and Sandpit's own code are mounted read-only, the rest of the host
+ * (home directories, other sandboxes, most of /etc) is simply absent. Commands are then plain
+ * children of sandboxd, so isolation costs one namespace setup per sandbox, not per command.
+ */
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import * as fs from "node:fs/promises";
+import { promisify } from "node:util";
+
+const run = promisify(execFile);
+
+/** /etc entries a process needs for DNS, TLS, users and locale; the rest of /etc stays hidden. */
+const ETC_ALLOW = [
+  "resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "services", "protocols",
+  "ssl", "ca-certificates", "ca-certificates.conf", "pki", "pip.conf", "npmrc",
+  "passwd", "group", "localtime", "timezone", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+  "alternatives", "mime.types", "os-release", "debian_version",
+];
+
+export interface BwrapOptions {
+  /** Host directory mounted read-write at /mnt/user-data. */
+  dataDir: string;
+  virtualRoot: string;
+  /** Host directory for sandboxd's socket, mounted read-write at `runMount`. */
+  runDir: string;
+  runMount: string;
+  /** Share the host's network namespace (servers inside reachable on 127.0.0.1). */
+  network: boolean;
+  /** Host directories mounted read-only at the same path: Node, Python, sandboxd's code. */
+  readOnly: string[];
+}
+
+export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
+  const args = ["--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"];
+  if (o.network) args.push("--share-net");
+  args.push("--ro-bind", "/usr", "/usr");
+  // Merged-/usr systems have /bin -> usr/bin and friends: recreate the links, else bind.
+  for (const top of ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]) {
+    const link = await fs.readlink(`/${top}`).catch(() => null);
+    if (link !== null) args.push("--symlink", link, `/${top}`);
+    else if (existsSync(`/${top}`)) args.push("--ro-bind", `/${top}`, `/${top}`);
+  }
+  for (const entry of ETC_ALLOW) args.push("--ro-bind-try", `/etc/${entry}`, `/etc/${entry}`);
+  for (const dir of new Set(o.readOnly)) {
+    if (dir === "/usr" || dir.startsWith("/usr/")) continue;
+    args.push("--ro-bind", dir, dir);
+  }
+  args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp");
+  args.push("--bind", o.dataDir, o.virtualRoot, "--bind", o.runDir, o.runMount, "--chdir", o.virtualRoot);
+  return args;
+}
+
+/** True when bubblewrap is installed and can create namespaces on this host. */
+export async function bwrapAvailable(): Promise<boolean> {
+  try {
+    await run("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], { timeout: 10_000 });
+    return true;
+  } catch {
+    return false;
+  }
+}

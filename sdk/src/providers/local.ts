@@ -1,0 +1,346 @@
+/**
+ * The local provider: each sandbox is a sandboxd child process, reached over a unix socket,
+ * serving one directory, `<baseDir>/users/<user>/threads/<thread>/user-data`, which agents see
+ * as /mnt/user-data. With bubblewrap, sandboxd and everything it runs live in their own mount,
+ * PID, IPC, UTS (and optionally network) namespaces where that directory is the only writable
+ * place; without it, commands are plain host processes and the virtual prefix in command text
+ * is rewritten to the real directory (the file API is jailed to it either way).
+ *
+ * Why a sandboxd child rather than spawning commands in-process: the docker and kubernetes
+ * providers talk to sandboxd too, so every provider shares one data plane (path jail, output
+ * caps, process-group kill, code runners) and one contract suite. bench/RESULTS.md has the cost.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
+import * as fs from "node:fs/promises";
+import { createRequire } from "node:module";
+import { homedir, tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { discoverInterpreters, scrubEnv, VIRTUAL_ROOT, type Interpreters } from "@sandpit/sandboxd";
+import { bwrapArgs, bwrapAvailable } from "./local-bwrap.ts";
+import type { Logger } from "pino";
+import { z } from "zod";
+import { SandboxError } from "../errors.ts";
+import { SandboxdClient } from "../sandboxd-client.ts";
+import { SandboxdInstance, type SandboxdLifecycle } from "../sandboxd-instance.ts";
+import type { SandboxCreateOptions, SandboxInstance, SandboxLanguage, SandboxProvider } from "../types.ts";
+import { ID, validateCreate } from "../create-options.ts";
+
+export const LocalProviderOptions = z.strictObject({
+  /** Where sandbox directories live. */
+  baseDir: z.string().default(join(homedir(), ".local", "share", "sandpit")),
+  /** "auto" uses bubblewrap when it works on this host and says so in the log when it does not. */
+  isolation: z.enum(["auto", "bwrap", "none"]).default("auto"),
+  /** With bubblewrap: false gives the sandbox a private network namespace (loopback only). */
+  network: z.boolean().default(true),
+  /** Cap on each captured output stream of one command. */
+  outputCapBytes: z.number().int().positive().optional(),
+  /** How long sandboxd may take to start. */
+  startTimeoutMs: z.number().int().positive().default(15_000),
+});
+export type LocalProviderOptions = z.input<typeof LocalProviderOptions>;
+
+const SANDBOXD_MAIN = fileURLToPath(import.meta.resolve("@sandpit/sandboxd/main"));
+/** Where sandboxd's socket is mounted inside bubblewrap. */
+const RUN_MOUNT = "/run/sandpit";
+
+/** Host directories sandboxd's code needs: its package and the node_modules its imports load from. */
+async function sandboxdCodeDirs(): Promise<string[]> {
+  const dirs = new Set([dirname(dirname(SANDBOXD_MAIN))]);
+  const require = createRequire(SANDBOXD_MAIN);
+  for (const dep of ["express", "zod", "pino"]) {
+    const real = await fs.realpath(require.resolve(dep));
+    const i = real.lastIndexOf("/node_modules/");
+    if (i >= 0) dirs.add(real.slice(0, i + "/node_modules".length));
+  }
+  return [...dirs];
+}
+
+/** What is kept next to (not inside) the sandbox's data, so code in the sandbox cannot edit it. */
+interface SandboxRecord {
+  sandboxId: string;
+  language: SandboxLanguage;
+  envs: Record<string, string>;
+  workingDirectory?: string | undefined;
+  timeoutMs?: number | undefined;
+  createdAt: string;
+}
+
+type State = { kind: "running"; child: ChildProcessWithoutNullStreams; client: SandboxdClient } | { kind: "stopped" } | { kind: "killed" };
+
+/** One sandbox's process and state, shared by every instance object handed out for it. */
+class LocalSandbox implements SandboxdLifecycle {
+  state: State = { kind: "stopped" };
+  private starting: Promise<SandboxdClient> | null = null;
+  readonly record: SandboxRecord;
+  private readonly dir: string;
+  private readonly provider: LocalProvider;
+
+  constructor(provider: LocalProvider, dir: string, record: SandboxRecord) {
+    this.provider = provider;
+    this.dir = dir;
+    this.record = record;
+  }
+
+  get dataDir(): string {
+    return join(this.dir, "user-data");
+  }
+
+  connect(): Promise<SandboxdClient> {
+    if (this.state.kind === "running") return Promise.resolve(this.state.client);
+    if (this.state.kind === "killed") {
+      return Promise.reject(new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND"));
+    }
+    // Paused (or never started in this process): start sandboxd on the same directory.
+    this.starting ??= this.start().finally(() => (this.starting = null));
+    return this.starting;
+  }
+
+  private async start(): Promise<SandboxdClient> {
+    const { child, socketPath, token } = await this.provider.spawnSandboxd(this);
+    const client = new SandboxdClient({ baseUrl: "http://sandboxd", socketPath, token });
+    this.state = { kind: "running", child, client };
+    child.once("exit", () => {
+      if (this.state.kind === "running" && this.state.child === child) this.state = { kind: "stopped" };
+    });
+    return client;
+  }
+
+  async pause(): Promise<void> {
+    await this.starting?.catch(() => undefined);
+    if (this.state.kind !== "running") {
+      if (this.state.kind === "killed") throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
+      return;
+    }
+    const { child, client } = this.state;
+    this.state = { kind: "stopped" };
+    await client.close();
+    await stopChild(child);
+  }
+
+  async kill(): Promise<void> {
+    if (this.state.kind === "killed") return;
+    await this.pause();
+    this.state = { kind: "killed" };
+    this.provider.forget(this.record.sandboxId);
+    await fs.rm(this.dir, { recursive: true, force: true });
+  }
+
+  async getHost(port: number): Promise<string> {
+    if (this.provider.isolation === "bwrap" && !this.provider.options.network) {
+      throw new SandboxError("this sandbox has no network: nothing inside it can be reached from the host", "INVALID_ARGUMENT");
+    }
+    return `127.0.0.1:${port}`;
+  }
+}
+
+export class LocalProvider implements SandboxProvider {
+  readonly options: z.output<typeof LocalProviderOptions>;
+  private readonly logger: Logger | undefined;
+  private readonly sandboxes = new Map<string, Promise<LocalSandbox>>();
+  private interpreters: Promise<Interpreters> | null = null;
+  private resolvedIsolation: Promise<"bwrap" | "none"> | null = null;
+  /** Known once the first sandbox started. */
+  isolation: "bwrap" | "none" | undefined;
+
+  constructor(options: LocalProviderOptions = {}, logger?: Logger) {
+    const parsed = LocalProviderOptions.safeParse(options);
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      throw new SandboxError(`invalid local provider options: ${i?.path.join(".")}: ${i?.message}`, "INVALID_ARGUMENT");
+    }
+    this.options = parsed.data;
+    this.logger = logger;
+  }
+
+  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+    const o = validateCreate(options);
+    const userId = o.userId ?? "default";
+    const threadId = o.threadId ?? randomUUID();
+    const sandboxId = `${userId}.${threadId}`;
+    let fresh = false;
+    const pending =
+      this.sandboxes.get(sandboxId) ??
+      (async () => {
+        const dir = this.sandboxDir(userId, threadId);
+        const existing = await readRecord(dir);
+        if (existing) return new LocalSandbox(this, dir, existing);
+        fresh = true;
+        const record: SandboxRecord = {
+          sandboxId,
+          language: o.language,
+          envs: o.envs ?? {},
+          workingDirectory: o.workingDirectory,
+          timeoutMs: o.timeoutMs,
+          createdAt: new Date().toISOString(),
+        };
+        await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
+        await fs.writeFile(join(dir, "sandbox.json"), JSON.stringify(record, null, 2));
+        return new LocalSandbox(this, dir, record);
+      })();
+    this.sandboxes.set(sandboxId, pending);
+    let sandbox: LocalSandbox;
+    try {
+      sandbox = await pending;
+    } catch (err) {
+      this.sandboxes.delete(sandboxId);
+      throw err;
+    }
+    try {
+      const client = await sandbox.connect();
+      if (o.workingDirectory) await client.mkdir(o.workingDirectory);
+      if (o.packages?.length) await client.installPackages({ language: o.language, packages: o.packages });
+    } catch (err) {
+      // A sandbox that never became usable is not left behind.
+      if (fresh) await sandbox.kill().catch(() => undefined);
+      throw err;
+    }
+    return this.instance(sandbox);
+  }
+
+  async resume(sandboxId: string): Promise<SandboxInstance> {
+    const [userId, threadId, ...rest] = typeof sandboxId === "string" ? sandboxId.split(".") : [];
+    if (!userId || !threadId || rest.length || !ID.test(userId) || !ID.test(threadId)) {
+      throw new SandboxError(`${JSON.stringify(sandboxId)} is not a local sandbox ID (<user>.<thread>)`, "NOT_FOUND");
+    }
+    let pending = this.sandboxes.get(sandboxId);
+    if (!pending) {
+      const dir = this.sandboxDir(userId, threadId);
+      pending = readRecord(dir).then((record) => {
+        if (!record) throw new SandboxError(`no local sandbox ${sandboxId}`, "NOT_FOUND");
+        return new LocalSandbox(this, dir, record);
+      });
+      this.sandboxes.set(sandboxId, pending);
+      pending.catch(() => this.sandboxes.delete(sandboxId));
+    }
+    const sandbox = await pending;
+    await sandbox.connect();
+    return this.instance(sandbox);
+  }
+
+  /** Stops every sandboxd this provider started; their files stay for resume(). */
+  async close(): Promise<void> {
+    const all = await Promise.allSettled(this.sandboxes.values());
+    await Promise.all(all.map((s) => (s.status === "fulfilled" ? s.value.pause().catch(() => undefined) : undefined)));
+  }
+
+  forget(sandboxId: string): void {
+    this.sandboxes.delete(sandboxId);
+  }
+
+  private instance(sandbox: LocalSandbox): SandboxInstance {
+    return new SandboxdInstance(sandbox.record.sandboxId, sandbox, {
+      workingDirectory: sandbox.record.workingDirectory,
+      timeoutMs: sandbox.record.timeoutMs,
+    });
+  }
+
+  private sandboxDir(userId: string, threadId: string): string {
+    return join(this.options.baseDir, "users", userId, "threads", threadId);
+  }
+
+  private async decideIsolation(): Promise<"bwrap" | "none"> {
+    const wanted = this.options.isolation;
+    if (wanted === "none") return "none";
+    const ok = await bwrapAvailable();
+    if (ok) return "bwrap";
+    if (wanted === "bwrap") {
+      throw new SandboxError(
+        "isolation 'bwrap' was asked for but bubblewrap is not usable here: install it (apt-get install bubblewrap) and allow user namespaces",
+        "CONNECTION_FAILED",
+      );
+    }
+    this.logger?.warn("bubblewrap is not available: local sandboxes run as plain host processes without namespace isolation");
+    return "none";
+  }
+
+  /**
+   * Starts sandboxd for one sandbox (inside bubblewrap when isolating) and waits for its ready
+   * line. The socket lives in a short per-sandbox directory: unix socket paths are limited to
+   * 107 bytes, which a deep baseDir would exceed.
+   */
+  async spawnSandboxd(sandbox: LocalSandbox): Promise<{ child: ChildProcessWithoutNullStreams; socketPath: string; token: string }> {
+    this.resolvedIsolation ??= this.decideIsolation();
+    this.interpreters ??= discoverInterpreters(process.env);
+    const [isolation, interp] = await Promise.all([this.resolvedIsolation, this.interpreters]);
+    this.isolation = isolation;
+    const token = randomBytes(32).toString("hex");
+    const key = createHash("sha256").update(`${sandbox.dataDir}`).digest("hex").slice(0, 16);
+    const runDir = join(tmpdir(), `sandpit-${process.getuid?.() ?? "u"}`, key);
+    await fs.mkdir(runDir, { recursive: true, mode: 0o700 });
+    const bwrap = isolation === "bwrap";
+    const env = {
+      ...scrubEnv(process.env),
+      SANDBOXD_LISTEN: `unix:${bwrap ? RUN_MOUNT : runDir}/sandboxd.sock`,
+      SANDBOXD_ROOT: bwrap ? VIRTUAL_ROOT : sandbox.dataDir,
+      SANDBOXD_TOKEN_STDIN: "1",
+      SANDBOXD_ENV: JSON.stringify({ HOME: `${bwrap ? VIRTUAL_ROOT : sandbox.dataDir}/.sandpit/home`, ...sandbox.record.envs }),
+      SANDBOXD_PYTHON: interp.python,
+      SANDBOXD_PYTHON_PREFIX: interp.pythonPrefix,
+      SANDBOXD_LOG_LEVEL: "warn",
+      ...(this.options.outputCapBytes ? { SANDBOXD_OUTPUT_CAP_BYTES: String(this.options.outputCapBytes) } : {}),
+    };
+    const argv = [process.execPath, SANDBOXD_MAIN];
+    const [file, ...args] = bwrap
+      ? [
+          "bwrap",
+          ...(await bwrapArgs({
+            dataDir: sandbox.dataDir,
+            virtualRoot: VIRTUAL_ROOT,
+            runDir,
+            runMount: RUN_MOUNT,
+            network: this.options.network,
+            readOnly: [dirname(dirname(interp.node)), interp.pythonPrefix, ...(await sandboxdCodeDirs())],
+          })),
+          "--",
+          ...argv,
+        ]
+      : argv;
+    const child = spawn(file!, args, { env, stdio: ["pipe", "pipe", "pipe"] });
+    child.stdin.write(token + "\n");
+    let stderr = "";
+    child.stderr.on("data", (c: Buffer) => {
+      stderr = (stderr + c.toString()).slice(-4000);
+      this.logger?.debug({ sandboxId: sandbox.record.sandboxId }, c.toString().trim());
+    });
+    await new Promise<void>((resolve, reject) => {
+      const fail = (why: string) => {
+        child.kill("SIGKILL");
+        reject(new SandboxError(`sandboxd for ${sandbox.record.sandboxId} did not start: ${why}${stderr ? `\n${stderr}` : ""}`, "CONNECTION_FAILED"));
+      };
+      const timer = setTimeout(() => fail(`no ready line within ${this.options.startTimeoutMs} ms`), this.options.startTimeoutMs);
+      child.once("error", (e) => fail(e.message));
+      child.once("exit", (code) => fail(`exited with code ${code}`));
+      createInterface({ input: child.stdout }).once("line", (line) => {
+        clearTimeout(timer);
+        child.removeAllListeners("exit");
+        if (line.includes('"ready":true')) return resolve();
+        fail(`unexpected first line ${JSON.stringify(line.slice(0, 200))}`);
+      });
+    });
+    return { child, socketPath: join(runDir, "sandboxd.sock"), token };
+  }
+}
+
+/** Closing stdin asks sandboxd to stop (and to kill what it started); signals are the fallback. */
+async function stopChild(child: ChildProcessWithoutNullStreams): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.stdin.end();
+  const term = setTimeout(() => child.kill("SIGTERM"), 3_000);
+  const kill = setTimeout(() => child.kill("SIGKILL"), 6_000);
+  await exited;
+  clearTimeout(term);
+  clearTimeout(kill);
+}
+
+async function readRecord(dir: string): Promise<SandboxRecord | null> {
+  try {
+    return JSON.parse(await fs.readFile(join(dir, "sandbox.json"), "utf8")) as SandboxRecord;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw new SandboxError(`the record of sandbox in ${dir} is unreadable`, "INTERNAL", err);
+  }
+}

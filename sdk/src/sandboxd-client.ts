@@ -1,0 +1,240 @@
+/**
+ * Typed client for sandboxd's native API: the one data plane of the local, docker and
+ * kubernetes providers. It owns the wire details (JSON, NDJSON streaming, raw file bodies) and
+ * maps every failure onto SandboxError, so providers only decide where sandboxd lives.
+ */
+import type {
+  CodeExecutionResult,
+  CommandExit,
+  CommandStreamEvent,
+  ErrorBody,
+  ExecuteCodeRequest,
+  FileEntry,
+  HealthResponse,
+  InstallPackagesRequest,
+  RunCommandRequest,
+  RunCommandResult,
+} from "@sandpit/sandboxd/protocol";
+import { Agent, fetch, type Response } from "undici";
+import { SandboxError, type SandboxErrorCode } from "./errors.ts";
+
+export interface SandboxdClientOptions {
+  /** e.g. http://127.0.0.1:41234, or a proxy prefix such as https://host/v1/sandboxes/x/proxy */
+  baseUrl: string;
+  /** Connect over this unix socket instead (baseUrl then only supplies the path prefix). */
+  socketPath?: string;
+  /** Sent as `Authorization: Bearer <token>`. */
+  token: string;
+  /** Extra headers on every request (a provisioner API key, say). */
+  headers?: Record<string, string>;
+  /** Deadline of calls that do not run user code (files, health). */
+  requestTimeoutMs?: number;
+}
+
+/** A streamed command still needs this long beyond its own timeout for the final line. */
+const GRACE_MS = 15_000;
+
+const CODES: Record<ErrorBody["code"], SandboxErrorCode> = {
+  INVALID_ARGUMENT: "INVALID_ARGUMENT",
+  UNAUTHORIZED: "UNAUTHORIZED",
+  NOT_FOUND: "NOT_FOUND",
+  CONFLICT: "CONFLICT",
+  PAYLOAD_TOO_LARGE: "INVALID_ARGUMENT",
+  TIMEOUT: "TIMEOUT",
+  EXECUTION_FAILED: "EXECUTION_FAILED",
+  INTERNAL: "INTERNAL",
+};
+
+export class SandboxdClient {
+  private readonly base: string;
+  private readonly headers: Record<string, string>;
+  private readonly requestTimeoutMs: number;
+  /** One keep-alive connection pool per sandbox. */
+  private readonly dispatcher: Agent;
+
+  constructor(opts: SandboxdClientOptions) {
+    this.base = opts.baseUrl.replace(/\/+$/, "");
+    this.dispatcher = new Agent({
+      keepAliveTimeout: 30_000,
+      ...(opts.socketPath ? { connect: { socketPath: opts.socketPath } } : {}),
+    });
+    this.headers = { ...opts.headers, authorization: `Bearer ${opts.token}` };
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
+  }
+
+  /** Closes pooled connections; the client is unusable afterwards. */
+  async close(): Promise<void> {
+    await this.dispatcher.close();
+  }
+
+  health(timeoutMs = 5_000): Promise<HealthResponse> {
+    return this.json("GET", "/healthz", undefined, timeoutMs);
+  }
+
+  /**
+   * Runs a command to completion. With `onChunk`, output is streamed (NDJSON) as it arrives and
+   * the result's stdout/stderr are assembled from the same chunks.
+   */
+  async runCommand(
+    req: RunCommandRequest,
+    onChunk?: (stream: "stdout" | "stderr", data: string) => void,
+  ): Promise<RunCommandResult> {
+    const deadline = (req.timeoutMs ?? 5 * 60_000) + GRACE_MS;
+    if (!onChunk) return this.json("POST", "/v1/commands/run", req, deadline);
+    const res = await this.send("POST", "/v1/commands/run", {
+      body: JSON.stringify(req),
+      headers: { "content-type": "application/json", accept: "application/x-ndjson" },
+      timeoutMs: deadline,
+    });
+    const out = { stdout: "", stderr: "" };
+    let exit: CommandExit | undefined;
+    try {
+      for await (const event of ndjson<CommandStreamEvent>(res)) {
+        switch (event.stream) {
+          case "stdout":
+          case "stderr":
+            out[event.stream] += event.data;
+            onChunk(event.stream, event.data);
+            break;
+          case "error":
+            throw fromBody(event.error);
+          case "exit":
+            exit = event;
+        }
+      }
+    } catch (err) {
+      throw asSandboxError(err, "reading the command's output stream");
+    }
+    if (!exit) throw new SandboxError("the command's output stream ended without an exit status", "CONNECTION_FAILED");
+    const { stream: _s, ...status } = exit;
+    return { ...status, ...out };
+  }
+
+  executeCode(req: ExecuteCodeRequest): Promise<CodeExecutionResult> {
+    return this.json("POST", "/v1/code/execute", req, (req.timeoutMs ?? 5 * 60_000) + GRACE_MS);
+  }
+
+  async installPackages(req: InstallPackagesRequest): Promise<void> {
+    await this.json("POST", "/v1/packages/install", req, (req.timeoutMs ?? 10 * 60_000) + GRACE_MS);
+  }
+
+  async init(req: { token: string; env?: Record<string, string>; packages?: string[]; language?: "python" | "typescript" }): Promise<void> {
+    await this.json("POST", "/v1/init", req, 10 * 60_000);
+  }
+
+  async readFile(path: string): Promise<Uint8Array> {
+    const res = await this.send("GET", `/v1/files?path=${encodeURIComponent(path)}`, { timeoutMs: this.requestTimeoutMs });
+    try {
+      return new Uint8Array(await res.arrayBuffer());
+    } catch (err) {
+      throw asSandboxError(err, `reading ${path}`);
+    }
+  }
+
+  async writeFile(path: string, content: string | Uint8Array): Promise<{ path: string; size: number }> {
+    const res = await this.send("PUT", `/v1/files?path=${encodeURIComponent(path)}`, {
+      body: content,
+      headers: { "content-type": "application/octet-stream" },
+      timeoutMs: this.requestTimeoutMs,
+    });
+    return (await res.json()) as { path: string; size: number };
+  }
+
+  stat(path: string): Promise<FileEntry> {
+    return this.json("GET", `/v1/files/stat?path=${encodeURIComponent(path)}`);
+  }
+
+  list(path: string, depth = 1): Promise<{ entries: FileEntry[]; truncated: boolean }> {
+    return this.json("GET", `/v1/files/list?path=${encodeURIComponent(path)}&depth=${depth}`);
+  }
+
+  async mkdir(path: string): Promise<void> {
+    await this.json("POST", "/v1/files/mkdir", { path });
+  }
+
+  async remove(path: string, recursive: boolean): Promise<void> {
+    await this.send("DELETE", `/v1/files?path=${encodeURIComponent(path)}&recursive=${recursive}`, { timeoutMs: this.requestTimeoutMs });
+  }
+
+  private async json<T>(method: string, path: string, body?: unknown, timeoutMs = this.requestTimeoutMs): Promise<T> {
+    const res = await this.send(method, path, {
+      ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
+      timeoutMs,
+    });
+    try {
+      return (await res.json()) as T;
+    } catch (err) {
+      throw asSandboxError(err, `${method} ${path}`);
+    }
+  }
+
+  private async send(
+    method: string,
+    path: string,
+    o: { body?: string | Uint8Array; headers?: Record<string, string>; timeoutMs: number },
+  ): Promise<Response> {
+    let res: Response;
+    try {
+      res = await fetch(this.base + path, {
+        method,
+        headers: { ...this.headers, ...o.headers },
+        ...(o.body === undefined ? {} : { body: o.body }),
+        signal: AbortSignal.timeout(o.timeoutMs),
+        dispatcher: this.dispatcher,
+      });
+    } catch (err) {
+      throw asSandboxError(err, `${method} ${this.base}${path.split("?")[0]}`);
+    }
+    if (res.ok) return res;
+    let body: { error?: ErrorBody } | undefined;
+    try {
+      body = (await res.json()) as { error?: ErrorBody };
+    } catch {
+      // not our envelope (a proxy in between, say)
+    }
+    if (body?.error) throw fromBody(body.error);
+    throw new SandboxError(`sandboxd answered HTTP ${res.status} to ${method} ${path.split("?")[0]}`, statusCode(res.status));
+  }
+}
+
+function fromBody(e: ErrorBody): SandboxError {
+  return new SandboxError(e.message, CODES[e.code] ?? "INTERNAL", e);
+}
+
+function statusCode(status: number): SandboxErrorCode {
+  if (status === 401 || status === 403) return "UNAUTHORIZED";
+  if (status === 404) return "NOT_FOUND";
+  if (status === 408 || status === 504) return "TIMEOUT";
+  if (status === 429) return "RATE_LIMITED";
+  if (status === 502 || status === 503) return "CONNECTION_FAILED";
+  if (status >= 400 && status < 500) return "INVALID_ARGUMENT";
+  return "INTERNAL";
+}
+
+/** Network-level failures: refused, reset, timed out. */
+export function asSandboxError(err: unknown, what: string): SandboxError {
+  if (err instanceof SandboxError) return err;
+  const e = err as Error & { cause?: { code?: string } };
+  if (e?.name === "TimeoutError" || e?.name === "AbortError") {
+    return new SandboxError(`${what}: no answer before the deadline`, "TIMEOUT", err);
+  }
+  const code = e?.cause?.code;
+  return new SandboxError(`${what}: cannot reach sandboxd${code ? ` (${code})` : ""}`, "CONNECTION_FAILED", err);
+}
+
+/** Parses an NDJSON response body line by line. */
+async function* ndjson<T>(res: Response): AsyncGenerator<T> {
+  if (!res.body) return;
+  const decoder = new TextDecoder();
+  let buffered = "";
+  for await (const chunk of res.body) {
+    buffered += decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = buffered.indexOf("\n")) >= 0) {
+      const line = buffered.slice(0, nl);
+      buffered = buffered.slice(nl + 1);
+      if (line.trim()) yield JSON.parse(line) as T;
+    }
+  }
+  if (buffered.trim()) yield JSON.parse(buffered) as T;
+}

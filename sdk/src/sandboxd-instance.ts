@@ -1,0 +1,148 @@
+/**
+ * A SandboxInstance backed by sandboxd. Providers that run sandboxd (local, docker, kubernetes)
+ * supply only the lifecycle: how to reach it, pause it, kill it, and publish a port.
+ */
+import { LANGUAGES } from "@sandpit/sandboxd/protocol";
+import { SandboxError } from "./errors.ts";
+import type { SandboxdClient } from "./sandboxd-client.ts";
+import type {
+  CodeExecutionOptions,
+  CodeExecutionResult,
+  SandboxCommandOptions,
+  SandboxCommands,
+  SandboxExecutionResult,
+  SandboxFileInfo,
+  SandboxFilesystem,
+  SandboxInstance,
+  SandboxLanguage,
+} from "./types.ts";
+
+export interface SandboxdLifecycle {
+  /** A client for the running sandboxd, starting it again first if the sandbox was paused. */
+  connect(): Promise<SandboxdClient>;
+  pause(): Promise<void>;
+  kill(): Promise<void>;
+  getHost(port: number): Promise<string>;
+}
+
+export interface SandboxDefaults {
+  workingDirectory?: string | undefined;
+  timeoutMs?: number | undefined;
+}
+
+export class SandboxdInstance implements SandboxInstance {
+  readonly sandboxId: string;
+  readonly commands: SandboxCommands;
+  readonly filesystem: SandboxFilesystem;
+  private readonly lifecycle: SandboxdLifecycle;
+  private readonly defaults: SandboxDefaults;
+
+  constructor(sandboxId: string, lifecycle: SandboxdLifecycle, defaults: SandboxDefaults = {}) {
+    this.sandboxId = sandboxId;
+    this.lifecycle = lifecycle;
+    this.defaults = defaults;
+    this.commands = { run: (command, options) => this.run(command, options) };
+    this.filesystem = new SandboxdFilesystem(() => lifecycle.connect());
+  }
+
+  private async run(command: string, o: SandboxCommandOptions = {}): Promise<SandboxExecutionResult> {
+    if (typeof command !== "string" || command.length === 0) {
+      throw new SandboxError("command must be a non-empty string", "INVALID_ARGUMENT");
+    }
+    const client = await this.lifecycle.connect();
+    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs;
+    const streaming = o.onStdout || o.onStderr;
+    const r = await client.runCommand(
+      {
+        command,
+        ...pick({ cwd: o.cwd ?? this.defaults.workingDirectory, env: o.envs, timeoutMs, stdin: o.stdin }),
+      },
+      streaming ? (stream, data) => (stream === "stdout" ? o.onStdout?.(data) : o.onStderr?.(data)) : undefined,
+    );
+    if (r.timedOut) {
+      throw new SandboxError(
+        `command timed out after ${r.durationMs} ms and was killed with its process group: ${command.slice(0, 200)}`,
+        "TIMEOUT",
+      );
+    }
+    return { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr };
+  }
+
+  async executeCode(code: string, language: SandboxLanguage, o: CodeExecutionOptions = {}): Promise<CodeExecutionResult> {
+    if (!(LANGUAGES as readonly string[]).includes(language)) {
+      throw new SandboxError(`unknown language ${JSON.stringify(language)}: use "python" or "typescript"`, "INVALID_ARGUMENT");
+    }
+    if (typeof code !== "string") throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
+    const client = await this.lifecycle.connect();
+    return client.executeCode({
+      language,
+      code,
+      ...pick({ cwd: o.cwd ?? this.defaults.workingDirectory, env: o.envs, timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs }),
+    });
+  }
+
+  kill(): Promise<void> {
+    return this.lifecycle.kill();
+  }
+
+  pause(): Promise<void> {
+    return this.lifecycle.pause();
+  }
+
+  getHost(port: number): Promise<string> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      return Promise.reject(new SandboxError(`port must be an integer from 1 to 65535, got ${port}`, "INVALID_ARGUMENT"));
+    }
+    return this.lifecycle.getHost(port);
+  }
+}
+
+class SandboxdFilesystem implements SandboxFilesystem {
+  private readonly connect: () => Promise<SandboxdClient>;
+  constructor(connect: () => Promise<SandboxdClient>) {
+    this.connect = connect;
+  }
+
+  async read(path: string): Promise<string> {
+    return new TextDecoder().decode(await this.readBytes(path));
+  }
+
+  async readBytes(path: string): Promise<Uint8Array> {
+    return (await this.connect()).readFile(path);
+  }
+
+  async write(path: string, content: string | Uint8Array): Promise<void> {
+    if (typeof content !== "string" && !(content instanceof Uint8Array)) {
+      throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
+    }
+    await (await this.connect()).writeFile(path, content);
+  }
+
+  async list(path: string): Promise<SandboxFileInfo[]> {
+    const { entries } = await (await this.connect()).list(path, 1);
+    return entries.map((e) => ({ name: e.name, path: e.path, type: e.type, size: e.size, modifiedTime: new Date(e.modifiedMs) }));
+  }
+
+  async exists(path: string): Promise<boolean> {
+    try {
+      await (await this.connect()).stat(path);
+      return true;
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === "NOT_FOUND") return false;
+      throw err;
+    }
+  }
+
+  async mkdir(path: string): Promise<void> {
+    await (await this.connect()).mkdir(path);
+  }
+
+  async remove(path: string): Promise<void> {
+    await (await this.connect()).remove(path, true);
+  }
+}
+
+/** Drops undefined fields so requests stay minimal and strict schemas stay happy. */
+function pick<T extends Record<string, unknown>>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
