@@ -146,6 +146,12 @@ export class Executor {
     return jail.realRoot === jail.virtualRoot ? text : text.replace(this.rootRef, jail.realRoot);
   }
 
+  /** The reverse, on output: agents see /mnt/user-data, never the host directory. */
+  private virtualise(text: string): string {
+    const { jail } = this.opts;
+    return jail.realRoot === jail.virtualRoot ? text : text.replaceAll(jail.realRoot, jail.virtualRoot);
+  }
+
   private async readError(p: JailPath): Promise<{ name: string; message: string; traceback?: string } | null> {
     try {
       const { fh, size } = await this.opts.jail.openFileForRead(p);
@@ -156,8 +162,8 @@ export class Executor {
           const e = parsed as Record<string, unknown>;
           return {
             name: String(e.name),
-            message: String(e.message),
-            ...(typeof e.traceback === "string" ? { traceback: e.traceback } : {}),
+            message: this.virtualise(String(e.message)),
+            ...(typeof e.traceback === "string" ? { traceback: this.virtualise(e.traceback) } : {}),
           };
         }
         return null;
@@ -192,8 +198,9 @@ export class Executor {
       ...o.env,
     };
     const [file, ...args] = argv as [string, ...string[]];
+    const onChunk = o.onChunk;
     try {
-      return await runProcess({
+      const r = await runProcess({
         file,
         args,
         cwd: jail.hostPath(o.cwd),
@@ -201,9 +208,11 @@ export class Executor {
         stdin: o.stdin,
         timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT_MS,
         outputCapBytes: this.opts.outputCapBytes,
-        onChunk: o.onChunk,
+        // A chunk boundary can split a path; streamed output is masked chunk by chunk.
+        onChunk: onChunk && ((s, d, off) => onChunk(s, this.virtualise(d), off)),
         signal: o.signal,
       });
+      return { ...r, stdout: this.virtualise(r.stdout), stderr: this.virtualise(r.stderr) };
     } catch (err) {
       throw new SandboxdError("EXECUTION_FAILED", `could not start ${file}: ${(err as Error).message}`, { cause: err });
     }

@@ -1,0 +1,316 @@
+/**
+ * Local-provider benchmark: for each isolation mode ("none", "bwrap"), in one run and one process:
+ *  1. create -> first command done: provider.create() until commands.run("true") resolves, on
+ *     fresh threads (each sandbox killed after);
+ *  2. the round trip of commands.run("true") on one warm sandbox, against the floor measured
+ *     alongside it: child_process.spawn("true") awaited until 'close';
+ *  3. file throughput: filesystem.write + filesystem.readBytes of a 1 MiB and a 100 MiB buffer
+ *     (bytes verified), against fs.promises.writeFile + readFile of the same buffer.
+ * Ours and the baseline are interleaved (alternating which goes first) so drift hits both alike.
+ * Prints a Markdown table on stdout (progress on stderr) and writes bench/results/local.json.
+ *
+ *   node bench/src/local.ts        (from the repository root; also `npm run bench`)
+ */
+import { spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import * as fs from "node:fs/promises";
+import os from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { LocalProvider, type SandboxInstance } from "@sandpit/sdk";
+import { median, summarize, type Summary } from "./stats.ts";
+
+type Mode = "none" | "bwrap";
+const MODES: Mode[] = ["none", "bwrap"];
+const CREATE_RUNS = 30;
+const RTT_WARMUP = 30;
+const RTT_RUNS = 300;
+const MiB = 1024 * 1024;
+const FILE_CASES = [
+  { label: "1 MiB", bytes: 1 * MiB, runs: 50 },
+  { label: "100 MiB", bytes: 100 * MiB, runs: 5 },
+] as const;
+const SANDBOX_FILE = "/mnt/user-data/workspace/bench.bin";
+const GOAL_RTT_RATIO = 3;
+const GOAL_FILE_RATIO = 0.5;
+const RESULTS_FILE = join(dirname(fileURLToPath(import.meta.url)), "..", "results", "local.json");
+
+interface FileResult {
+  label: string;
+  bytes: number;
+  runs: number;
+  /** Medians (ms) of write+read, and of each half, per side. */
+  ours: { totalMs: number; writeMs: number; readMs: number; mbPerS: number };
+  plain: { totalMs: number; writeMs: number; readMs: number; mbPerS: number };
+  /** ours.mbPerS / plain.mbPerS */
+  ratio: number;
+}
+
+interface ModeResult {
+  mode: Mode;
+  /** The first create of a fresh provider (isolation probe, interpreter discovery): not among the timed runs. */
+  coldCreateToFirstCommandMs: number;
+  createToFirstCommandMs: Summary;
+  /** create() alone, the same runs. */
+  createOnlyMs: Summary;
+  roundTripMs: Summary;
+  floorSpawnMs: Summary;
+  /** roundTripMs.p50 / floorSpawnMs.p50 */
+  roundTripRatioP50: number;
+  files: FileResult[];
+}
+
+const now = () => performance.now();
+const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
+
+function bwrapUsable(): { ok: boolean; version: string | null; why?: string } {
+  const version = spawnSync("bwrap", ["--version"], { encoding: "utf8" });
+  if (version.error || version.status !== 0) return { ok: false, version: null, why: "bwrap is not installed" };
+  const probe = spawnSync("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], { stdio: "ignore", timeout: 10_000 });
+  const v = version.stdout.trim();
+  if (probe.status !== 0) return { ok: false, version: v, why: "bwrap cannot create namespaces here" };
+  return { ok: true, version: v };
+}
+
+/** The floor: what spawning the same program costs with nothing in between. */
+function spawnTrue(): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn("true", [], { stdio: "ignore" });
+    child.once("error", reject);
+    child.once("close", (code) => (code === 0 ? resolve() : reject(new Error(`true exited with ${code}`))));
+  });
+}
+
+async function runTrue(sbx: SandboxInstance): Promise<void> {
+  const r = await sbx.commands.run("true");
+  if (r.exitCode !== 0) throw new Error(`"true" exited with ${r.exitCode} in ${sbx.sandboxId}: ${r.stderr}`);
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
+}
+
+/** MB (10^6 bytes) per second of bytes moved: `bytes` written plus `bytes` read. */
+function mbPerS(bytes: number, ms: number): number {
+  return (2 * bytes) / 1e6 / (ms / 1000);
+}
+
+async function benchMode(mode: Mode): Promise<ModeResult> {
+  const baseDir = await fs.mkdtemp(join(os.tmpdir(), `sandpit-bench-${mode}-`));
+  const provider = new LocalProvider({ baseDir, isolation: mode });
+  try {
+    // 1. create -> first command done.
+    let t0 = now();
+    const cold = await provider.create({ language: "python" });
+    await runTrue(cold);
+    const coldMs = now() - t0;
+    await cold.kill();
+    log(`${mode}: cold first create -> first command ${coldMs.toFixed(1)} ms`);
+
+    const total: number[] = [];
+    const createOnly: number[] = [];
+    for (let i = 0; i < CREATE_RUNS; i++) {
+      t0 = now();
+      const sbx = await provider.create({ language: "python" });
+      const t1 = now();
+      await runTrue(sbx);
+      const t2 = now();
+      createOnly.push(t1 - t0);
+      total.push(t2 - t0);
+      await sbx.kill();
+    }
+    log(`${mode}: ${CREATE_RUNS} creates done`);
+
+    // 2. round trip of `true` on one warm sandbox vs the spawn floor, interleaved.
+    const sbx = await provider.create({ language: "python" });
+    const ours: number[] = [];
+    const floor: number[] = [];
+    for (let i = 0; i < RTT_WARMUP + RTT_RUNS; i++) {
+      const timed = i >= RTT_WARMUP;
+      const measureOurs = async () => {
+        const t = now();
+        await runTrue(sbx);
+        if (timed) ours.push(now() - t);
+      };
+      const measureFloor = async () => {
+        const t = now();
+        await spawnTrue();
+        if (timed) floor.push(now() - t);
+      };
+      if (i % 2 === 0) {
+        await measureOurs();
+        await measureFloor();
+      } else {
+        await measureFloor();
+        await measureOurs();
+      }
+    }
+    log(`${mode}: ${RTT_RUNS} round trips done`);
+
+    // 3. file throughput vs plain fs on the same filesystem, interleaved.
+    const files: FileResult[] = [];
+    const plainPath = join(baseDir, "plain.bin");
+    for (const c of FILE_CASES) {
+      const buf = randomBytes(c.bytes);
+      const o = { w: [] as number[], r: [] as number[], t: [] as number[] };
+      const p = { w: [] as number[], r: [] as number[], t: [] as number[] };
+      const measureOurs = async () => {
+        const ta = now();
+        await sbx.filesystem.write(SANDBOX_FILE, buf);
+        const tb = now();
+        const back = await sbx.filesystem.readBytes(SANDBOX_FILE);
+        const tc = now();
+        if (!sameBytes(back, buf)) throw new Error(`${mode}: ${c.label} read back through the sandbox differs from what was written`);
+        o.w.push(tb - ta);
+        o.r.push(tc - tb);
+        o.t.push(tc - ta);
+      };
+      const measurePlain = async () => {
+        const ta = now();
+        await fs.writeFile(plainPath, buf);
+        const tb = now();
+        const back = await fs.readFile(plainPath);
+        const tc = now();
+        if (!sameBytes(back, buf)) throw new Error(`${mode}: ${c.label} read back from the plain file differs`);
+        p.w.push(tb - ta);
+        p.r.push(tc - tb);
+        p.t.push(tc - ta);
+      };
+      for (let i = 0; i < c.runs; i++) {
+        if (i % 2 === 0) {
+          await measureOurs();
+          await measurePlain();
+        } else {
+          await measurePlain();
+          await measureOurs();
+        }
+      }
+      const side = (s: typeof o) => {
+        const totalMs = median(s.t);
+        return { totalMs, writeMs: median(s.w), readMs: median(s.r), mbPerS: mbPerS(c.bytes, totalMs) };
+      };
+      const ourSide = side(o);
+      const plainSide = side(p);
+      files.push({ label: c.label, bytes: c.bytes, runs: c.runs, ours: ourSide, plain: plainSide, ratio: ourSide.mbPerS / plainSide.mbPerS });
+      await fs.rm(plainPath, { force: true });
+      log(`${mode}: ${c.label} x${c.runs} done`);
+    }
+    await sbx.kill();
+
+    const roundTripMs = summarize(ours);
+    const floorSpawnMs = summarize(floor);
+    return {
+      mode,
+      coldCreateToFirstCommandMs: coldMs,
+      createToFirstCommandMs: summarize(total),
+      createOnlyMs: summarize(createOnly),
+      roundTripMs,
+      floorSpawnMs,
+      roundTripRatioP50: roundTripMs.p50 / floorSpawnMs.p50,
+      files,
+    };
+  } finally {
+    await provider.close();
+    await fs.rm(baseDir, { recursive: true, force: true });
+  }
+}
+
+const ms = (v: number, digits = 2) => v.toFixed(digits);
+const verdict = (ok: boolean) => (ok ? "met" : "**missed**");
+
+function table(results: ModeResult[], skipped: Partial<Record<Mode, string>>): string {
+  const modes = MODES;
+  const cell = (mode: Mode, f: (r: ModeResult) => string) => {
+    const r = results.find((x) => x.mode === mode);
+    return r ? f(r) : `skipped (${skipped[mode] ?? "not run"})`;
+  };
+  const row = (metric: string, f: (r: ModeResult) => string, goal = "") =>
+    `| ${metric} | ${modes.map((m) => cell(m, f)).join(" | ")} | ${goal} |`;
+  const file = (r: ModeResult, label: string) => r.files.find((f) => f.label === label)!;
+  const lines = [
+    `| Metric | ${modes.map((m) => `isolation: "${m}"`).join(" | ")} | Goal |`,
+    `|---|${modes.map(() => "---:").join("|")}|---|`,
+    row(
+      `create → first \`true\` done, p50 / p99 / mean (ms, N=${CREATE_RUNS})`,
+      (r) => `${ms(r.createToFirstCommandMs.p50, 1)} / ${ms(r.createToFirstCommandMs.p99, 1)} / ${ms(r.createToFirstCommandMs.mean, 1)}`,
+    ),
+    row("… of which `create()` alone, p50 (ms)", (r) => ms(r.createOnlyMs.p50, 1)),
+    row("first create of a fresh provider (ms, N=1, not in the above)", (r) => ms(r.coldCreateToFirstCommandMs, 1)),
+    row(
+      `\`commands.run("true")\` round trip, p50 / p99 (ms, N=${RTT_RUNS})`,
+      (r) => `${ms(r.roundTripMs.p50)} / ${ms(r.roundTripMs.p99)}`,
+    ),
+    row(`floor: \`spawn("true")\` until 'close', p50 / p99 (ms, N=${RTT_RUNS})`, (r) => `${ms(r.floorSpawnMs.p50)} / ${ms(r.floorSpawnMs.p99)}`),
+    row(
+      "round trip / floor, p50",
+      (r) => `${r.roundTripRatioP50.toFixed(2)}x (${verdict(r.roundTripRatioP50 <= GOAL_RTT_RATIO)})`,
+      `≤ ${GOAL_RTT_RATIO}x`,
+    ),
+  ];
+  for (const c of FILE_CASES) {
+    lines.push(
+      row(`${c.label} write+read, sandbox MB/s (median of ${c.runs})`, (r) => file(r, c.label).ours.mbPerS.toFixed(0)),
+      row(`${c.label} write+read, plain fs MB/s (median of ${c.runs})`, (r) => file(r, c.label).plain.mbPerS.toFixed(0)),
+      row(
+        `${c.label} sandbox / plain`,
+        (r) => `${file(r, c.label).ratio.toFixed(2)} (${verdict(file(r, c.label).ratio >= GOAL_FILE_RATIO)})`,
+        `≥ ${GOAL_FILE_RATIO}`,
+      ),
+    );
+  }
+  return lines.join("\n");
+}
+
+async function main(): Promise<void> {
+  const started = new Date();
+  const bwrap = bwrapUsable();
+  const results: ModeResult[] = [];
+  const skipped: Partial<Record<Mode, string>> = {};
+  for (const mode of MODES) {
+    if (mode === "bwrap" && !bwrap.ok) {
+      skipped[mode] = bwrap.why ?? "bwrap unavailable";
+      log(`skipping isolation "bwrap": ${skipped[mode]}`);
+      continue;
+    }
+    log(`isolation "${mode}"`);
+    results.push(await benchMode(mode));
+  }
+  const elapsedS = (Date.now() - started.getTime()) / 1000;
+
+  const machine = {
+    cpus: os.cpus().length,
+    cpuModel: os.cpus()[0]?.model ?? "unknown",
+    totalMemBytes: os.totalmem(),
+    node: process.version,
+    platform: `${os.platform()} ${os.release()} ${os.arch()}`,
+    bwrap: bwrap.version,
+  };
+  const md = table(results, skipped);
+  process.stdout.write(
+    `## Local provider (${started.toISOString()})\n\n` +
+      `Machine: ${machine.cpus} CPUs (${machine.cpuModel}), ${(machine.totalMemBytes / 2 ** 30).toFixed(1)} GiB RAM, ` +
+      `Node ${machine.node}, ${machine.platform}, ${machine.bwrap ?? "no bwrap"}. Run took ${elapsedS.toFixed(0)} s.\n\n` +
+      `${md}\n`,
+  );
+
+  await fs.mkdir(dirname(RESULTS_FILE), { recursive: true });
+  await fs.writeFile(
+    RESULTS_FILE,
+    JSON.stringify(
+      {
+        date: started.toISOString(),
+        elapsedS,
+        machine,
+        parameters: { createRuns: CREATE_RUNS, rttWarmup: RTT_WARMUP, rttRuns: RTT_RUNS, files: FILE_CASES, percentiles: "nearest-rank", mb: 1e6 },
+        goals: { roundTripOverFloorP50: GOAL_RTT_RATIO, fileThroughputOverPlain: GOAL_FILE_RATIO },
+        skipped,
+        results,
+      },
+      null,
+      2,
+    ) + "\n",
+  );
+  log(`wrote ${RESULTS_FILE}`);
+}
+
+await main();

@@ -1,0 +1,29 @@
+/**
+ * The contract suite on the local provider, in both isolation modes. CI installs bubblewrap,
+ * so the bwrap run is required there; on a machine without it, the run is reported as skipped.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { LocalProvider } from "@sandpit/sdk";
+import { bwrapAvailable } from "../../sdk/src/providers/local-bwrap.ts";
+import { contractSuite } from "./suite.ts";
+
+for (const isolation of ["none", "bwrap"] as const) {
+  if (isolation === "bwrap" && !(await bwrapAvailable())) {
+    if (process.env.CI) throw new Error("bubblewrap must be installed in CI (apt-get install bubblewrap)");
+    console.warn("bubblewrap is not available: skipping the bwrap contract run");
+    continue;
+  }
+  contractSuite(`local (isolation: ${isolation})`, async () => {
+    const baseDir = await mkdtemp(join(tmpdir(), `sandpit-contract-${isolation}-`));
+    const provider = new LocalProvider({ baseDir, isolation });
+    return {
+      provider,
+      teardown: async () => {
+        await provider.close();
+        await rm(baseDir, { recursive: true, force: true });
+      },
+    };
+  });
+}

@@ -1,0 +1,362 @@
+/**
+ * The shared contract suite: what every SandboxProvider must do, asserted against real
+ * sandboxes. A provider's test file calls `contractSuite(name, setup)` once; everything here
+ * then runs against it unchanged.
+ */
+import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SandboxError, type SandboxInstance, type SandboxProvider } from "@sandpit/sdk";
+
+export interface ContractTarget {
+  provider: SandboxProvider;
+  /** Stops whatever the setup started. */
+  teardown?: () => Promise<void>;
+}
+
+/** Asserts that a promise rejects with a SandboxError of `code`, and returns it. */
+export async function expectSandboxError(p: Promise<unknown>, code: SandboxError["code"]): Promise<SandboxError> {
+  const err = await p.then(
+    () => {
+      throw new Error(`expected a SandboxError ${code}, but the call succeeded`);
+    },
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(SandboxError);
+  expect((err as SandboxError).code, (err as Error).message).toBe(code);
+  return err as SandboxError;
+}
+
+export function contractSuite(name: string, setup: () => Promise<ContractTarget>): void {
+  describe(`SandboxProvider contract: ${name}`, () => {
+    let target: ContractTarget;
+    let sbx: SandboxInstance;
+    const thread = () => `t${randomUUID().slice(0, 8)}`;
+
+    beforeAll(async () => {
+      target = await setup();
+      sbx = await target.provider.create({
+        language: "python",
+        threadId: thread(),
+        envs: { SANDPIT_SANDBOX_VAR: "from-create" },
+      });
+    });
+    afterAll(async () => {
+      await sbx?.kill().catch(() => undefined);
+      await target?.teardown?.();
+    });
+
+    describe("commands", () => {
+      it("returns exit code, stdout and stderr separately; non-zero exit is a result", async () => {
+        const r = await sbx.commands.run("echo out; echo err >&2; exit 3");
+        expect(r).toEqual({ exitCode: 3, stdout: "out\n", stderr: "err\n" });
+      });
+
+      it("runs in the workspace by default and honours cwd", async () => {
+        expect((await sbx.commands.run("pwd")).stdout.trim()).toBe("/mnt/user-data/workspace");
+        await sbx.filesystem.mkdir("/mnt/user-data/workspace/sub/dir");
+        expect((await sbx.commands.run("pwd", { cwd: "/mnt/user-data/workspace/sub/dir" })).stdout.trim()).toBe(
+          "/mnt/user-data/workspace/sub/dir",
+        );
+      });
+
+      it("passes per-command and sandbox-wide environment variables", async () => {
+        const r = await sbx.commands.run('echo "$A|$SANDPIT_SANDBOX_VAR"', { envs: { A: "per-command" } });
+        expect(r.stdout).toBe("per-command|from-create\n");
+      });
+
+      it("feeds stdin and streams output to callbacks as it is produced", async () => {
+        const chunks: string[] = [];
+        const errs: string[] = [];
+        const r = await sbx.commands.run("cat; echo done >&2", {
+          stdin: "hello stdin",
+          onStdout: (d) => chunks.push(d),
+          onStderr: (d) => errs.push(d),
+        });
+        expect(r.stdout).toBe("hello stdin");
+        expect(chunks.join("")).toBe("hello stdin");
+        expect(errs.join("")).toBe("done\n");
+      });
+
+      it("kills a command at its timeout with TIMEOUT", async () => {
+        const started = Date.now();
+        await expectSandboxError(sbx.commands.run("sleep 30", { timeoutMs: 500 }), "TIMEOUT");
+        expect(Date.now() - started).toBeLessThan(20_000);
+        // The sandbox is still usable afterwards.
+        expect((await sbx.commands.run("echo alive")).stdout).toBe("alive\n");
+      });
+
+      it("sees files written through the filesystem API and vice versa", async () => {
+        await sbx.filesystem.write("shared.txt", "via-fs");
+        expect((await sbx.commands.run("cat /mnt/user-data/workspace/shared.txt")).stdout).toBe("via-fs");
+        await sbx.commands.run("printf via-cmd > /mnt/user-data/outputs/out.txt");
+        expect(await sbx.filesystem.read("/mnt/user-data/outputs/out.txt")).toBe("via-cmd");
+      });
+    });
+
+    describe("executeCode: python", () => {
+      it("runs code and parses JSON output", async () => {
+        const r = await sbx.executeCode('import json\nprint(json.dumps({"sum": 1 + 2, "ok": True}))', "python");
+        expect(r.success).toBe(true);
+        expect(r.output).toEqual({ sum: 3, ok: true });
+        expect(r.stdout).toBe('{"sum": 3, "ok": true}\n');
+        expect(r.error).toBeUndefined();
+        expect(r.durationMs).toBeGreaterThanOrEqual(0);
+      });
+
+      it("takes the last line as output when earlier lines are not JSON", async () => {
+        const r = await sbx.executeCode('print("progress...")\nprint("[1, 2, 3]")', "python");
+        expect(r.output).toEqual([1, 2, 3]);
+      });
+
+      it("leaves output undefined for plain text", async () => {
+        const r = await sbx.executeCode('print("hello world")', "python");
+        expect(r.success).toBe(true);
+        expect(r.output).toBeUndefined();
+        expect(r.stdout).toBe("hello world\n");
+      });
+
+      it("reports an exception with name, message and traceback", async () => {
+        const r = await sbx.executeCode('print("before")\ndef f():\n    raise ValueError("bad value")\nf()', "python");
+        expect(r.success).toBe(false);
+        expect(r.stdout).toBe("before\n");
+        expect(r.error?.name).toBe("ValueError");
+        expect(r.error?.message).toBe("bad value");
+        expect(r.error?.traceback).toContain("line 3, in f");
+        expect(r.error?.traceback).not.toMatch(/\/(tmp|home|root|var)\//);
+      });
+
+      it("reports a syntax error", async () => {
+        const r = await sbx.executeCode("def broken(:\n  pass", "python");
+        expect(r.success).toBe(false);
+        expect(r.error?.name).toBe("SyntaxError");
+      });
+
+      it("treats a non-zero sys.exit as failure", async () => {
+        const r = await sbx.executeCode("import sys\nsys.exit(4)", "python");
+        expect(r.success).toBe(false);
+        expect(r.error?.message).toContain("4");
+      });
+
+      it("times out with TIMEOUT", async () => {
+        await expectSandboxError(sbx.executeCode("import time\ntime.sleep(30)", "python", { timeoutMs: 700 }), "TIMEOUT");
+      });
+
+      it("passes environment variables", async () => {
+        const r = await sbx.executeCode('import os\nprint(os.environ["GREETING"])', "python", { envs: { GREETING: "hi" } });
+        expect(r.stdout).toBe("hi\n");
+      });
+    });
+
+    describe("executeCode: typescript", () => {
+      it("runs TypeScript without a compile step and parses JSON output", async () => {
+        const code = "interface P { x: number }\nconst p: P = { x: 2 };\nconsole.log(JSON.stringify({ doubled: p.x * 2 }));";
+        const r = await sbx.executeCode(code, "typescript");
+        expect(r.stderr).toBe("");
+        expect(r.success).toBe(true);
+        expect(r.output).toEqual({ doubled: 4 });
+      });
+
+      it("supports enums and top-level await", async () => {
+        const code = "enum Color { Red = 'red' }\nconst v = await Promise.resolve(Color.Red);\nconsole.log(JSON.stringify(v));";
+        const r = await sbx.executeCode(code, "typescript");
+        expect(r.success).toBe(true);
+        expect(r.output).toBe("red");
+      });
+
+      it("reports a thrown error with name, message and stack", async () => {
+        const r = await sbx.executeCode('console.log("before");\nthrow new TypeError("boom");', "typescript");
+        expect(r.success).toBe(false);
+        expect(r.stdout).toBe("before\n");
+        expect(r.error?.name).toBe("TypeError");
+        expect(r.error?.message).toBe("boom");
+        expect(r.error?.traceback).toContain("TypeError: boom");
+      });
+
+      it("reports an unhandled rejection", async () => {
+        const r = await sbx.executeCode('Promise.reject(new RangeError("nope"));', "typescript");
+        expect(r.success).toBe(false);
+        expect(r.error?.name).toBe("RangeError");
+      });
+
+      it("times out with TIMEOUT", async () => {
+        await expectSandboxError(sbx.executeCode("await new Promise((r) => setTimeout(r, 30_000));", "typescript", { timeoutMs: 700 }), "TIMEOUT");
+      });
+    });
+
+    it("rejects an unknown language with INVALID_ARGUMENT", async () => {
+      await expectSandboxError(sbx.executeCode("print(1)", "ruby" as "python"), "INVALID_ARGUMENT");
+    });
+
+    describe("filesystem", () => {
+      it("writes and reads text, with unicode, relative and absolute paths alike", async () => {
+        const text = "héllo wörld ✓ 你好\n";
+        await sbx.filesystem.write("notes/a.txt", text);
+        expect(await sbx.filesystem.read("/mnt/user-data/workspace/notes/a.txt")).toBe(text);
+        expect(await sbx.filesystem.read("notes/a.txt")).toBe(text);
+      });
+
+      it("round-trips every byte value", async () => {
+        const bytes = new Uint8Array(256 * 4).map((_, i) => i % 256);
+        await sbx.filesystem.write("bin/all-bytes.bin", bytes);
+        expect(Buffer.from(await sbx.filesystem.readBytes("bin/all-bytes.bin")).equals(Buffer.from(bytes))).toBe(true);
+      });
+
+      it("round-trips a large file intact", async () => {
+        const big = randomBytes(24 * 1024 * 1024);
+        await sbx.filesystem.write("/mnt/user-data/uploads/big.bin", big);
+        const back = await sbx.filesystem.readBytes("/mnt/user-data/uploads/big.bin");
+        expect(back.byteLength).toBe(big.byteLength);
+        expect(sha(back)).toBe(sha(big));
+        const size = await sbx.commands.run("stat -c %s /mnt/user-data/uploads/big.bin");
+        expect(size.stdout.trim()).toBe(String(big.byteLength));
+      });
+
+      it("overwrites an existing file completely", async () => {
+        await sbx.filesystem.write("over.txt", "a long first version");
+        await sbx.filesystem.write("over.txt", "short");
+        expect(await sbx.filesystem.read("over.txt")).toBe("short");
+      });
+
+      it("creates nested directories, idempotently, and lists them", async () => {
+        await sbx.filesystem.mkdir("tree/a/b");
+        await sbx.filesystem.mkdir("tree/a/b");
+        await sbx.filesystem.write("tree/a/file.txt", "x");
+        const entries = await sbx.filesystem.list("tree/a");
+        expect(entries.map((e) => [e.name, e.type]).sort()).toEqual([
+          ["b", "dir"],
+          ["file.txt", "file"],
+        ]);
+        const file = entries.find((e) => e.name === "file.txt")!;
+        expect(file.path).toBe("/mnt/user-data/workspace/tree/a/file.txt");
+        expect(file.size).toBe(1);
+        expect(file.modifiedTime).toBeInstanceOf(Date);
+      });
+
+      it("answers exists for files, directories and missing paths", async () => {
+        await sbx.filesystem.write("ex/here.txt", "1");
+        expect(await sbx.filesystem.exists("ex/here.txt")).toBe(true);
+        expect(await sbx.filesystem.exists("ex")).toBe(true);
+        expect(await sbx.filesystem.exists("ex/missing.txt")).toBe(false);
+      });
+
+      it("removes files and whole directories", async () => {
+        await sbx.filesystem.write("rm/deep/x.txt", "1");
+        await sbx.filesystem.write("rm/y.txt", "2");
+        await sbx.filesystem.remove("rm/y.txt");
+        expect(await sbx.filesystem.exists("rm/y.txt")).toBe(false);
+        await sbx.filesystem.remove("rm");
+        expect(await sbx.filesystem.exists("rm")).toBe(false);
+      });
+
+      it("says NOT_FOUND for a missing file", async () => {
+        await expectSandboxError(sbx.filesystem.read("no/such/file.txt"), "NOT_FOUND");
+        await expectSandboxError(sbx.filesystem.list("no/such/dir"), "NOT_FOUND");
+        await expectSandboxError(sbx.filesystem.remove("no/such/file.txt"), "NOT_FOUND");
+      });
+
+      it("refuses paths outside /mnt/user-data with INVALID_ARGUMENT", async () => {
+        await expectSandboxError(sbx.filesystem.read("../../../etc/passwd"), "INVALID_ARGUMENT");
+        await expectSandboxError(sbx.filesystem.write("/etc/sandpit-escape", "x"), "INVALID_ARGUMENT");
+        await expectSandboxError(sbx.filesystem.list("/"), "INVALID_ARGUMENT");
+      });
+    });
+
+    describe("packages", () => {
+      it("installs python packages with pip before create resolves", async () => {
+        const s = await target.provider.create({ language: "python", threadId: thread(), packages: ["six==1.16.0"] });
+        try {
+          const r = await s.executeCode("import six\nprint(six.__version__)", "python");
+          expect(r.stdout.trim()).toBe("1.16.0");
+          // Commands see the same packages.
+          expect((await s.commands.run("python3 -c 'import six; print(six.__version__)'")).stdout.trim()).toBe("1.16.0");
+        } finally {
+          await s.kill();
+        }
+      }, 240_000);
+
+      it("installs npm packages before create resolves", async () => {
+        const s = await target.provider.create({ language: "typescript", threadId: thread(), packages: ["is-number@7.0.0"] });
+        try {
+          const r = await s.executeCode('import isNumber from "is-number";\nconsole.log(JSON.stringify([isNumber(5), isNumber("x")]));', "typescript");
+          expect(r.error).toBeUndefined();
+          expect(r.output).toEqual([true, false]);
+        } finally {
+          await s.kill();
+        }
+      }, 240_000);
+
+      it("fails create with EXECUTION_FAILED when a package cannot be installed", async () => {
+        await expectSandboxError(
+          target.provider.create({ language: "python", threadId: thread(), packages: ["sandpit-no-such-package-xyz==0.0.1"] }),
+          "EXECUTION_FAILED",
+        );
+      }, 240_000);
+    });
+
+    describe("lifecycle", () => {
+      it("keeps files across pause and resume", async () => {
+        const s = await target.provider.create({ language: "python", threadId: thread() });
+        await s.filesystem.write("keep/me.txt", "still here");
+        await s.commands.run("mkdir -p /mnt/user-data/outputs/r && echo 42 > /mnt/user-data/outputs/r/n");
+        await s.pause();
+        const resumed = await target.provider.resume(s.sandboxId);
+        expect(resumed.sandboxId).toBe(s.sandboxId);
+        expect(await resumed.filesystem.read("keep/me.txt")).toBe("still here");
+        expect((await resumed.commands.run("cat /mnt/user-data/outputs/r/n")).stdout).toBe("42\n");
+        await resumed.kill();
+      });
+
+      it("returns the same sandbox for the same thread", async () => {
+        const t = thread();
+        const a = await target.provider.create({ language: "python", threadId: t });
+        await a.filesystem.write("mark.txt", "a");
+        const b = await target.provider.create({ language: "python", threadId: t });
+        expect(b.sandboxId).toBe(a.sandboxId);
+        expect(await b.filesystem.read("mark.txt")).toBe("a");
+        await a.kill();
+      });
+
+      it("kill removes the sandbox: resume and further calls say NOT_FOUND", async () => {
+        const s = await target.provider.create({ language: "python", threadId: thread() });
+        await s.kill();
+        await expectSandboxError(target.provider.resume(s.sandboxId), "NOT_FOUND");
+        await expectSandboxError(s.commands.run("true"), "NOT_FOUND");
+        await s.kill(); // idempotent
+      });
+
+      it("says NOT_FOUND when resuming an unknown sandbox", async () => {
+        await expectSandboxError(target.provider.resume(`nobody.${thread()}`), "NOT_FOUND");
+      });
+
+      it("rejects invalid create options with INVALID_ARGUMENT", async () => {
+        await expectSandboxError(target.provider.create({ language: "cobol" as "python" }), "INVALID_ARGUMENT");
+        await expectSandboxError(target.provider.create({ language: "python", threadId: "../escape" }), "INVALID_ARGUMENT");
+      });
+    });
+
+    describe("getHost", () => {
+      it("reaches a server started inside the sandbox", async () => {
+        const port = 20000 + Math.floor(Math.random() * 20000);
+        await sbx.filesystem.write("www/index.html", "served from the sandbox");
+        await sbx.commands.run(`cd www && (python3 -m http.server ${port} --bind 127.0.0.1 > /dev/null 2>&1 &)`);
+        const host = await sbx.getHost(port);
+        expect(host).toMatch(/^[^/]+:\d+$/);
+        let body = "";
+        for (let i = 0; i < 50 && !body; i++) {
+          body = await fetch(`http://${host}/index.html`).then((r) => r.text(), () => "");
+          if (!body) await new Promise((r) => setTimeout(r, 100));
+        }
+        expect(body).toBe("served from the sandbox");
+      });
+
+      it("rejects an invalid port", async () => {
+        await expectSandboxError(sbx.getHost(0), "INVALID_ARGUMENT");
+        await expectSandboxError(sbx.getHost(70000), "INVALID_ARGUMENT");
+      });
+    });
+  });
+}
+
+function sha(b: Uint8Array): string {
+  return createHash("sha256").update(b).digest("hex");
+}
