@@ -19,10 +19,15 @@ import { posix } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { SandboxdError, VIRTUAL_ROOT, VIRTUAL_WORKSPACE, type FileEntry, type FileType } from "./protocol.ts";
+import {
+  resolveVirtualPath,
+  SandboxdError,
+  VIRTUAL_ROOT,
+  VIRTUAL_WORKSPACE,
+  type FileEntry,
+  type FileType,
+} from "./protocol.ts";
 
-const MAX_PATH_BYTES = 4096;
-const MAX_NAME_BYTES = 255;
 const MAX_LIST_ENTRIES = 10_000;
 const UPLOAD_PREFIX = ".sandpit-upload-";
 
@@ -49,30 +54,9 @@ export class PathJail {
     return new PathJail(await fs.realpath(hostRoot), virtualRoot, defaultDir);
   }
 
-  /**
-   * Lexical resolution: absolute paths must be under the virtual root, relative ones are taken
-   * from the default directory (the workspace). Throws INVALID_ARGUMENT for anything else.
-   */
+  /** Lexical resolution (see resolveVirtualPath); nothing is opened yet. */
   resolve(input: unknown): JailPath {
-    if (typeof input !== "string" || input.length === 0) {
-      throw new SandboxdError("INVALID_ARGUMENT", "path is required");
-    }
-    if (input.includes("\0")) throw new SandboxdError("INVALID_ARGUMENT", "path contains a NUL byte");
-    if (Buffer.byteLength(input) > MAX_PATH_BYTES) {
-      throw new SandboxdError("INVALID_ARGUMENT", `path is longer than ${MAX_PATH_BYTES} bytes`);
-    }
-    const joined = input.startsWith("/") ? input : posix.join(this.defaultDir, input);
-    const virtual = posix.normalize(joined).replace(/(.)\/+$/, "$1");
-    if (virtual !== this.virtualRoot && !virtual.startsWith(this.virtualRoot + "/")) {
-      throw new SandboxdError("INVALID_ARGUMENT", `path ${JSON.stringify(input)} is outside ${this.virtualRoot}`);
-    }
-    const parts = virtual.slice(this.virtualRoot.length).split("/").filter(Boolean);
-    for (const part of parts) {
-      if (Buffer.byteLength(part) > MAX_NAME_BYTES) {
-        throw new SandboxdError("INVALID_ARGUMENT", `a path component is longer than ${MAX_NAME_BYTES} bytes`);
-      }
-    }
-    return { virtual, parts };
+    return resolveVirtualPath(input, this.virtualRoot, this.defaultDir);
   }
 
   /** Host path of a resolved path. Only for building argv/cwd; never opened without verification. */

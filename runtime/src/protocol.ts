@@ -3,12 +3,45 @@
  * (trusted by the SDK client) and the error envelope. Both ends import this one file, so the
  * server and every provider's data-plane client cannot drift apart.
  */
+import { posix } from "node:path";
 import { z } from "zod";
 
 /** Agents see the same paths on every provider; sandboxd maps them onto its root directory. */
 export const VIRTUAL_ROOT = "/mnt/user-data";
 export const VIRTUAL_WORKSPACE = `${VIRTUAL_ROOT}/workspace`;
 export const VIRTUAL_DIRS = ["workspace", "uploads", "outputs"] as const;
+
+const MAX_PATH_BYTES = 4096;
+const MAX_NAME_BYTES = 255;
+
+/**
+ * Lexical half of path containment, shared by sandboxd and by SDK providers whose backend
+ * (E2B, Daytona) would otherwise accept any path: absolute paths must lie under the virtual
+ * root, relative ones are taken from `base` (the workspace). Returns the normalised virtual
+ * path and its components under the root; throws INVALID_ARGUMENT otherwise. sandboxd then
+ * also verifies what it opened, which no lexical check can.
+ */
+export function resolveVirtualPath(
+  input: unknown,
+  root: string = VIRTUAL_ROOT,
+  base: string = VIRTUAL_WORKSPACE,
+): { virtual: string; parts: string[] } {
+  if (typeof input !== "string" || input.length === 0) throw new SandboxdError("INVALID_ARGUMENT", "path is required");
+  if (input.includes("\0")) throw new SandboxdError("INVALID_ARGUMENT", "path contains a NUL byte");
+  if (Buffer.byteLength(input) > MAX_PATH_BYTES) {
+    throw new SandboxdError("INVALID_ARGUMENT", `path is longer than ${MAX_PATH_BYTES} bytes`);
+  }
+  const joined = input.startsWith("/") ? input : posix.join(base, input);
+  const virtual = posix.normalize(joined).replace(/(.)\/+$/, "$1");
+  if (virtual !== root && !virtual.startsWith(root + "/")) {
+    throw new SandboxdError("INVALID_ARGUMENT", `path ${JSON.stringify(input)} is outside ${root}`);
+  }
+  const parts = virtual.slice(root.length).split("/").filter(Boolean);
+  if (parts.some((part) => Buffer.byteLength(part) > MAX_NAME_BYTES)) {
+    throw new SandboxdError("INVALID_ARGUMENT", `a path component is longer than ${MAX_NAME_BYTES} bytes`);
+  }
+  return { virtual, parts };
+}
 
 export const PROTOCOL_VERSION = "1";
 export const CAPABILITIES = ["commands", "commands.stream", "code", "files", "packages"] as const;
