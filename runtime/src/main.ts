@@ -19,7 +19,14 @@ async function readToken(settings: ReturnType<typeof readSettings>): Promise<str
   throw new Error("no token: set SANDBOXD_TOKEN, SANDBOXD_TOKEN_FILE or SANDBOXD_TOKEN_STDIN=1");
 }
 
-const settings = readSettings(process.env);
+let settings: ReturnType<typeof readSettings>;
+try {
+  settings = readSettings(process.env);
+} catch (err) {
+  // A configuration mistake is the operator's to fix: say what it is, without a stack trace.
+  process.stderr.write(`sandboxd: ${(err as Error).message}\n`);
+  process.exit(2);
+}
 const logger = pino({ level: settings.SANDBOXD_LOG_LEVEL }, pino.destination(2));
 try {
   const token = await readToken(settings);
