@@ -25,15 +25,18 @@ export interface SandpitConfig {
 
 /** The schema is built from the registry, so every registered provider's options are checked. */
 function schema() {
-  const names = providerNames() as [string, ...string[]];
-  const name = z.enum(names, { error: (i) => `unknown provider ${JSON.stringify(i.input)} (registered: ${names.join(", ")})` });
+  const names = providerNames();
   const sections = Object.fromEntries(names.map((n) => [n, getProvider(n).options.optional()]));
-  return z.strictObject({
-    sandbox: z.strictObject({
-      use: z.union([name, z.array(name).min(1, "use lists at least one provider")]),
-      ...sections,
-    }),
-  });
+  const use = z
+    .union([z.string(), z.array(z.string())], { error: "use is a provider name or a list of provider names" })
+    .superRefine((value, ctx) => {
+      const listed = [value].flat();
+      if (listed.length === 0) ctx.addIssue({ code: "custom", message: "use lists at least one provider" });
+      for (const n of listed.filter((n) => !names.includes(n))) {
+        ctx.addIssue({ code: "custom", message: `unknown provider ${JSON.stringify(n)} (registered: ${names.join(", ")})` });
+      }
+    });
+  return z.strictObject({ sandbox: z.strictObject({ use, ...sections }) });
 }
 
 export function parseConfig(input: unknown): SandpitConfig {
