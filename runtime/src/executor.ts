@@ -251,7 +251,11 @@ function toCodeResult(
   if (!success) {
     result.error = reported ?? {
       name: "ExitError",
-      message: `process exited with code ${r.exitCode}`,
+      // 137 without a timeout is SIGKILL from outside: in a container, almost always the OOM killer.
+      message:
+        r.exitCode === 137
+          ? "process was killed (SIGKILL), most likely by the sandbox's memory limit"
+          : `process exited with code ${r.exitCode}`,
       ...(r.stderr ? { traceback: r.stderr.slice(-8000) } : {}),
     };
   }

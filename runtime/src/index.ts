@@ -4,6 +4,8 @@ import { createServer, type Server } from "node:http";
 import { rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import { createApp } from "./server.ts";
+import { TokenGate } from "./token-gate.ts";
+import { attachTunnel } from "./tunnel.ts";
 import { Executor } from "./executor.ts";
 import { PathJail } from "./jail.ts";
 import { discoverInterpreters, installShims, scrubEnv } from "./environment.ts";
@@ -39,8 +41,10 @@ export async function startSandboxd(o: { settings: Settings; token: string; logg
     interpreters: shims.then(() => interpreters),
   });
   executor.setSandboxEnv(o.settings.SANDBOXD_ENV);
-  const app = createApp({ jail, executor, token: o.token, logger: o.logger });
+  const gate = new TokenGate(o.token);
+  const app = createApp({ jail, executor, gate, logger: o.logger });
   const server = createServer(app);
+  attachTunnel(server, gate, o.logger);
   // Long commands stream for minutes; Node's default request timeout would cut them.
   server.requestTimeout = 0;
   server.keepAliveTimeout = 65_000;

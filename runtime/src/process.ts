@@ -4,7 +4,7 @@
  * process group, and chunks can be streamed to the caller as they arrive.
  */
 import { spawn } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir, readFile, writeFile } from "node:fs/promises";
 import { constants } from "node:os";
 import { StringDecoder } from "node:string_decoder";
 import type { RunCommandResult } from "./protocol.ts";
@@ -112,7 +112,12 @@ export function runProcess(spec: ProcessSpec): Promise<RunCommandResult> {
       detached: true,
       stdio: ["pipe", "pipe", "pipe"],
     });
-    if (child.pid !== undefined) sessions.add(child.pid);
+    if (child.pid !== undefined) {
+      sessions.add(child.pid);
+      // Under a memory limit the kernel should kill the command, not sandboxd: raising a
+      // child's OOM score needs no privilege, and its own children inherit it.
+      void writeFile(`/proc/${child.pid}/oom_score_adj`, "1000").catch(() => undefined);
+    }
     const out = new CappedStream("stdout", spec.outputCapBytes, spec.onChunk);
     const err = new CappedStream("stderr", spec.outputCapBytes, spec.onChunk);
     let timedOut = false;

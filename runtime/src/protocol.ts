@@ -199,4 +199,6 @@ export interface HealthResponse {
   version: string;
   protocol: string;
   capabilities: readonly string[];
+  /** Milliseconds since the last authenticated request ended; 0 while one is running. */
+  idleMs: number;
 }

@@ -3,12 +3,12 @@
  * <token>`; bodies are validated by the protocol schemas; every failure is a JSON error envelope
  * `{error: {code, message}}` with a matching status, never a stack trace or a host path.
  */
-import { createHash, timingSafeEqual } from "node:crypto";
 import express, { type NextFunction, type Request, type Response } from "express";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
+import type { TokenGate } from "./token-gate.ts";
 import {
   CAPABILITIES,
   ExecuteCodeRequest,
@@ -30,45 +30,41 @@ export const VERSION = "0.1.0";
 export interface ServerOptions {
   jail: PathJail;
   executor: Executor;
-  token: string;
+  /** Shared with the port tunnel, which authenticates the same way. */
+  gate: TokenGate;
   logger: Logger;
 }
 
-/** Bearer-token check in constant time: both sides are hashed so lengths never differ. */
-class TokenGate {
-  private digest: Buffer;
-  constructor(token: string) {
-    this.digest = sha256(token);
-  }
-  replace(token: string): void {
-    this.digest = sha256(token);
-  }
-  accepts(header: string | undefined): boolean {
-    const match = /^Bearer (.+)$/.exec(header ?? "");
-    return match !== null && timingSafeEqual(sha256(match[1]!), this.digest);
-  }
-}
-
-function sha256(s: string): Buffer {
-  return createHash("sha256").update(s).digest();
-}
-
 export function createApp(opts: ServerOptions): express.Express {
-  const { jail, executor, logger } = opts;
-  const gate = new TokenGate(opts.token);
+  const { jail, executor, logger, gate } = opts;
   const app = express();
   app.disable("x-powered-by");
   app.set("query parser", "simple");
 
+  // Activity, for idle reapers: authenticated requests in flight, and when the last one ended.
+  let inFlight = 0;
+  let lastActivity = Date.now();
+
   app.get("/healthz", (_req, res) => {
-    const body: HealthResponse = { ok: true, version: VERSION, protocol: PROTOCOL_VERSION, capabilities: CAPABILITIES };
+    const body: HealthResponse = {
+      ok: true,
+      version: VERSION,
+      protocol: PROTOCOL_VERSION,
+      capabilities: CAPABILITIES,
+      idleMs: inFlight > 0 ? 0 : Date.now() - lastActivity,
+    };
     res.json(body);
   });
 
-  app.use((req, _res, next) => {
+  app.use((req, res, next) => {
     if (!gate.accepts(req.headers.authorization)) {
       return next(new SandboxdError("UNAUTHORIZED", "missing or wrong bearer token"));
     }
+    inFlight++;
+    res.once("close", () => {
+      inFlight--;
+      lastActivity = Date.now();
+    });
     next();
   });
 

@@ -11,6 +11,7 @@ import { parseConfig, type SandboxSection } from "./config.ts";
 import { FallbackProvider } from "./fallback.ts";
 import { getProvider, registerProvider } from "./registry.ts";
 import { LocalProvider, LocalProviderOptions } from "./providers/local.ts";
+import { DockerProvider, DockerProviderOptions } from "./providers/docker/provider.ts";
 import type { SandboxProvider } from "./types.ts";
 
 export * from "./types.ts";
@@ -21,6 +22,7 @@ export { FallbackProvider } from "./fallback.ts";
 export { SandboxdClient, type SandboxdClientOptions } from "./sandboxd-client.ts";
 export { SandboxdInstance, type SandboxdLifecycle } from "./sandboxd-instance.ts";
 export { LocalProvider, type LocalProviderOptions } from "./providers/local.ts";
+export { DockerProvider, type DockerProviderOptions } from "./providers/docker/provider.ts";
 export { validateCreate } from "./create-options.ts";
 
 registerProvider({
@@ -28,6 +30,12 @@ registerProvider({
   description: "sandboxes as host processes, isolated with bubblewrap where installed",
   options: LocalProviderOptions,
   create: (options, ctx) => new LocalProvider(options, ctx.logger),
+});
+registerProvider({
+  name: "docker",
+  description: "a container of the Sandpit sandbox image per sandbox (Docker, or Apple's container on macOS)",
+  options: DockerProviderOptions,
+  create: (options, ctx) => new DockerProvider(options, ctx.logger),
 });
 
 /**

@@ -15,6 +15,8 @@ import type {
   RunCommandRequest,
   RunCommandResult,
 } from "@sandpit/sandboxd/protocol";
+import { request as httpRequest } from "node:http";
+import type { Duplex } from "node:stream";
 import { Agent, fetch, type Response } from "undici";
 import { SandboxError, type SandboxErrorCode } from "./errors.ts";
 
@@ -47,6 +49,7 @@ const CODES: Record<ErrorBody["code"], SandboxErrorCode> = {
 
 export class SandboxdClient {
   private readonly base: string;
+  private readonly socketPath: string | undefined;
   private readonly headers: Record<string, string>;
   private readonly requestTimeoutMs: number;
   /** One keep-alive connection pool per sandbox. */
@@ -54,6 +57,7 @@ export class SandboxdClient {
 
   constructor(opts: SandboxdClientOptions) {
     this.base = opts.baseUrl.replace(/\/+$/, "");
+    this.socketPath = opts.socketPath;
     this.dispatcher = new Agent({
       keepAliveTimeout: 30_000,
       ...(opts.socketPath ? { connect: { socketPath: opts.socketPath } } : {}),
@@ -120,6 +124,43 @@ export class SandboxdClient {
 
   async init(req: { token: string; env?: Record<string, string>; packages?: string[]; language?: "python" | "typescript" }): Promise<void> {
     await this.json("POST", "/v1/init", req, 10 * 60_000);
+  }
+
+  /**
+   * A raw TCP stream to 127.0.0.1:<port> inside the sandbox (sandboxd's /v1/ports tunnel).
+   * Uses node:http directly: fetch cannot take over a connection after an upgrade.
+   */
+  openTunnel(port: number, timeoutMs = 10_000): Promise<Duplex> {
+    const url = new URL(`${this.base}/v1/ports/${port}/tunnel`);
+    return new Promise((resolve, reject) => {
+      const req = httpRequest({
+        ...(this.socketPath ? { socketPath: this.socketPath } : { host: url.hostname, port: url.port || 80 }),
+        path: url.pathname,
+        method: "GET",
+        headers: { ...this.headers, connection: "Upgrade", upgrade: "tcp" },
+        timeout: timeoutMs,
+      });
+      req.once("upgrade", (_res, socket, head) => {
+        if (head.length) socket.unshift(head);
+        resolve(socket);
+      });
+      req.once("response", (res) => {
+        let body = "";
+        res.on("data", (c: Buffer) => (body += c.toString()));
+        res.on("end", () => {
+          let e: ErrorBody | undefined;
+          try {
+            e = (JSON.parse(body) as { error?: ErrorBody }).error;
+          } catch {
+            // not our envelope
+          }
+          reject(e ? fromBody(e) : new SandboxError(`port tunnel refused with HTTP ${res.statusCode}`, statusCode(res.statusCode ?? 500)));
+        });
+      });
+      req.once("timeout", () => req.destroy(new SandboxError(`opening a tunnel to port ${port} timed out`, "TIMEOUT")));
+      req.once("error", (err) => reject(asSandboxError(err, `tunnel to port ${port}`)));
+      req.end();
+    });
   }
 
   async readFile(path: string): Promise<Uint8Array> {

@@ -23,6 +23,23 @@ export interface SandboxdLifecycle {
   pause(): Promise<void>;
   kill(): Promise<void>;
   getHost(port: number): Promise<string>;
+  /**
+   * Explains a failure to reach sandboxd: e.g. NOT_FOUND when the container was removed from
+   * outside. Without it, the CONNECTION_FAILED error stands.
+   */
+  diagnose?(err: SandboxError): Promise<SandboxError>;
+}
+
+/** Runs `op` against a connected client, letting the lifecycle explain connection failures. */
+async function withClient<T>(lifecycle: SandboxdLifecycle, op: (c: SandboxdClient) => Promise<T>): Promise<T> {
+  try {
+    return await op(await lifecycle.connect());
+  } catch (err) {
+    if (err instanceof SandboxError && err.code === "CONNECTION_FAILED" && lifecycle.diagnose) {
+      throw await lifecycle.diagnose(err);
+    }
+    throw err;
+  }
 }
 
 export interface SandboxDefaults {
@@ -42,23 +59,22 @@ export class SandboxdInstance implements SandboxInstance {
     this.lifecycle = lifecycle;
     this.defaults = defaults;
     this.commands = { run: (command, options) => this.run(command, options) };
-    this.filesystem = new SandboxdFilesystem(() => lifecycle.connect());
+    this.filesystem = new SandboxdFilesystem((op) => withClient(lifecycle, op));
   }
 
   private async run(command: string, o: SandboxCommandOptions = {}): Promise<SandboxExecutionResult> {
     if (typeof command !== "string" || command.length === 0) {
       throw new SandboxError("command must be a non-empty string", "INVALID_ARGUMENT");
     }
-    const client = await this.lifecycle.connect();
     const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs;
     const streaming = o.onStdout || o.onStderr;
-    const r = await client.runCommand(
+    const r = await withClient(this.lifecycle, (client) => client.runCommand(
       {
         command,
         ...pick({ cwd: o.cwd ?? this.defaults.workingDirectory, env: o.envs, timeoutMs, stdin: o.stdin }),
       },
       streaming ? (stream, data) => (stream === "stdout" ? o.onStdout?.(data) : o.onStderr?.(data)) : undefined,
-    );
+    ));
     if (r.timedOut) {
       throw new SandboxError(
         `command timed out after ${r.durationMs} ms and was killed with its process group: ${command.slice(0, 200)}`,
@@ -73,12 +89,13 @@ export class SandboxdInstance implements SandboxInstance {
       throw new SandboxError(`unknown language ${JSON.stringify(language)}: use "python" or "typescript"`, "INVALID_ARGUMENT");
     }
     if (typeof code !== "string") throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
-    const client = await this.lifecycle.connect();
-    return client.executeCode({
-      language,
-      code,
-      ...pick({ cwd: o.cwd ?? this.defaults.workingDirectory, env: o.envs, timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs }),
-    });
+    return withClient(this.lifecycle, (client) =>
+      client.executeCode({
+        language,
+        code,
+        ...pick({ cwd: o.cwd ?? this.defaults.workingDirectory, env: o.envs, timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs }),
+      }),
+    );
   }
 
   kill(): Promise<void> {
@@ -98,47 +115,51 @@ export class SandboxdInstance implements SandboxInstance {
 }
 
 class SandboxdFilesystem implements SandboxFilesystem {
-  private readonly connect: () => Promise<SandboxdClient>;
-  constructor(connect: () => Promise<SandboxdClient>) {
-    this.connect = connect;
+  private readonly with: <T>(op: (c: SandboxdClient) => Promise<T>) => Promise<T>;
+  constructor(withClient: <T>(op: (c: SandboxdClient) => Promise<T>) => Promise<T>) {
+    this.with = withClient;
   }
 
   async read(path: string): Promise<string> {
     return new TextDecoder().decode(await this.readBytes(path));
   }
 
-  async readBytes(path: string): Promise<Uint8Array> {
-    return (await this.connect()).readFile(path);
+  readBytes(path: string): Promise<Uint8Array> {
+    return this.with((c) => c.readFile(path));
   }
 
   async write(path: string, content: string | Uint8Array): Promise<void> {
     if (typeof content !== "string" && !(content instanceof Uint8Array)) {
       throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
     }
-    await (await this.connect()).writeFile(path, content);
+    await this.with((c) => c.writeFile(path, content));
   }
 
   async list(path: string): Promise<SandboxFileInfo[]> {
-    const { entries } = await (await this.connect()).list(path, 1);
+    const { entries } = await this.with((c) => c.list(path, 1));
     return entries.map((e) => ({ name: e.name, path: e.path, type: e.type, size: e.size, modifiedTime: new Date(e.modifiedMs) }));
   }
 
-  async exists(path: string): Promise<boolean> {
-    try {
-      await (await this.connect()).stat(path);
-      return true;
-    } catch (err) {
-      if (err instanceof SandboxError && err.code === "NOT_FOUND") return false;
-      throw err;
-    }
+  exists(path: string): Promise<boolean> {
+    // NOT_FOUND is caught inside the call, so only sandboxd's "no such file" means false; a
+    // sandbox that is gone still surfaces as an error.
+    return this.with(async (c) => {
+      try {
+        await c.stat(path);
+        return true;
+      } catch (err) {
+        if (err instanceof SandboxError && err.code === "NOT_FOUND") return false;
+        throw err;
+      }
+    });
   }
 
-  async mkdir(path: string): Promise<void> {
-    await (await this.connect()).mkdir(path);
+  mkdir(path: string): Promise<void> {
+    return this.with((c) => c.mkdir(path));
   }
 
-  async remove(path: string): Promise<void> {
-    await (await this.connect()).remove(path, true);
+  remove(path: string): Promise<void> {
+    return this.with((c) => c.remove(path, true));
   }
 }
 

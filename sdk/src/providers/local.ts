@@ -25,6 +25,7 @@ import { z } from "zod";
 import { SandboxError } from "../errors.ts";
 import { SandboxdClient } from "../sandboxd-client.ts";
 import { SandboxdInstance, type SandboxdLifecycle } from "../sandboxd-instance.ts";
+import { PortForwarder } from "../port-forward.ts";
 import type { SandboxCreateOptions, SandboxInstance, SandboxLanguage, SandboxProvider } from "../types.ts";
 import { ID, validateCreate } from "../create-options.ts";
 
@@ -74,6 +75,7 @@ type State = { kind: "running"; child: ChildProcessWithoutNullStreams; client: S
 class LocalSandbox implements SandboxdLifecycle {
   state: State = { kind: "stopped" };
   private starting: Promise<SandboxdClient> | null = null;
+  private readonly forwarder = new PortForwarder(() => this.connect());
   readonly record: SandboxRecord;
   private readonly dir: string;
   private readonly provider: LocalProvider;
@@ -116,6 +118,7 @@ class LocalSandbox implements SandboxdLifecycle {
     }
     const { child, client } = this.state;
     this.state = { kind: "stopped" };
+    await this.forwarder.close();
     await client.close();
     await stopChild(child);
   }
@@ -128,10 +131,10 @@ class LocalSandbox implements SandboxdLifecycle {
     await fs.rm(this.dir, { recursive: true, force: true });
   }
 
+  /** Same network: the port itself. In a private network namespace: a tunnel through sandboxd. */
   async getHost(port: number): Promise<string> {
-    if (this.provider.isolation === "bwrap" && !this.provider.options.network) {
-      throw new SandboxError("this sandbox has no network: nothing inside it can be reached from the host", "INVALID_ARGUMENT");
-    }
+    await this.connect();
+    if (this.provider.isolation === "bwrap" && !this.provider.options.network) return this.forwarder.forward(port);
     return `127.0.0.1:${port}`;
   }
 }

@@ -1,0 +1,461 @@
+/**
+ * The Docker provider: one container of the Sandpit sandbox image per (user, thread), running
+ * sandboxd, reached on a published 127.0.0.1 port with a per-sandbox token through the shared
+ * sandboxd client.
+ *
+ * - Names are deterministic (`<prefix>-<sha256(user:thread)[:16]>`), so any process finds and
+ *   adopts the same container; when two processes race to create it, the loser adopts.
+ * - Host ports come from a range; a port taken by something else is retried (10 attempts).
+ * - Released or idle containers stay running for their thread until the idle reaper stops them
+ *   (data kept); `warm` blank containers are claimed by new threads without a cold start.
+ * - Containers are confined: CPU, memory and pids limits, all capabilities dropped,
+ *   no-new-privileges, read-only root with a writable volume at /mnt/user-data and a tmpfs /tmp.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import type { Logger } from "pino";
+import { z } from "zod";
+import { VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
+import { ID, validateCreate } from "../../create-options.ts";
+import { SandboxError } from "../../errors.ts";
+import { SandboxdClient } from "../../sandboxd-client.ts";
+import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
+import { PortForwarder } from "../../port-forward.ts";
+import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "../../types.ts";
+import { detectRuntime } from "./detect.ts";
+import { NameConflictError, PortConflictError, type ContainerInfo, type ContainerRuntime, type ContainerSpec } from "./runtime.ts";
+
+export const DockerProviderOptions = z.strictObject({
+  /** The sandbox image (built by runtime/image/build.ts). */
+  image: z.string().min(1).default("sandpit-sandbox:latest"),
+  /** Docker socket; default: DOCKER_HOST (unix://) or /var/run/docker.sock. */
+  socketPath: z.string().optional(),
+  /** "auto" prefers Docker and, on macOS, uses Apple's `container` when Docker is absent. */
+  runtime: z.enum(["auto", "docker", "apple"]).default("auto"),
+  containerPrefix: z.string().regex(/^[a-z0-9][a-z0-9_.-]{0,30}$/, "lower-case letters, digits, _ . -").default("sandpit"),
+  bindHost: z.string().default("127.0.0.1"),
+  basePort: z.number().int().min(1024).max(65000).default(28080),
+  portRange: z.number().int().min(10).max(20000).default(2000),
+  cpus: z.number().positive().max(64).default(1),
+  memoryMb: z.number().int().min(64).default(1024),
+  pids: z.number().int().min(16).default(512),
+  /** false: no route out (an internal network); the host still reaches sandboxd. */
+  network: z.boolean().default(true),
+  readOnlyRoot: z.boolean().default(true),
+  /** Running containers idle this long are stopped (their data stays); 0 turns the reaper off. */
+  idleTimeoutMs: z.number().int().min(0).default(10 * 60_000),
+  /** Blank containers kept running for new threads to claim without a cold start. */
+  warm: z.number().int().min(0).max(100).default(0),
+  startTimeoutMs: z.number().int().positive().default(60_000),
+});
+export type DockerProviderOptions = z.input<typeof DockerProviderOptions>;
+
+const LABEL = {
+  managed: "sandpit.dev/managed",
+  user: "sandpit.dev/user",
+  thread: "sandpit.dev/thread",
+  warm: "sandpit.dev/warm",
+} as const;
+const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
+const PORT_ATTEMPTS = 10;
+
+interface SandboxRecord {
+  workingDirectory?: string | undefined;
+  timeoutMs?: number | undefined;
+}
+
+/** One container, shared by every instance object handed out for it in this process. */
+class DockerSandbox implements SandboxdLifecycle {
+  readonly name: string;
+  private readonly provider: DockerProvider;
+  private client: SandboxdClient | null = null;
+  private info: ContainerInfo;
+  private connecting: Promise<SandboxdClient> | null = null;
+  private readonly forwarder = new PortForwarder(() => this.connect());
+  record: SandboxRecord = {};
+
+  constructor(provider: DockerProvider, info: ContainerInfo) {
+    this.provider = provider;
+    this.name = info.name;
+    this.info = info;
+  }
+
+  connect(): Promise<SandboxdClient> {
+    if (this.client) return Promise.resolve(this.client);
+    this.connecting ??= this.reconnect().finally(() => (this.connecting = null));
+    return this.connecting;
+  }
+
+  /** Finds the container again, starting it when paused or stopped by the reaper. */
+  private async reconnect(): Promise<SandboxdClient> {
+    const rt = await this.provider.runtime();
+    let info = await rt.inspect(this.name);
+    if (!info) throw new SandboxError(`sandbox ${this.name} does not exist (its container was removed)`, "NOT_FOUND");
+    if (!info.running) info = await rt.start(this.name);
+    this.info = info;
+    this.client = await this.provider.waitReady(info);
+    return this.client;
+  }
+
+  async diagnose(err: SandboxError): Promise<SandboxError> {
+    await this.dropClient();
+    const info = await (await this.provider.runtime()).inspect(this.name).catch(() => undefined);
+    if (info === null) return new SandboxError(`sandbox ${this.name} is gone: its container was removed`, "NOT_FOUND", err);
+    if (info && !info.running) {
+      return new SandboxError(
+        `sandbox ${this.name}'s container stopped (${info.state}); the next call starts it again`,
+        "CONNECTION_FAILED",
+        err,
+      );
+    }
+    return err;
+  }
+
+  async pause(): Promise<void> {
+    await this.dropClient();
+    await (await this.provider.runtime()).stop(this.name);
+  }
+
+  async kill(): Promise<void> {
+    await this.forwarder.close();
+    await this.dropClient();
+    const rt = await this.provider.runtime();
+    const info = await rt.inspect(this.name);
+    await rt.remove(this.name, info?.volume ?? this.info.volume);
+    this.provider.forget(this.name);
+  }
+
+  /** Only sandboxd's port is published; other servers are reached through its tunnel. */
+  async getHost(port: number): Promise<string> {
+    return this.forwarder.forward(port);
+  }
+
+  /** Reads the defaults create() stored in the sandbox (working directory, timeout). */
+  async loadRecord(): Promise<void> {
+    try {
+      const bytes = await (await this.connect()).readFile(RECORD_PATH);
+      const parsed = JSON.parse(new TextDecoder().decode(bytes)) as SandboxRecord;
+      this.record = {
+        workingDirectory: typeof parsed.workingDirectory === "string" ? parsed.workingDirectory : undefined,
+        timeoutMs: typeof parsed.timeoutMs === "number" ? parsed.timeoutMs : undefined,
+      };
+    } catch {
+      this.record = {}; // none stored (a sandbox created without defaults)
+    }
+  }
+
+  /** Closes port forwards and connections; the container keeps running (released, warm). */
+  async release(): Promise<void> {
+    await this.forwarder.close();
+    await this.dropClient();
+  }
+
+  async dropClient(): Promise<void> {
+    const c = this.client;
+    this.client = null;
+    await c?.close().catch(() => undefined);
+  }
+}
+
+export class DockerProvider implements SandboxProvider {
+  readonly options: z.output<typeof DockerProviderOptions>;
+  private readonly logger: Logger | undefined;
+  private rt: Promise<ContainerRuntime> | null = null;
+  private readonly sandboxes = new Map<string, Promise<DockerSandbox>>();
+  private reaper: NodeJS.Timeout | null = null;
+  private warmFill: Promise<void> | null = null;
+  /** Ports handed out by this process and not yet seen in use (they may still be starting). */
+  private readonly recentPorts = new Set<number>();
+
+  constructor(options: DockerProviderOptions = {}, logger?: Logger) {
+    const parsed = DockerProviderOptions.safeParse(options);
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      throw new SandboxError(`invalid docker provider options: ${i?.path.join(".")}: ${i?.message}`, "INVALID_ARGUMENT");
+    }
+    this.options = parsed.data;
+    this.logger = logger;
+  }
+
+  /** The container engine, detected once; CONNECTION_FAILED when none answers. */
+  runtime(): Promise<ContainerRuntime> {
+    this.rt ??= detectRuntime(this.options, this.logger).catch((err: unknown) => {
+      this.rt = null; // try again next time: the engine may have been started meanwhile
+      throw err;
+    });
+    return this.rt;
+  }
+
+  /** The container name (and sandbox ID) of a thread: stable across processes. */
+  containerName(userId: string, threadId: string): string {
+    const hash = createHash("sha256").update(`${userId}:${threadId}`).digest("hex").slice(0, 16);
+    return `${this.options.containerPrefix}-${hash}`;
+  }
+
+  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+    const o = validateCreate(options);
+    const rt = await this.runtime();
+    if (!(await rt.imageExists(this.options.image))) {
+      throw new SandboxError(
+        `the sandbox image ${this.options.image} is not present: build it with \`node runtime/image/build.ts\``,
+        "EXECUTION_FAILED",
+      );
+    }
+    this.startReaper();
+    const userId = o.userId ?? "default";
+    const threadId = o.threadId ?? randomBytes(8).toString("hex");
+    const name = this.containerName(userId, threadId);
+    let fresh = false;
+    const pending =
+      this.sandboxes.get(name) ??
+      (async () => {
+        const existing = await rt.inspect(name);
+        if (existing) {
+          const adopted = this.adopt(existing);
+          await adopted.loadRecord();
+          return adopted;
+        }
+        fresh = true;
+        return (await this.claimWarm(rt, name, o)) ?? this.startNew(rt, name, userId, threadId, o);
+      })();
+    this.sandboxes.set(name, pending);
+    let sandbox: DockerSandbox;
+    try {
+      sandbox = await pending;
+    } catch (err) {
+      this.sandboxes.delete(name);
+      throw err;
+    }
+    if (fresh) {
+      try {
+        const client = await sandbox.connect();
+        sandbox.record = { workingDirectory: o.workingDirectory, timeoutMs: o.timeoutMs };
+        await client.writeFile(RECORD_PATH, JSON.stringify(sandbox.record));
+        if (o.workingDirectory) await client.mkdir(o.workingDirectory);
+        if (o.packages?.length) await client.installPackages({ language: o.language, packages: o.packages });
+      } catch (err) {
+        await sandbox.kill().catch(() => undefined);
+        throw err;
+      }
+      this.fillWarmPool();
+    }
+    return this.instance(sandbox);
+  }
+
+  async resume(sandboxId: string): Promise<SandboxInstance> {
+    if (typeof sandboxId !== "string" || !sandboxId.startsWith(`${this.options.containerPrefix}-`) || !ID.test(sandboxId.replace(/\./g, "_"))) {
+      throw new SandboxError(`${JSON.stringify(sandboxId)} is not a docker sandbox ID`, "NOT_FOUND");
+    }
+    const rt = await this.runtime();
+    let pending = this.sandboxes.get(sandboxId);
+    if (!pending) {
+      pending = rt.inspect(sandboxId).then((info) => {
+        if (!info) throw new SandboxError(`no docker sandbox ${sandboxId}`, "NOT_FOUND");
+        return this.adopt(info);
+      });
+      this.sandboxes.set(sandboxId, pending);
+      pending.catch(() => this.sandboxes.delete(sandboxId));
+    }
+    const sandbox = await pending;
+    await sandbox.loadRecord();
+    return this.instance(sandbox);
+  }
+
+  /** Lets go of a sandbox without stopping it: it stays warm for its thread until the reaper. */
+  async release(sandboxId: string): Promise<void> {
+    const sandbox = await this.sandboxes.get(sandboxId);
+    await sandbox?.release();
+    this.sandboxes.delete(sandboxId);
+  }
+
+  /** Stops the reaper and closes connections; containers keep running for the next process. */
+  async close(): Promise<void> {
+    if (this.reaper) clearInterval(this.reaper);
+    this.reaper = null;
+    await this.warmFill?.catch(() => undefined);
+    const all = await Promise.allSettled(this.sandboxes.values());
+    await Promise.all(all.map((s) => (s.status === "fulfilled" ? s.value.release() : undefined)));
+    this.sandboxes.clear();
+  }
+
+  forget(name: string): void {
+    this.sandboxes.delete(name);
+  }
+
+  /** Polls sandboxd's /healthz until it answers, then returns a client with the container's token. */
+  async waitReady(info: ContainerInfo): Promise<SandboxdClient> {
+    const deadline = Date.now() + this.options.startTimeoutMs;
+    const token = info.env.SANDBOXD_TOKEN;
+    if (!token) throw new SandboxError(`container ${info.name} is not a Sandpit sandbox (no token)`, "INTERNAL");
+    let current = info;
+    for (let attempt = 0; Date.now() < deadline; attempt++) {
+      if (current.endpoint) {
+        const client = new SandboxdClient({ baseUrl: `http://${current.endpoint}`, token });
+        try {
+          await client.health(2_000);
+          return client;
+        } catch {
+          await client.close();
+        }
+      }
+      await sleep(Math.min(10 * 2 ** attempt, 200));
+      if (attempt % 5 === 4) {
+        const again = await (await this.runtime()).inspect(info.name);
+        if (!again) throw new SandboxError(`container ${info.name} disappeared while starting`, "NOT_FOUND");
+        if (!again.running) {
+          throw new SandboxError(`container ${info.name} exited while starting (${again.state})`, "CONNECTION_FAILED");
+        }
+        current = again;
+      }
+    }
+    throw new SandboxError(`sandboxd in ${info.name} did not answer within ${this.options.startTimeoutMs} ms`, "CONNECTION_FAILED");
+  }
+
+  private adopt(info: ContainerInfo): DockerSandbox {
+    return new DockerSandbox(this, info);
+  }
+
+  private async startNew(rt: ContainerRuntime, name: string, userId: string, threadId: string, o: SandboxCreateOptions): Promise<DockerSandbox> {
+    const labels = { [LABEL.managed]: "true", [LABEL.user]: userId, [LABEL.thread]: threadId };
+    try {
+      return this.adopt(await this.runWithPortRetry(rt, name, labels, o.envs ?? {}));
+    } catch (err) {
+      if (!(err instanceof NameConflictError)) throw err;
+      // Another process created this thread's container first: adopt theirs.
+      const theirs = await rt.inspect(name);
+      if (!theirs) throw new SandboxError(`container ${name} vanished while being adopted`, "CONNECTION_FAILED", err);
+      return this.adopt(theirs);
+    }
+  }
+
+  private async runWithPortRetry(rt: ContainerRuntime, name: string, labels: Record<string, string>, envs: Record<string, string>): Promise<ContainerInfo> {
+    const token = randomBytes(32).toString("hex");
+    const tried: number[] = [];
+    for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
+      const hostPort = this.options.network ? await this.freePort(rt, tried) : null;
+      const spec: ContainerSpec = {
+        name,
+        image: this.options.image,
+        env: {
+          SANDBOXD_TOKEN: token,
+          // HOME on the volume: pip and npm caches survive pause/resume and a read-only root.
+          SANDBOXD_ENV: JSON.stringify({ HOME: `${VIRTUAL_ROOT}/.sandpit/home`, ...envs }),
+        },
+        labels,
+        volume: `${name}-data`,
+        hostPort,
+        bindHost: this.options.bindHost,
+        network: this.options.network ? "bridge" : "isolated",
+        cpus: this.options.cpus,
+        memoryBytes: this.options.memoryMb * 1024 * 1024,
+        pids: this.options.pids,
+        readOnlyRoot: this.options.readOnlyRoot,
+      };
+      try {
+        return await rt.run(spec);
+      } catch (err) {
+        if (!(err instanceof PortConflictError) || hostPort === null) throw err;
+        tried.push(hostPort);
+        this.logger?.info({ container: name, port: hostPort, attempt: attempt + 1 }, "host port taken; trying another");
+      }
+    }
+    throw new SandboxError(
+      `no free host port for ${name} after ${PORT_ATTEMPTS} attempts (tried ${tried.join(", ")}); widen portRange or free some ports`,
+      "CAPACITY_EXCEEDED",
+    );
+  }
+
+  /** The next port in the range not used by a Sandpit container nor tried already. */
+  private async freePort(rt: ContainerRuntime, tried: number[]): Promise<number> {
+    const used = new Set<number>([...tried, ...this.recentPorts]);
+    for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
+      const port = c.endpoint?.split(":")[1];
+      if (port) used.add(Number(port));
+    }
+    const { basePort, portRange } = this.options;
+    for (let i = 0; i < portRange; i++) {
+      const port = basePort + i;
+      if (!used.has(port)) {
+        this.recentPorts.add(port);
+        setTimeout(() => this.recentPorts.delete(port), 60_000).unref();
+        return port;
+      }
+    }
+    throw new SandboxError(`all ${portRange} host ports from ${basePort} are in use by sandboxes`, "CAPACITY_EXCEEDED");
+  }
+
+  /** Takes a blank warm container for a new thread, if one is ready; null otherwise. */
+  private async claimWarm(rt: ContainerRuntime, name: string, o: SandboxCreateOptions): Promise<DockerSandbox | null> {
+    if (this.options.warm === 0) return null;
+    for (const candidate of await rt.list(`${this.options.containerPrefix}-warm-`)) {
+      if (!candidate.running) continue;
+      try {
+        await rt.rename(candidate.name, name);
+      } catch {
+        continue; // claimed by another process meanwhile
+      }
+      const info = await rt.inspect(name);
+      if (!info) continue;
+      const sandbox = this.adopt(info);
+      // Adoption: the thread's environment goes in through /v1/init (the token stays).
+      await (await sandbox.connect()).init({ token: info.env.SANDBOXD_TOKEN!, env: o.envs ?? {} });
+      return sandbox;
+    }
+    return null;
+  }
+
+  /** Tops the warm pool up to `warm` blank containers, in the background. */
+  fillWarmPool(): Promise<void> {
+    if (this.options.warm === 0) return Promise.resolve();
+    this.warmFill ??= (async () => {
+      const rt = await this.runtime();
+      if (rt.kind !== "docker") return; // claiming a warm container needs rename
+      const have = (await rt.list(`${this.options.containerPrefix}-warm-`)).filter((c) => c.running).length;
+      for (let i = have; i < this.options.warm; i++) {
+        const name = `${this.options.containerPrefix}-warm-${randomBytes(6).toString("hex")}`;
+        const info = await this.runWithPortRetry(rt, name, { [LABEL.managed]: "true", [LABEL.warm]: "true" }, {});
+        await (await this.waitReady(info)).close();
+      }
+    })()
+      .catch((err: unknown) => this.logger?.warn({ err }, "could not fill the warm pool"))
+      .finally(() => (this.warmFill = null));
+    return this.warmFill;
+  }
+
+  private startReaper(): void {
+    if (this.reaper || this.options.idleTimeoutMs === 0) return;
+    const every = Math.max(1_000, Math.min(60_000, Math.floor(this.options.idleTimeoutMs / 2)));
+    this.reaper = setInterval(() => void this.reapIdle().catch((err: unknown) => this.logger?.warn({ err }, "idle reaper failed")), every);
+    this.reaper.unref();
+  }
+
+  /** Stops running sandboxes whose sandboxd has been idle past idleTimeoutMs; returns their names. */
+  async reapIdle(): Promise<string[]> {
+    const rt = await this.runtime();
+    const stopped: string[] = [];
+    for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
+      if (!c.running || !c.endpoint || c.name.startsWith(`${this.options.containerPrefix}-warm-`)) continue;
+      const health = await fetch(`http://${c.endpoint}/healthz`, { signal: AbortSignal.timeout(2_000) })
+        .then((r) => r.json() as Promise<HealthResponse>)
+        .catch(() => null);
+      if (health && health.idleMs >= this.options.idleTimeoutMs) {
+        this.logger?.info({ container: c.name, idleMs: health.idleMs }, "stopping idle sandbox");
+        const mine = await this.sandboxes.get(c.name)?.catch(() => undefined);
+        await mine?.dropClient();
+        await rt.stop(c.name);
+        stopped.push(c.name);
+      }
+    }
+    return stopped;
+  }
+
+  private instance(sandbox: DockerSandbox): SandboxInstance {
+    return new SandboxdInstance(sandbox.name, sandbox, {
+      workingDirectory: sandbox.record.workingDirectory,
+      timeoutMs: sandbox.record.timeoutMs,
+    });
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

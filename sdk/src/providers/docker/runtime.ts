@@ -1,0 +1,67 @@
+/**
+ * What the Docker provider needs from a container engine, so Docker (dockerode) and Apple's
+ * `container` CLI are interchangeable behind it.
+ */
+
+export interface ContainerSpec {
+  name: string;
+  image: string;
+  env: Record<string, string>;
+  labels: Record<string, string>;
+  /** Volume mounted at /mnt/user-data; created if missing, kept when the container goes. */
+  volume: string;
+  /** Publish sandboxd's port 8080 on bindHost:hostPort; null when reached by container IP. */
+  hostPort: number | null;
+  bindHost: string;
+  /** A network with no route out: sandboxd is then reached at the container's address. */
+  network: "bridge" | "isolated";
+  cpus: number;
+  memoryBytes: number;
+  pids: number;
+  readOnlyRoot: boolean;
+}
+
+export interface ContainerInfo {
+  name: string;
+  id: string;
+  running: boolean;
+  labels: Record<string, string>;
+  env: Record<string, string>;
+  /** host:port at which sandboxd answers (published port, or container IP:8080). */
+  endpoint: string | null;
+  /** The container's own address on its network (servers inside listen there). */
+  ip: string | null;
+  /** Name of the volume at /mnt/user-data. */
+  volume: string | null;
+  /** Exit details when not running, e.g. "OOMKilled". */
+  state: string;
+}
+
+/** Thrown by `run` when the host port is taken, so the caller can retry on another port. */
+export class PortConflictError extends Error {
+  override readonly name = "PortConflictError";
+}
+/** Thrown by `run` when a container of that name exists already (another process won the race). */
+export class NameConflictError extends Error {
+  override readonly name = "NameConflictError";
+}
+
+export interface ContainerRuntime {
+  readonly kind: "docker" | "apple";
+  /** Throws SandboxError CONNECTION_FAILED, saying how to start the engine, when it does not answer. */
+  ping(): Promise<void>;
+  inspect(name: string): Promise<ContainerInfo | null>;
+  /** Creates and starts a container. */
+  run(spec: ContainerSpec): Promise<ContainerInfo>;
+  start(name: string): Promise<ContainerInfo>;
+  stop(name: string): Promise<void>;
+  /** Removes the container and, with `volume`, that volume too. Missing ones are fine. */
+  remove(name: string, volume: string | null): Promise<void>;
+  rename(from: string, to: string): Promise<void>;
+  /** Containers whose name starts with `prefix`. */
+  list(prefix: string): Promise<ContainerInfo[]>;
+  imageExists(image: string): Promise<boolean>;
+}
+
+export const SANDBOXD_PORT = 8080;
+export const DATA_MOUNT = "/mnt/user-data";
