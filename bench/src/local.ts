@@ -6,17 +6,21 @@
  *     alongside it: child_process.spawn("true") awaited until 'close';
  *  3. file throughput: filesystem.write + filesystem.readBytes of a 1 MiB and a 100 MiB buffer
  *     (bytes verified), against fs.promises.writeFile + readFile of the same buffer.
- * Ours and the baseline are interleaved (alternating which goes first) so drift hits both alike.
+ * Ours and the baseline are interleaved (alternating which goes first) so drift hits both alike;
+ * sections 1-2 run for every mode before any section 3, whose big buffers would inflate this
+ * process's memory and with it the cost of fork() behind every spawn. For reference, the floor is
+ * also measured from a fresh bare `node` child.
  * Prints a Markdown table on stdout (progress on stderr) and writes bench/results/local.json.
  *
  *   node bench/src/local.ts        (from the repository root; also `npm run bench`)
  */
-import { spawn, spawnSync } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import * as fs from "node:fs/promises";
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { LocalProvider, type SandboxInstance } from "@sandpit/sdk";
 import { median, summarize, type Summary } from "./stats.ts";
 
@@ -57,6 +61,13 @@ interface ModeResult {
   floorSpawnMs: Summary;
   /** roundTripMs.p50 / floorSpawnMs.p50 */
   roundTripRatioP50: number;
+  /** This process's resident memory when the floor was measured (spawn cost grows with it). */
+  benchRssBytesAtFloor: number;
+  /** Reference only: the same floor measured by a fresh, bare `node` child (small RSS). */
+  cleanFloorSpawnMs: Summary;
+  cleanFloorRssBytes: number;
+  /** roundTripMs.p50 / cleanFloorSpawnMs.p50 */
+  roundTripRatioCleanP50: number;
   files: FileResult[];
 }
 
@@ -65,10 +76,15 @@ const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
 
 function bwrapUsable(): { ok: boolean; version: string | null; why?: string } {
   const version = spawnSync("bwrap", ["--version"], { encoding: "utf8" });
-  if (version.error || version.status !== 0) return { ok: false, version: null, why: "bwrap is not installed" };
-  const probe = spawnSync("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], { stdio: "ignore", timeout: 10_000 });
+  if (version.error || version.status !== 0)
+    return { ok: false, version: null, why: "bwrap is not installed" };
+  const probe = spawnSync("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], {
+    stdio: "ignore",
+    timeout: 10_000,
+  });
   const v = version.stdout.trim();
-  if (probe.status !== 0) return { ok: false, version: v, why: "bwrap cannot create namespaces here" };
+  if (probe.status !== 0)
+    return { ok: false, version: v, why: "bwrap cannot create namespaces here" };
   return { ok: true, version: v };
 }
 
@@ -77,13 +93,46 @@ function spawnTrue(): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = spawn("true", [], { stdio: "ignore" });
     child.once("error", reject);
-    child.once("close", (code) => (code === 0 ? resolve() : reject(new Error(`true exited with ${code}`))));
+    child.once("close", (code) =>
+      code === 0 ? resolve() : reject(new Error(`true exited with ${code}`)),
+    );
   });
+}
+
+/**
+ * The floor once more, from a fresh `node -e` child with nothing loaded: libuv spawns with
+ * fork(), whose cost grows with the parent's resident memory, and this process carries the SDK.
+ */
+const CLEAN_FLOOR_SCRIPT = `
+const { spawn } = require("node:child_process");
+const one = () => new Promise((resolve, reject) => {
+  const child = spawn("true", [], { stdio: "ignore" });
+  child.once("error", reject);
+  child.once("close", (code) => (code === 0 ? resolve() : reject(new Error("true exited with " + code))));
+});
+(async () => {
+  const samples = [];
+  for (let i = 0; i < ${RTT_WARMUP + RTT_RUNS}; i++) {
+    const t = performance.now();
+    await one();
+    if (i >= ${RTT_WARMUP}) samples.push(performance.now() - t);
+  }
+  process.stdout.write(JSON.stringify({ samples, rss: process.memoryUsage().rss }));
+})().catch((err) => { console.error(err); process.exit(1); });
+`;
+
+async function cleanFloor(): Promise<{ ms: Summary; rssBytes: number }> {
+  const { stdout } = await promisify(execFile)(process.execPath, ["-e", CLEAN_FLOOR_SCRIPT], {
+    timeout: 60_000,
+  });
+  const { samples, rss } = JSON.parse(stdout) as { samples: number[]; rss: number };
+  return { ms: summarize(samples), rssBytes: rss };
 }
 
 async function runTrue(sbx: SandboxInstance): Promise<void> {
   const r = await sbx.commands.run("true");
-  if (r.exitCode !== 0) throw new Error(`"true" exited with ${r.exitCode} in ${sbx.sandboxId}: ${r.stderr}`);
+  if (r.exitCode !== 0)
+    throw new Error(`"true" exited with ${r.exitCode} in ${sbx.sandboxId}: ${r.stderr}`);
 }
 
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
@@ -95,11 +144,26 @@ function mbPerS(bytes: number, ms: number): number {
   return (2 * bytes) / 1e6 / (ms / 1000);
 }
 
-async function benchMode(mode: Mode): Promise<ModeResult> {
+/** A provider on a fresh temp dir, closed and cleaned up after `body`. */
+async function withProvider<T>(
+  mode: Mode,
+  body: (provider: LocalProvider, baseDir: string) => Promise<T>,
+): Promise<T> {
   const baseDir = await fs.mkdtemp(join(os.tmpdir(), `sandpit-bench-${mode}-`));
   const provider = new LocalProvider({ baseDir, isolation: mode });
   try {
-    // 1. create -> first command done.
+    return await body(provider, baseDir);
+  } finally {
+    await provider.close();
+    await fs.rm(baseDir, { recursive: true, force: true });
+  }
+}
+
+type Latency = Omit<ModeResult, "mode" | "files">;
+
+/** Sections 1 and 2: create -> first command, and the warm round trip against the spawn floor. */
+function benchLatency(mode: Mode): Promise<Latency> {
+  return withProvider(mode, async (provider) => {
     let t0 = now();
     const cold = await provider.create({ language: "python" });
     await runTrue(cold);
@@ -121,33 +185,56 @@ async function benchMode(mode: Mode): Promise<ModeResult> {
     }
     log(`${mode}: ${CREATE_RUNS} creates done`);
 
-    // 2. round trip of `true` on one warm sandbox vs the spawn floor, interleaved.
     const sbx = await provider.create({ language: "python" });
     const ours: number[] = [];
     const floor: number[] = [];
+    const measureOurs = async (timed: boolean) => {
+      const t = now();
+      await runTrue(sbx);
+      if (timed) ours.push(now() - t);
+    };
+    const measureFloor = async (timed: boolean) => {
+      const t = now();
+      await spawnTrue();
+      if (timed) floor.push(now() - t);
+    };
     for (let i = 0; i < RTT_WARMUP + RTT_RUNS; i++) {
       const timed = i >= RTT_WARMUP;
-      const measureOurs = async () => {
-        const t = now();
-        await runTrue(sbx);
-        if (timed) ours.push(now() - t);
-      };
-      const measureFloor = async () => {
-        const t = now();
-        await spawnTrue();
-        if (timed) floor.push(now() - t);
-      };
       if (i % 2 === 0) {
-        await measureOurs();
-        await measureFloor();
+        await measureOurs(timed);
+        await measureFloor(timed);
       } else {
-        await measureFloor();
-        await measureOurs();
+        await measureFloor(timed);
+        await measureOurs(timed);
       }
     }
+    // fork() cost grows with the parent's resident memory, so the floor depends on ours: recorded.
+    const benchRssBytes = process.memoryUsage().rss;
+    const clean = await cleanFloor();
+    await sbx.kill();
     log(`${mode}: ${RTT_RUNS} round trips done`);
 
-    // 3. file throughput vs plain fs on the same filesystem, interleaved.
+    const roundTripMs = summarize(ours);
+    const floorSpawnMs = summarize(floor);
+    return {
+      coldCreateToFirstCommandMs: coldMs,
+      createToFirstCommandMs: summarize(total),
+      createOnlyMs: summarize(createOnly),
+      roundTripMs,
+      floorSpawnMs,
+      roundTripRatioP50: roundTripMs.p50 / floorSpawnMs.p50,
+      benchRssBytesAtFloor: benchRssBytes,
+      cleanFloorSpawnMs: clean.ms,
+      cleanFloorRssBytes: clean.rssBytes,
+      roundTripRatioCleanP50: roundTripMs.p50 / clean.ms.p50,
+    };
+  });
+}
+
+/** Section 3: write + read through the sandbox against plain fs on the same filesystem. */
+function benchFiles(mode: Mode): Promise<FileResult[]> {
+  return withProvider(mode, async (provider, baseDir) => {
+    const sbx = await provider.create({ language: "python" });
     const files: FileResult[] = [];
     const plainPath = join(baseDir, "plain.bin");
     for (const c of FILE_CASES) {
@@ -160,7 +247,10 @@ async function benchMode(mode: Mode): Promise<ModeResult> {
         const tb = now();
         const back = await sbx.filesystem.readBytes(SANDBOX_FILE);
         const tc = now();
-        if (!sameBytes(back, buf)) throw new Error(`${mode}: ${c.label} read back through the sandbox differs from what was written`);
+        if (!sameBytes(back, buf))
+          throw new Error(
+            `${mode}: ${c.label} read back through the sandbox differs from what was written`,
+          );
         o.w.push(tb - ta);
         o.r.push(tc - tb);
         o.t.push(tc - ta);
@@ -171,7 +261,8 @@ async function benchMode(mode: Mode): Promise<ModeResult> {
         const tb = now();
         const back = await fs.readFile(plainPath);
         const tc = now();
-        if (!sameBytes(back, buf)) throw new Error(`${mode}: ${c.label} read back from the plain file differs`);
+        if (!sameBytes(back, buf))
+          throw new Error(`${mode}: ${c.label} read back from the plain file differs`);
         p.w.push(tb - ta);
         p.r.push(tc - tb);
         p.t.push(tc - ta);
@@ -187,32 +278,29 @@ async function benchMode(mode: Mode): Promise<ModeResult> {
       }
       const side = (s: typeof o) => {
         const totalMs = median(s.t);
-        return { totalMs, writeMs: median(s.w), readMs: median(s.r), mbPerS: mbPerS(c.bytes, totalMs) };
+        return {
+          totalMs,
+          writeMs: median(s.w),
+          readMs: median(s.r),
+          mbPerS: mbPerS(c.bytes, totalMs),
+        };
       };
       const ourSide = side(o);
       const plainSide = side(p);
-      files.push({ label: c.label, bytes: c.bytes, runs: c.runs, ours: ourSide, plain: plainSide, ratio: ourSide.mbPerS / plainSide.mbPerS });
+      files.push({
+        label: c.label,
+        bytes: c.bytes,
+        runs: c.runs,
+        ours: ourSide,
+        plain: plainSide,
+        ratio: ourSide.mbPerS / plainSide.mbPerS,
+      });
       await fs.rm(plainPath, { force: true });
       log(`${mode}: ${c.label} x${c.runs} done`);
     }
     await sbx.kill();
-
-    const roundTripMs = summarize(ours);
-    const floorSpawnMs = summarize(floor);
-    return {
-      mode,
-      coldCreateToFirstCommandMs: coldMs,
-      createToFirstCommandMs: summarize(total),
-      createOnlyMs: summarize(createOnly),
-      roundTripMs,
-      floorSpawnMs,
-      roundTripRatioP50: roundTripMs.p50 / floorSpawnMs.p50,
-      files,
-    };
-  } finally {
-    await provider.close();
-    await fs.rm(baseDir, { recursive: true, force: true });
-  }
+    return files;
+  });
 }
 
 const ms = (v: number, digits = 2) => v.toFixed(digits);
@@ -232,28 +320,53 @@ function table(results: ModeResult[], skipped: Partial<Record<Mode, string>>): s
     `|---|${modes.map(() => "---:").join("|")}|---|`,
     row(
       `create → first \`true\` done, p50 / p99 / mean (ms, N=${CREATE_RUNS})`,
-      (r) => `${ms(r.createToFirstCommandMs.p50, 1)} / ${ms(r.createToFirstCommandMs.p99, 1)} / ${ms(r.createToFirstCommandMs.mean, 1)}`,
+      (r) =>
+        `${ms(r.createToFirstCommandMs.p50, 1)} / ${ms(r.createToFirstCommandMs.p99, 1)} / ${ms(r.createToFirstCommandMs.mean, 1)}`,
     ),
     row("… of which `create()` alone, p50 (ms)", (r) => ms(r.createOnlyMs.p50, 1)),
-    row("first create of a fresh provider (ms, N=1, not in the above)", (r) => ms(r.coldCreateToFirstCommandMs, 1)),
+    row("first create of a fresh provider (ms, N=1, not in the above)", (r) =>
+      ms(r.coldCreateToFirstCommandMs, 1),
+    ),
     row(
       `\`commands.run("true")\` round trip, p50 / p99 (ms, N=${RTT_RUNS})`,
       (r) => `${ms(r.roundTripMs.p50)} / ${ms(r.roundTripMs.p99)}`,
     ),
-    row(`floor: \`spawn("true")\` until 'close', p50 / p99 (ms, N=${RTT_RUNS})`, (r) => `${ms(r.floorSpawnMs.p50)} / ${ms(r.floorSpawnMs.p99)}`),
+    row(
+      `floor: \`spawn("true")\` until 'close', p50 / p99 (ms, N=${RTT_RUNS})`,
+      (r) => `${ms(r.floorSpawnMs.p50)} / ${ms(r.floorSpawnMs.p99)}`,
+    ),
+    row("… this process's RSS while measuring the floor (MiB)", (r) =>
+      (r.benchRssBytesAtFloor / MiB).toFixed(0),
+    ),
     row(
       "round trip / floor, p50",
-      (r) => `${r.roundTripRatioP50.toFixed(2)}x (${verdict(r.roundTripRatioP50 <= GOAL_RTT_RATIO)})`,
+      (r) =>
+        `${r.roundTripRatioP50.toFixed(2)}x (${verdict(r.roundTripRatioP50 <= GOAL_RTT_RATIO)})`,
       `≤ ${GOAL_RTT_RATIO}x`,
+    ),
+    row(
+      "reference: floor from a fresh bare `node` child, p50 / p99 (ms, N=300)",
+      (r) =>
+        `${ms(r.cleanFloorSpawnMs.p50)} / ${ms(r.cleanFloorSpawnMs.p99)} (RSS ${(r.cleanFloorRssBytes / MiB).toFixed(0)} MiB)`,
+    ),
+    row(
+      "reference: round trip / fresh-child floor, p50",
+      (r) => `${r.roundTripRatioCleanP50.toFixed(2)}x`,
+      "(not the goal's floor)",
     ),
   ];
   for (const c of FILE_CASES) {
     lines.push(
-      row(`${c.label} write+read, sandbox MB/s (median of ${c.runs})`, (r) => file(r, c.label).ours.mbPerS.toFixed(0)),
-      row(`${c.label} write+read, plain fs MB/s (median of ${c.runs})`, (r) => file(r, c.label).plain.mbPerS.toFixed(0)),
+      row(`${c.label} write+read, sandbox MB/s (median of ${c.runs})`, (r) =>
+        file(r, c.label).ours.mbPerS.toFixed(0),
+      ),
+      row(`${c.label} write+read, plain fs MB/s (median of ${c.runs})`, (r) =>
+        file(r, c.label).plain.mbPerS.toFixed(0),
+      ),
       row(
         `${c.label} sandbox / plain`,
-        (r) => `${file(r, c.label).ratio.toFixed(2)} (${verdict(file(r, c.label).ratio >= GOAL_FILE_RATIO)})`,
+        (r) =>
+          `${file(r, c.label).ratio.toFixed(2)} (${verdict(file(r, c.label).ratio >= GOAL_FILE_RATIO)})`,
         `≥ ${GOAL_FILE_RATIO}`,
       ),
     );
@@ -266,14 +379,22 @@ async function main(): Promise<void> {
   const bwrap = bwrapUsable();
   const results: ModeResult[] = [];
   const skipped: Partial<Record<Mode, string>> = {};
-  for (const mode of MODES) {
-    if (mode === "bwrap" && !bwrap.ok) {
-      skipped[mode] = bwrap.why ?? "bwrap unavailable";
-      log(`skipping isolation "bwrap": ${skipped[mode]}`);
-      continue;
-    }
-    log(`isolation "${mode}"`);
-    results.push(await benchMode(mode));
+  const modes = MODES.filter((mode) => {
+    if (mode !== "bwrap" || bwrap.ok) return true;
+    skipped[mode] = bwrap.why ?? "bwrap unavailable";
+    log(`skipping isolation "bwrap": ${skipped[mode]}`);
+    return false;
+  });
+  // Latency first for every mode, files after: the 100 MiB buffers inflate this process's
+  // resident memory, and with it the cost of fork(), i.e. of the spawn floor and of create.
+  const latency = new Map<Mode, Latency>();
+  for (const mode of modes) {
+    log(`isolation "${mode}": latency`);
+    latency.set(mode, await benchLatency(mode));
+  }
+  for (const mode of modes) {
+    log(`isolation "${mode}": files`);
+    results.push({ mode, ...latency.get(mode)!, files: await benchFiles(mode) });
   }
   const elapsedS = (Date.now() - started.getTime()) / 1000;
 
@@ -285,11 +406,19 @@ async function main(): Promise<void> {
     platform: `${os.platform()} ${os.release()} ${os.arch()}`,
     bwrap: bwrap.version,
   };
+  const git = spawnSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" });
+  const dirty = spawnSync("git", ["status", "--porcelain", "--", "runtime", "sdk"], {
+    encoding: "utf8",
+  });
+  const commit =
+    git.status === 0
+      ? `${git.stdout.trim()}${dirty.stdout.trim() ? " (runtime/ or sdk/ modified)" : ""}`
+      : null;
   const md = table(results, skipped);
   process.stdout.write(
     `## Local provider (${started.toISOString()})\n\n` +
       `Machine: ${machine.cpus} CPUs (${machine.cpuModel}), ${(machine.totalMemBytes / 2 ** 30).toFixed(1)} GiB RAM, ` +
-      `Node ${machine.node}, ${machine.platform}, ${machine.bwrap ?? "no bwrap"}. Run took ${elapsedS.toFixed(0)} s.\n\n` +
+      `Node ${machine.node}, ${machine.platform}, ${machine.bwrap ?? "no bwrap"}. Commit ${commit ?? "unknown"}. Run took ${elapsedS.toFixed(0)} s.\n\n` +
       `${md}\n`,
   );
 
@@ -299,9 +428,17 @@ async function main(): Promise<void> {
     JSON.stringify(
       {
         date: started.toISOString(),
+        commit,
         elapsedS,
         machine,
-        parameters: { createRuns: CREATE_RUNS, rttWarmup: RTT_WARMUP, rttRuns: RTT_RUNS, files: FILE_CASES, percentiles: "nearest-rank", mb: 1e6 },
+        parameters: {
+          createRuns: CREATE_RUNS,
+          rttWarmup: RTT_WARMUP,
+          rttRuns: RTT_RUNS,
+          files: FILE_CASES,
+          percentiles: "nearest-rank",
+          mb: 1e6,
+        },
         goals: { roundTripOverFloorP50: GOAL_RTT_RATIO, fileThroughputOverPlain: GOAL_FILE_RATIO },
         skipped,
         results,
