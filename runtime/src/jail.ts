@@ -145,7 +145,12 @@ export class PathJail {
    */
   async writeFile(p: JailPath, source: Readable | Uint8Array | string): Promise<number> {
     const name = this.leafName(p, "write");
-    const dir = await this.openDirCreating({ virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) });
+    const parent = { virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) };
+    // Usually the parent exists: one open and one check. Only when it does not, walk and create.
+    const dir = await this.openDir(parent).catch((err: unknown) => {
+      if (err instanceof SandboxdError && err.code === "NOT_FOUND") return this.openDirCreating(parent);
+      throw err;
+    });
     const tmp = `/proc/self/fd/${dir.fd}/${UPLOAD_PREFIX}${randomBytes(8).toString("hex")}`;
     try {
       const out = await this.guard(p, () => fs.open(tmp, C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, 0o644));
@@ -157,7 +162,7 @@ export class PathJail {
           size = buf.byteLength;
         } else {
           // The write stream owns (and closes) the descriptor once the pipeline settles.
-          const sink = out.createWriteStream();
+          const sink = out.createWriteStream({ highWaterMark: 1024 * 1024 });
           source.on("data", (chunk: Buffer) => (size += chunk.length));
           await pipeline(source, sink);
         }

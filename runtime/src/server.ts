@@ -26,6 +26,8 @@ import {
 } from "./protocol.ts";
 
 export const VERSION = "0.1.0";
+/** Files up to this size are read in one go; bigger ones are streamed. */
+const SMALL_FILE_BYTES = 4 * 1024 * 1024;
 
 export interface ServerOptions {
   jail: PathJail;
@@ -124,7 +126,17 @@ export function createApp(opts: ServerOptions): express.Express {
     const p = jail.resolve(req.query.path);
     const { fh, size } = await jail.openFileForRead(p);
     res.status(200).type("application/octet-stream").setHeader("Content-Length", String(size));
-    const stream = fh.createReadStream();
+    if (size <= SMALL_FILE_BYTES) {
+      // One read and one write for small files; streams cost more than they save here.
+      try {
+        res.end(await fh.readFile());
+      } finally {
+        await fh.close();
+      }
+      return;
+    }
+    // 1 MiB reads: fewer thread-pool round trips than the 64 KiB default (measured in bench/).
+    const stream = fh.createReadStream({ highWaterMark: 1024 * 1024 });
     stream.on("error", (err) => {
       logger.warn({ err, path: p.virtual }, "file read failed mid-stream");
       res.destroy(err);
@@ -134,7 +146,9 @@ export function createApp(opts: ServerOptions): express.Express {
 
   app.put("/v1/files", async (req, res) => {
     const p = jail.resolve(req.query.path);
-    const size = await jail.writeFile(p, req);
+    const length = Number(req.headers["content-length"] ?? NaN);
+    // Small bodies are gathered and written with one call; large ones stream straight to disk.
+    const size = await jail.writeFile(p, length <= SMALL_FILE_BYTES ? await collect(req, length) : req);
     res.status(201).json({ path: p.virtual, size });
   });
 
@@ -174,6 +188,18 @@ export function createApp(opts: ServerOptions): express.Express {
   });
 
   return app;
+}
+
+async function collect(req: Request, length: number): Promise<Buffer> {
+  const body = Buffer.allocUnsafe(length);
+  let at = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    if (at + chunk.length > length) throw new SandboxdError("INVALID_ARGUMENT", "request body is longer than its Content-Length");
+    chunk.copy(body, at);
+    at += chunk.length;
+  }
+  if (at !== length) throw new SandboxdError("INVALID_ARGUMENT", "request body ended before its Content-Length");
+  return body;
 }
 
 function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {

@@ -17,7 +17,7 @@ import type {
 } from "@sandpit/sandboxd/protocol";
 import { request as httpRequest } from "node:http";
 import type { Duplex } from "node:stream";
-import { Agent, fetch, type Response } from "undici";
+import { Agent, type Dispatcher } from "undici";
 import { SandboxError, type SandboxErrorCode } from "./errors.ts";
 
 export interface SandboxdClientOptions {
@@ -47,8 +47,14 @@ const CODES: Record<ErrorBody["code"], SandboxErrorCode> = {
   INTERNAL: "INTERNAL",
 };
 
+/** A response whose status was OK; its body is still to be read. */
+type Body = Dispatcher.ResponseData["body"];
+
 export class SandboxdClient {
   private readonly base: string;
+  /** scheme://host[:port] and the path prefix (a provisioner proxy route, say) of `base`. */
+  private readonly origin: string;
+  private readonly prefix: string;
   private readonly socketPath: string | undefined;
   private readonly headers: Record<string, string>;
   private readonly requestTimeoutMs: number;
@@ -57,6 +63,9 @@ export class SandboxdClient {
 
   constructor(opts: SandboxdClientOptions) {
     this.base = opts.baseUrl.replace(/\/+$/, "");
+    const url = new URL(this.base);
+    this.origin = url.origin;
+    this.prefix = url.pathname.replace(/\/+$/, "");
     this.socketPath = opts.socketPath;
     this.dispatcher = new Agent({
       keepAliveTimeout: 30_000,
@@ -131,7 +140,7 @@ export class SandboxdClient {
    * Uses node:http directly: fetch cannot take over a connection after an upgrade.
    */
   openTunnel(port: number, timeoutMs = 10_000): Promise<Duplex> {
-    const url = new URL(`${this.base}/v1/ports/${port}/tunnel`);
+    const url = new URL(`${this.origin}${this.prefix}/v1/ports/${port}/tunnel`);
     return new Promise((resolve, reject) => {
       const req = httpRequest({
         ...(this.socketPath ? { socketPath: this.socketPath } : { host: url.hostname, port: url.port || 80 }),
@@ -194,10 +203,13 @@ export class SandboxdClient {
   }
 
   async remove(path: string, recursive: boolean): Promise<void> {
-    await this.send("DELETE", `/v1/files?path=${encodeURIComponent(path)}&recursive=${recursive}`, { timeoutMs: this.requestTimeoutMs });
+    const res = await this.send("DELETE", `/v1/files?path=${encodeURIComponent(path)}&recursive=${recursive}`, {
+      timeoutMs: this.requestTimeoutMs,
+    });
+    await res.dump();
   }
 
-  private async json<T>(method: string, path: string, body?: unknown, timeoutMs = this.requestTimeoutMs): Promise<T> {
+  private async json<T>(method: Dispatcher.HttpMethod, path: string, body?: unknown, timeoutMs = this.requestTimeoutMs): Promise<T> {
     const res = await this.send(method, path, {
       ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
       timeoutMs,
@@ -209,32 +221,37 @@ export class SandboxdClient {
     }
   }
 
+  /**
+   * One request over the pooled connection. undici's request() rather than fetch(): it skips
+   * the WHATWG stream layers, which made 100 MiB uploads several times slower.
+   */
   private async send(
-    method: string,
+    method: Dispatcher.HttpMethod,
     path: string,
     o: { body?: string | Uint8Array; headers?: Record<string, string>; timeoutMs: number },
-  ): Promise<Response> {
-    let res: Response;
+  ): Promise<Body> {
+    let res: Dispatcher.ResponseData;
     try {
-      res = await fetch(this.base + path, {
+      res = await this.dispatcher.request({
+        origin: this.origin,
+        path: this.prefix + path,
         method,
         headers: { ...this.headers, ...o.headers },
         ...(o.body === undefined ? {} : { body: o.body }),
         signal: AbortSignal.timeout(o.timeoutMs),
-        dispatcher: this.dispatcher,
       });
     } catch (err) {
       throw asSandboxError(err, `${method} ${this.base}${path.split("?")[0]}`);
     }
-    if (res.ok) return res;
+    if (res.statusCode < 400) return res.body;
     let body: { error?: ErrorBody } | undefined;
     try {
-      body = (await res.json()) as { error?: ErrorBody };
+      body = (await res.body.json()) as { error?: ErrorBody };
     } catch {
       // not our envelope (a proxy in between, say)
     }
     if (body?.error) throw fromBody(body.error);
-    throw new SandboxError(`sandboxd answered HTTP ${res.status} to ${method} ${path.split("?")[0]}`, statusCode(res.status));
+    throw new SandboxError(`sandboxd answered HTTP ${res.statusCode} to ${method} ${path.split("?")[0]}`, statusCode(res.statusCode));
   }
 }
 
@@ -264,11 +281,10 @@ export function asSandboxError(err: unknown, what: string): SandboxError {
 }
 
 /** Parses an NDJSON response body line by line. */
-async function* ndjson<T>(res: Response): AsyncGenerator<T> {
-  if (!res.body) return;
+async function* ndjson<T>(body: Body): AsyncGenerator<T> {
   const decoder = new TextDecoder();
   let buffered = "";
-  for await (const chunk of res.body) {
+  for await (const chunk of body as AsyncIterable<Uint8Array>) {
     buffered += decoder.decode(chunk, { stream: true });
     let nl: number;
     while ((nl = buffered.indexOf("\n")) >= 0) {

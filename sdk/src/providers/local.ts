@@ -106,6 +106,8 @@ class LocalSandbox implements SandboxdLifecycle {
     this.state = { kind: "running", child, client };
     child.once("exit", () => {
       if (this.state.kind === "running" && this.state.child === child) this.state = { kind: "stopped" };
+      // The socket's directory goes with the process that listened in it.
+      void fs.rm(dirname(socketPath), { recursive: true, force: true });
     });
     return client;
   }
