@@ -77,7 +77,7 @@ describe("Apple container runtime", () => {
       volume: "sandpit-0123456789abcdef-data",
       hostPort: 28080,
       bindHost: "127.0.0.1",
-      network: "bridge",
+      socketDir: null,
       cpus: 2,
       memoryBytes: 512 * 1024 * 1024,
       pids: 512,

@@ -62,6 +62,7 @@ export class AppleContainerRuntime implements ContainerRuntime {
     const args = ["run", "--detach", "--name", spec.name, "--cpus", String(spec.cpus), "--memory", `${Math.floor(spec.memoryBytes / 1048576)}M`];
     for (const [k, v] of Object.entries(spec.env)) args.push("--env", `${k}=${v}`);
     for (const [k, v] of Object.entries(spec.labels)) args.push("--label", `${k}=${v}`);
+    if (spec.socketDir) throw new SandboxError("network: false needs Docker; Apple's container runtime cannot run without a network", "INVALID_ARGUMENT");
     if (spec.hostPort !== null) args.push("--publish", `${spec.bindHost}:${spec.hostPort}:${SANDBOXD_PORT}`);
     args.push("--volume", `${spec.volume}:${DATA_MOUNT}`);
     if (spec.readOnlyRoot) args.push("--read-only");
@@ -106,7 +107,7 @@ export class AppleContainerRuntime implements ContainerRuntime {
     }
   }
 
-  rename(from: string): Promise<void> {
+  rename(from: string, _to: string): Promise<void> {
     return Promise.reject(new SandboxError(`Apple's container runtime cannot rename ${from}: warm pools need Docker`, "INVALID_ARGUMENT"));
   }
 

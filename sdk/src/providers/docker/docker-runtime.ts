@@ -6,13 +6,12 @@ import {
   NameConflictError,
   PortConflictError,
   SANDBOXD_PORT,
+  SOCKET_MOUNT,
   type ContainerInfo,
   type ContainerRuntime,
   type ContainerSpec,
 } from "./runtime.ts";
 
-/** A network with no route out (Internal): sandboxes on it reach nothing but each other's refusals. */
-const ISOLATED_NETWORK = "sandpit-isolated";
 const PORT_KEY = `${SANDBOXD_PORT}/tcp`;
 
 export class DockerRuntime implements ContainerRuntime {
@@ -50,19 +49,23 @@ export class DockerRuntime implements ContainerRuntime {
 
   async run(spec: ContainerSpec): Promise<ContainerInfo> {
     await this.call("create volume", () => this.docker.createVolume({ Name: spec.volume, Labels: spec.labels }));
-    if (spec.network === "isolated") await this.ensureIsolatedNetwork();
+    const mounts: Docker.MountConfig = [{ Type: "volume", Source: spec.volume, Target: DATA_MOUNT }];
+    if (spec.socketDir) mounts.push({ Type: "bind", Source: spec.socketDir, Target: SOCKET_MOUNT });
     let container: Docker.Container;
     try {
       container = await this.call("create", () =>
         this.docker.createContainer({
           name: spec.name,
           Image: spec.image,
-          Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+          Env: Object.entries({
+            ...spec.env,
+            ...(spec.socketDir ? { SANDBOXD_LISTEN: `unix:${SOCKET_MOUNT}/sandboxd.sock` } : {}),
+          }).map(([k, v]) => `${k}=${v}`),
           Labels: spec.labels,
           ExposedPorts: { [PORT_KEY]: {} },
           HostConfig: {
             PortBindings: spec.hostPort === null ? {} : { [PORT_KEY]: [{ HostIp: spec.bindHost, HostPort: String(spec.hostPort) }] },
-            Mounts: [{ Type: "volume", Source: spec.volume, Target: DATA_MOUNT }],
+            Mounts: mounts,
             NanoCpus: Math.round(spec.cpus * 1e9),
             Memory: spec.memoryBytes,
             MemorySwap: spec.memoryBytes, // no swap: the limit is the limit
@@ -71,7 +74,7 @@ export class DockerRuntime implements ContainerRuntime {
             CapDrop: ["ALL"],
             ReadonlyRootfs: spec.readOnlyRoot,
             Tmpfs: { "/tmp": "rw,nosuid,nodev,size=512m,mode=1777" },
-            NetworkMode: spec.network === "isolated" ? ISOLATED_NETWORK : "bridge",
+            NetworkMode: spec.socketDir ? "none" : "bridge",
             RestartPolicy: { Name: "no" },
           },
         }),
@@ -143,21 +146,6 @@ export class DockerRuntime implements ContainerRuntime {
     return infos.filter((i): i is ContainerInfo => i !== null);
   }
 
-  private async ensureIsolatedNetwork(): Promise<void> {
-    try {
-      await this.call("inspect network", () => this.docker.getNetwork(ISOLATED_NETWORK).inspect());
-    } catch (err) {
-      if (statusOf(err) !== 404) throw err;
-      try {
-        await this.call("create network", () =>
-          this.docker.createNetwork({ Name: ISOLATED_NETWORK, Internal: true, Labels: { "sandpit.dev/managed": "true" } }),
-        );
-      } catch (e) {
-        if (statusOf(e) !== 409) throw e; // created meanwhile by another process
-      }
-    }
-  }
-
   /** Engine calls: a daemon that is not there becomes CONNECTION_FAILED saying how to start it. */
   private async call<T>(what: string, op: () => Promise<T>): Promise<T> {
     try {
@@ -189,7 +177,12 @@ function toInfo(c: Docker.ContainerInspectInfo): ContainerInfo {
   const env = Object.fromEntries((c.Config.Env ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
   const published = c.NetworkSettings.Ports?.[PORT_KEY]?.[0];
   const ip = Object.values(c.NetworkSettings.Networks ?? {}).find((n) => n.IPAddress)?.IPAddress;
-  const endpoint = published ? `${published.HostIp || "127.0.0.1"}:${published.HostPort}` : ip ? `${ip}:${SANDBOXD_PORT}` : null;
+  const socketDir = c.Mounts.find((m) => m.Destination === SOCKET_MOUNT)?.Source;
+  const endpoint = socketDir
+    ? `unix:${socketDir}/sandboxd.sock`
+    : published
+      ? `${published.HostIp || "127.0.0.1"}:${published.HostPort}`
+      : null;
   return {
     name: c.Name.replace(/^\//, ""),
     id: c.Id,

@@ -12,6 +12,9 @@
  *   no-new-privileges, read-only root with a writable volume at /mnt/user-data and a tmpfs /tmp.
  */
 import { createHash, randomBytes } from "node:crypto";
+import { chmod, mkdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
@@ -38,8 +41,10 @@ export const DockerProviderOptions = z.strictObject({
   cpus: z.number().positive().max(64).default(1),
   memoryMb: z.number().int().min(64).default(1024),
   pids: z.number().int().min(16).default(512),
-  /** false: no route out (an internal network); the host still reaches sandboxd. */
+  /** false: no network at all; sandboxd is reached over a unix socket in socketDir. */
   network: z.boolean().default(true),
+  /** Host directory for the sockets of network-less sandboxes (must be local to the engine). */
+  socketDir: z.string().default(join(tmpdir(), "sandpit-docker")),
   readOnlyRoot: z.boolean().default(true),
   /** Running containers idle this long are stopped (their data stays); 0 turns the reaper off. */
   idleTimeoutMs: z.number().int().min(0).default(10 * 60_000),
@@ -121,6 +126,7 @@ class DockerSandbox implements SandboxdLifecycle {
     const rt = await this.provider.runtime();
     const info = await rt.inspect(this.name);
     await rt.remove(this.name, info?.volume ?? this.info.volume);
+    await this.provider.removeSocketDir(this.name);
     this.provider.forget(this.name);
   }
 
@@ -289,7 +295,8 @@ export class DockerProvider implements SandboxProvider {
     let current = info;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
       if (current.endpoint) {
-        const client = new SandboxdClient({ baseUrl: `http://${current.endpoint}`, token });
+        const socketPath = current.endpoint.startsWith("unix:") ? current.endpoint.slice(5) : undefined;
+        const client = new SandboxdClient({ baseUrl: socketPath ? "http://sandboxd" : `http://${current.endpoint}`, socketPath, token });
         try {
           await client.health(2_000);
           return client;
@@ -332,6 +339,7 @@ export class DockerProvider implements SandboxProvider {
     const tried: number[] = [];
     for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
       const hostPort = this.options.network ? await this.freePort(rt, tried) : null;
+      const socketDir = this.options.network ? null : await this.socketDirFor(name);
       const spec: ContainerSpec = {
         name,
         image: this.options.image,
@@ -344,7 +352,7 @@ export class DockerProvider implements SandboxProvider {
         volume: `${name}-data`,
         hostPort,
         bindHost: this.options.bindHost,
-        network: this.options.network ? "bridge" : "isolated",
+        socketDir,
         cpus: this.options.cpus,
         memoryBytes: this.options.memoryMb * 1024 * 1024,
         pids: this.options.pids,
@@ -364,12 +372,23 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
+  /** A directory the container's user (uid 1000) can create its socket in. */
+  private async socketDirFor(name: string): Promise<string> {
+    const dir = join(this.options.socketDir, name);
+    await mkdir(dir, { recursive: true });
+    await chmod(dir, 0o777); // the token, not the directory, is what guards sandboxd
+    return dir;
+  }
+
+  async removeSocketDir(name: string): Promise<void> {
+    await rm(join(this.options.socketDir, name), { recursive: true, force: true });
+  }
+
   /** The next port in the range not used by a Sandpit container nor tried already. */
   private async freePort(rt: ContainerRuntime, tried: number[]): Promise<number> {
     const used = new Set<number>([...tried, ...this.recentPorts]);
     for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
-      const port = c.endpoint?.split(":")[1];
-      if (port) used.add(Number(port));
+      if (c.endpoint && !c.endpoint.startsWith("unix:")) used.add(Number(c.endpoint.split(":")[1]));
     }
     const { basePort, portRange } = this.options;
     for (let i = 0; i < portRange; i++) {
@@ -434,9 +453,7 @@ export class DockerProvider implements SandboxProvider {
     const stopped: string[] = [];
     for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
       if (!c.running || !c.endpoint || c.name.startsWith(`${this.options.containerPrefix}-warm-`)) continue;
-      const health = await fetch(`http://${c.endpoint}/healthz`, { signal: AbortSignal.timeout(2_000) })
-        .then((r) => r.json() as Promise<HealthResponse>)
-        .catch(() => null);
+      const health = await this.health(c);
       if (health && health.idleMs >= this.options.idleTimeoutMs) {
         this.logger?.info({ container: c.name, idleMs: health.idleMs }, "stopping idle sandbox");
         const mine = await this.sandboxes.get(c.name)?.catch(() => undefined);
@@ -446,6 +463,19 @@ export class DockerProvider implements SandboxProvider {
       }
     }
     return stopped;
+  }
+
+  /** sandboxd's unauthenticated /healthz, over whichever endpoint the container has. */
+  private async health(c: ContainerInfo): Promise<HealthResponse | null> {
+    const socketPath = c.endpoint?.startsWith("unix:") ? c.endpoint.slice(5) : undefined;
+    const client = new SandboxdClient({ baseUrl: socketPath ? "http://sandboxd" : `http://${c.endpoint}`, socketPath, token: "-" });
+    try {
+      return await client.health(2_000);
+    } catch {
+      return null;
+    } finally {
+      await client.close();
+    }
   }
 
   private instance(sandbox: DockerSandbox): SandboxInstance {

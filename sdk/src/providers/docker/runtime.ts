@@ -10,11 +10,14 @@ export interface ContainerSpec {
   labels: Record<string, string>;
   /** Volume mounted at /mnt/user-data; created if missing, kept when the container goes. */
   volume: string;
-  /** Publish sandboxd's port 8080 on bindHost:hostPort; null when reached by container IP. */
+  /** Publish sandboxd's port 8080 on bindHost:hostPort (with network on). */
   hostPort: number | null;
   bindHost: string;
-  /** A network with no route out: sandboxd is then reached at the container's address. */
-  network: "bridge" | "isolated";
+  /**
+   * With network off: no network at all ("none"); sandboxd listens on a unix socket in this
+   * host directory, bind-mounted at SOCKET_MOUNT, and is reached through it.
+   */
+  socketDir: string | null;
   cpus: number;
   memoryBytes: number;
   pids: number;
@@ -27,7 +30,7 @@ export interface ContainerInfo {
   running: boolean;
   labels: Record<string, string>;
   env: Record<string, string>;
-  /** host:port at which sandboxd answers (published port, or container IP:8080). */
+  /** Where sandboxd answers: "host:port" (published port) or "unix:/path/to/socket". */
   endpoint: string | null;
   /** The container's own address on its network (servers inside listen there). */
   ip: string | null;
@@ -65,3 +68,4 @@ export interface ContainerRuntime {
 
 export const SANDBOXD_PORT = 8080;
 export const DATA_MOUNT = "/mnt/user-data";
+export const SOCKET_MOUNT = "/run/sandpit";
