@@ -1,14 +1,32 @@
 import { defineConfig } from "vitest/config";
 
-// One runner for every workspace. Suites that start real processes (sandboxd, bubblewrap)
-// are slow on a 2-core machine, so files run two at a time and tests get generous timeouts.
+// Two projects: "core" needs nothing but this machine; "docker" gets a real Docker engine and
+// the sandbox image from its global setup (installing and starting them when missing). Files run
+// two at a time (2 cores) with generous timeouts: suites start real processes and containers.
 export default defineConfig({
   test: {
-    include: ["{runtime,sdk,test,operator,provisioner}/**/*.test.ts"],
-    exclude: ["**/node_modules/**"],
     testTimeout: 60_000,
-    hookTimeout: 120_000,
+    hookTimeout: 180_000,
     maxWorkers: 2,
-    reporters: ["default"],
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: "core",
+          include: ["{runtime,sdk,test,operator,provisioner}/**/*.test.ts"],
+          exclude: ["**/node_modules/**", "test/docker/**", "test/contract/docker.test.ts"],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: "docker",
+          include: ["test/docker/**/*.test.ts", "test/contract/docker.test.ts"],
+          globalSetup: ["test/docker/global-setup.ts"],
+          // Image builds and container starts are slow; the cold first build takes minutes.
+          hookTimeout: 900_000,
+        },
+      },
+    ],
   },
 });

@@ -69,7 +69,10 @@ interface SandboxRecord {
   createdAt: string;
 }
 
-type State = { kind: "running"; child: ChildProcessWithoutNullStreams; client: SandboxdClient } | { kind: "stopped" } | { kind: "killed" };
+type State =
+  | { kind: "running"; child: ChildProcessWithoutNullStreams; client: SandboxdClient; socketPath: string }
+  | { kind: "stopped" }
+  | { kind: "killed" };
 
 /** One sandbox's process and state, shared by every instance object handed out for it. */
 class LocalSandbox implements SandboxdLifecycle {
@@ -103,11 +106,9 @@ class LocalSandbox implements SandboxdLifecycle {
   private async start(): Promise<SandboxdClient> {
     const { child, socketPath, token } = await this.provider.spawnSandboxd(this);
     const client = new SandboxdClient({ baseUrl: "http://sandboxd", socketPath, token });
-    this.state = { kind: "running", child, client };
+    this.state = { kind: "running", child, client, socketPath };
     child.once("exit", () => {
       if (this.state.kind === "running" && this.state.child === child) this.state = { kind: "stopped" };
-      // The socket's directory goes with the process that listened in it.
-      void fs.rm(dirname(socketPath), { recursive: true, force: true });
     });
     return client;
   }
@@ -118,11 +119,14 @@ class LocalSandbox implements SandboxdLifecycle {
       if (this.state.kind === "killed") throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
       return;
     }
-    const { child, client } = this.state;
+    const { child, client, socketPath } = this.state;
     this.state = { kind: "stopped" };
     await this.forwarder.close();
     await client.close();
     await stopChild(child);
+    // The socket's directory goes with the process that listened in it (a crashed sandboxd
+    // leaves it, and the next start on this sandbox reuses the same path).
+    await fs.rm(dirname(socketPath), { recursive: true, force: true });
   }
 
   async kill(): Promise<void> {
