@@ -11,7 +11,8 @@ import { parseConfig, type SandboxSection } from "./config.ts";
 import { FallbackProvider } from "./fallback.ts";
 import { getProvider, registerProvider } from "./registry.ts";
 import { LocalProvider, LocalProviderOptions } from "./providers/local.ts";
-import { DockerProvider, DockerProviderOptions } from "./providers/docker/provider.ts";
+import { registerRemoteProviders } from "./providers/remote.ts";
+import { SandboxError } from "./errors.ts";
 import type { SandboxProvider } from "./types.ts";
 
 export * from "./types.ts";
@@ -22,7 +23,11 @@ export { FallbackProvider } from "./fallback.ts";
 export { SandboxdClient, type SandboxdClientOptions } from "./sandboxd-client.ts";
 export { SandboxdInstance, type SandboxdLifecycle } from "./sandboxd-instance.ts";
 export { LocalProvider, type LocalProviderOptions } from "./providers/local.ts";
-export { DockerProvider, type DockerProviderOptions } from "./providers/docker/provider.ts";
+export { LazyProvider } from "./lazy-provider.ts";
+// Provider classes with heavy SDKs are separate entry points: @sandpit/sdk/docker, /e2b, /daytona.
+export type { DockerProviderOptions } from "./providers/docker/options.ts";
+export type { E2BProviderOptions } from "./providers/e2b-options.ts";
+export type { DaytonaProviderOptions } from "./providers/daytona-options.ts";
 export { validateCreate } from "./create-options.ts";
 
 registerProvider({
@@ -31,12 +36,7 @@ registerProvider({
   options: LocalProviderOptions,
   create: (options, ctx) => new LocalProvider(options, ctx.logger),
 });
-registerProvider({
-  name: "docker",
-  description: "a container of the Sandpit sandbox image per sandbox (Docker, or Apple's container on macOS)",
-  options: DockerProviderOptions,
-  create: (options, ctx) => new DockerProvider(options, ctx.logger),
-});
+registerRemoteProviders(); // docker, e2b, daytona: loaded on first use
 
 /**
  * Builds the provider a config selects: `use: "local"` gives that provider, `use: [a, b]` a
@@ -47,7 +47,14 @@ export function createProvider(config: SandboxSection | { sandbox: SandboxSectio
   const logger = opts.logger ?? pino({ level: process.env.SANDPIT_LOG_LEVEL ?? "warn" });
   const build = (name: string) => {
     const def = getProvider(name);
-    return def.create(def.options.parse(section[name] ?? {}), { logger: logger.child({ provider: name }) });
+    // A provider named in `use` with no section of its own gets its defaults, which fails
+    // clearly when it has required options (an API key, say).
+    const options = def.options.safeParse(section[name] ?? {});
+    if (!options.success) {
+      const i = options.error.issues[0];
+      throw new SandboxError(`invalid Sandpit config: sandbox.${name}${i?.path.length ? "." + i.path.join(".") : ""}: ${i?.message}`, "INVALID_ARGUMENT");
+    }
+    return def.create(options.data, { logger: logger.child({ provider: name }) });
   };
   if (typeof section.use === "string") return build(section.use);
   return new FallbackProvider(

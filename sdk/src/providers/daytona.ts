@@ -1,0 +1,676 @@
+/**
+ * The Daytona provider, on the official `@daytonaio/sdk`.
+ *
+ * How the contract maps onto Daytona:
+ *  - one Sandpit thread is one Daytona sandbox, found again by its labels (`sandpit-user`,
+ *    `sandpit-thread`); pause is `stop` (or `pause` on VM runners), resume is `get` + `start`,
+ *    and the sandbox keeps its ID and disk throughout;
+ *  - commands run through the session API, one short-lived session per command, which keeps
+ *    stdout and stderr apart and streams them (`getSessionCommandLogs` over WebSocket); the
+ *    command is wrapped in a small POSIX shell script that sets cwd and env, feeds stdin, and
+ *    bounds it with `timeout`, so a deadline kills its whole process group in the sandbox;
+ *  - code runs with Sandpit's own runners (the same files sandboxd uses), uploaded into
+ *    /mnt/user-data/.sandpit at create: this gives name/message/traceback and TypeScript in any
+ *    sandbox, where Daytona's `codeRun` has neither structured errors nor per-call languages;
+ *  - packages go to /mnt/user-data/.sandpit (pip --target, npm --prefix), on PYTHONPATH and
+ *    NODE_PATH of every process, so they survive stop/start like the rest of the data;
+ *  - Daytona timeouts are seconds: every millisecond value is converted at the boundary with
+ *    Math.ceil(ms / 1000).
+ */
+import { randomUUID } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { join, posix } from "node:path";
+import { Daytona, DaytonaNotFoundError, type Sandbox } from "@daytonaio/sdk";
+import { parseOutput, RUNNERS_DIR } from "@sandpit/sandboxd";
+import type { Logger } from "pino";
+import { z } from "zod";
+import { DaytonaProviderOptions } from "./daytona-options.ts";
+export { DaytonaProviderOptions };
+import { ID, validateCreate } from "../create-options.ts";
+import { SandboxError } from "../errors.ts";
+import type {
+  CodeExecutionOptions,
+  CodeExecutionResult,
+  SandboxCommandOptions,
+  SandboxCommands,
+  SandboxCreateOptions,
+  SandboxExecutionResult,
+  SandboxFileInfo,
+  SandboxFilesystem,
+  SandboxInstance,
+  SandboxLanguage,
+  SandboxProvider,
+} from "../types.ts";
+import {
+  checkEnvs,
+  checkPackages,
+  checkPort,
+  DEFAULT_EXEC_TIMEOUT_MS,
+  elapsed,
+  INSTALL_TIMEOUT_MS,
+  installCommand,
+  installFailed,
+  META,
+  shq,
+  VIRTUAL_LAYOUT,
+  VIRTUAL_ROOT,
+  VIRTUAL_WORKSPACE,
+  virtualPath,
+} from "./e2b-daytona-common.ts";
+import { fromDaytona } from "./daytona-errors.ts";
+
+type Options = z.output<typeof DaytonaProviderOptions>;
+
+/** Sandpit's state inside the data directory: code runners, code cells, packages. */
+const STATE = `${VIRTUAL_ROOT}/.sandpit`;
+const RUNNERS = `${STATE}/runners`;
+const RUN = `${STATE}/run`;
+const PY_PACKAGES = `${STATE}/python`;
+const NODE_MODULES = `${STATE}/node_modules`;
+const RUNNER_FILES = ["python_runner.py", "node_preload.mjs"];
+/** Extra time the client waits past a command's own deadline before giving up on it. */
+const DEADLINE_GRACE_MS = 5_000;
+/** Exit statuses of coreutils `timeout` when it stopped the command (TERM, then KILL). */
+const TIMEOUT_EXITS = new Set([124, 137]);
+
+const seconds = (ms: number) => Math.ceil(ms / 1000);
+
+interface Defaults {
+  language: SandboxLanguage;
+  workingDirectory: string;
+  timeoutMs: number | undefined;
+}
+
+export class DaytonaProvider implements SandboxProvider {
+  readonly options: Options;
+  readonly client: Daytona;
+  private readonly logger: Logger | undefined;
+  private readonly pending = new Map<string, Promise<DaytonaInstance>>();
+
+  constructor(options: DaytonaProviderOptions, logger?: Logger) {
+    const parsed = DaytonaProviderOptions.safeParse(options);
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      throw new SandboxError(
+        `invalid daytona provider options: ${i?.path.join(".")}: ${i?.message}`,
+        "INVALID_ARGUMENT",
+      );
+    }
+    this.options = parsed.data;
+    this.logger = logger;
+    // All three of apiKey/apiUrl/target are passed, so the SDK never reads DAYTONA_* from
+    // the environment or a .env file in the working directory.
+    try {
+      this.client = new Daytona({
+        apiKey: this.options.apiKey,
+        apiUrl: this.options.apiUrl,
+        target: this.options.target,
+        useDeprecatedPolling: this.options.useDeprecatedPolling,
+      });
+    } catch (err) {
+      throw fromDaytona(err, "configuring the client");
+    }
+  }
+
+  get lifecycleSeconds(): number {
+    return seconds(this.options.timeoutMs);
+  }
+
+  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+    const o = validateCreate(options);
+    checkEnvs(o.envs);
+    if (o.packages) checkPackages(o.packages);
+    const workingDirectory = o.workingDirectory
+      ? virtualPath(o.workingDirectory)
+      : VIRTUAL_WORKSPACE;
+    const userId = o.userId ?? "default";
+    const threadId = o.threadId ?? randomUUID();
+    const key = `${userId}.${threadId}`;
+    const inFlight = this.pending.get(key);
+    if (inFlight) {
+      const inst = await inFlight;
+      await inst.setup(o.language, o.packages, workingDirectory);
+      return inst;
+    }
+    const p = this.findOrCreate(o, userId, threadId, workingDirectory).finally(() =>
+      this.pending.delete(key),
+    );
+    this.pending.set(key, p);
+    return p;
+  }
+
+  private async findOrCreate(
+    o: SandboxCreateOptions,
+    userId: string,
+    threadId: string,
+    workingDirectory: string,
+  ): Promise<DaytonaInstance> {
+    const found = await this.findThread(userId, threadId);
+    if (found) {
+      this.logger?.debug(
+        { sandboxId: found.id, userId, threadId },
+        "reusing the thread's Daytona sandbox",
+      );
+      const inst = await this.started(found);
+      await inst.setup(o.language, o.packages, workingDirectory);
+      return inst;
+    }
+    const envs = { ...o.envs };
+    // Packages live in the data directory; every process in the sandbox sees them.
+    envs.PYTHONPATH = envs.PYTHONPATH ? `${PY_PACKAGES}:${envs.PYTHONPATH}` : PY_PACKAGES;
+    envs.NODE_PATH = envs.NODE_PATH ? `${NODE_MODULES}:${envs.NODE_PATH}` : NODE_MODULES;
+    let sbx: Sandbox;
+    try {
+      sbx = await this.client.create(
+        {
+          language: o.language,
+          envVars: envs,
+          labels: {
+            [META.user]: userId,
+            [META.thread]: threadId,
+            [META.language]: o.language,
+            [META.workdir]: workingDirectory,
+            ...(o.timeoutMs ? { [META.timeoutMs]: String(o.timeoutMs) } : {}),
+          },
+          ...(this.options.snapshot ? { snapshot: this.options.snapshot } : {}),
+          ...(this.options.autoStopIntervalMinutes !== undefined
+            ? { autoStopInterval: this.options.autoStopIntervalMinutes }
+            : {}),
+        },
+        { timeout: this.lifecycleSeconds },
+      );
+    } catch (err) {
+      throw fromDaytona(err, "creating a sandbox");
+    }
+    const inst = new DaytonaInstance(this, sbx, {
+      language: o.language,
+      workingDirectory,
+      timeoutMs: o.timeoutMs,
+    });
+    try {
+      await inst.layout();
+      await inst.setup(o.language, o.packages, workingDirectory);
+    } catch (err) {
+      await sbx.delete(this.lifecycleSeconds).catch(() => undefined);
+      throw err;
+    }
+    this.logger?.debug({ sandboxId: sbx.id, userId, threadId }, "created a Daytona sandbox");
+    return inst;
+  }
+
+  private async findThread(userId: string, threadId: string): Promise<Sandbox | undefined> {
+    if (!ID.test(userId) || !ID.test(threadId)) return undefined;
+    try {
+      let seen = 0;
+      for await (const s of this.client.list({
+        labels: { [META.user]: userId, [META.thread]: threadId },
+        limit: 20,
+      })) {
+        if (++seen > 100) break;
+        if (s.labels?.[META.user] !== userId || s.labels?.[META.thread] !== threadId) continue;
+        if (["destroyed", "destroying", "error", "build_failed"].includes(String(s.state)))
+          continue;
+        return s;
+      }
+      return undefined;
+    } catch (err) {
+      throw fromDaytona(err, "looking up the thread's sandbox");
+    }
+  }
+
+  async resume(sandboxId: string): Promise<SandboxInstance> {
+    if (typeof sandboxId !== "string" || !sandboxId)
+      throw new SandboxError("sandboxId is required", "NOT_FOUND");
+    let sbx: Sandbox;
+    try {
+      sbx = await this.client.get(sandboxId);
+    } catch (err) {
+      throw fromDaytona(err, `resuming sandbox ${sandboxId}`);
+    }
+    if (["destroyed", "destroying"].includes(String(sbx.state)))
+      throw new SandboxError(`Daytona sandbox ${sandboxId} was deleted`, "NOT_FOUND");
+    return this.started(sbx);
+  }
+
+  /** Starts a stopped/paused sandbox and restores its Sandpit defaults from its labels. */
+  private async started(sbx: Sandbox): Promise<DaytonaInstance> {
+    try {
+      if (sbx.state !== "started") await sbx.start(this.lifecycleSeconds);
+    } catch (err) {
+      throw fromDaytona(err, `starting sandbox ${sbx.id}`);
+    }
+    const labels = sbx.labels ?? {};
+    const timeoutMs = Number(labels[META.timeoutMs]);
+    return new DaytonaInstance(this, sbx, {
+      language: labels[META.language] === "typescript" ? "typescript" : "python",
+      workingDirectory: labels[META.workdir] || VIRTUAL_WORKSPACE,
+      timeoutMs: Number.isFinite(timeoutMs) && timeoutMs > 0 ? timeoutMs : undefined,
+    });
+  }
+}
+
+interface ExecOptions {
+  cwd: string;
+  envs?: Record<string, string> | undefined;
+  timeoutMs: number;
+  stdin?: string | undefined;
+  onStdout?: ((d: string) => void) | undefined;
+  onStderr?: ((d: string) => void) | undefined;
+}
+
+export class DaytonaInstance implements SandboxInstance {
+  readonly sandboxId: string;
+  readonly commands: SandboxCommands;
+  readonly filesystem: SandboxFilesystem;
+  readonly sandbox: Sandbox;
+  private readonly provider: DaytonaProvider;
+  private readonly defaults: Defaults;
+  private killed = false;
+
+  constructor(provider: DaytonaProvider, sandbox: Sandbox, defaults: Defaults) {
+    this.provider = provider;
+    this.sandbox = sandbox;
+    this.sandboxId = sandbox.id;
+    this.defaults = defaults;
+    this.commands = { run: (command, options) => this.run(command, options) };
+    this.filesystem = new DaytonaFilesystem(this);
+  }
+
+  alive(): void {
+    if (this.killed)
+      throw new SandboxError(`Daytona sandbox ${this.sandboxId} was deleted`, "NOT_FOUND");
+  }
+
+  /** /mnt/user-data and Sandpit's state; as root through sudo when the image user cannot. */
+  async layout(): Promise<void> {
+    const dirs = [...VIRTUAL_LAYOUT, RUNNERS, RUN].map(shq).join(" ");
+    const cmd = `mkdir -p ${dirs} 2>/dev/null || { sudo -n mkdir -p ${dirs} && sudo -n chown -R "$(id -u):$(id -g)" ${shq(VIRTUAL_ROOT)}; }`;
+    const r = await this.exec(cmd, { cwd: "/", timeoutMs: 60_000 });
+    if (r.exitCode !== 0)
+      throw new SandboxError(
+        `Daytona: could not create ${VIRTUAL_ROOT}: ${(r.stderr || r.stdout).trim()}`,
+        "EXECUTION_FAILED",
+      );
+    const files = await Promise.all(
+      RUNNER_FILES.map(async (f) => ({
+        source: await readFile(join(RUNNERS_DIR, f)),
+        destination: `${RUNNERS}/${f}`,
+      })),
+    );
+    try {
+      await this.sandbox.fs.uploadFiles(files, seconds(60_000));
+    } catch (err) {
+      throw fromDaytona(err, "uploading Sandpit's code runners");
+    }
+  }
+
+  async setup(
+    language: SandboxLanguage,
+    packages: string[] | undefined,
+    workingDirectory: string,
+  ): Promise<void> {
+    if (workingDirectory !== VIRTUAL_WORKSPACE) await this.filesystem.mkdir(workingDirectory);
+    if (!packages?.length) return;
+    const cmd =
+      language === "python"
+        ? installCommand("python", packages, undefined, PY_PACKAGES)
+        : installCommand("typescript", packages, STATE);
+    const r = await this.exec(cmd, { cwd: VIRTUAL_WORKSPACE, timeoutMs: INSTALL_TIMEOUT_MS });
+    if (r.exitCode !== 0) throw installFailed(packages, r);
+  }
+
+  private async run(
+    command: string,
+    o: SandboxCommandOptions = {},
+  ): Promise<SandboxExecutionResult> {
+    if (typeof command !== "string" || command.length === 0)
+      throw new SandboxError("command must be a non-empty string", "INVALID_ARGUMENT");
+    checkEnvs(o.envs);
+    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+    const started = performance.now();
+    const r = await this.exec(command, {
+      cwd: virtualPath(o.cwd ?? this.defaults.workingDirectory),
+      envs: o.envs,
+      timeoutMs,
+      stdin: o.stdin,
+      onStdout: o.onStdout,
+      onStderr: o.onStderr,
+    });
+    if (r.timedOut) {
+      throw new SandboxError(
+        `command timed out after ${elapsed(started)} ms and was killed with its process group: ${command.slice(0, 200)}`,
+        "TIMEOUT",
+      );
+    }
+    return { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr };
+  }
+
+  /**
+   * Runs `command` in a fresh session and streams its logs until it ends. The session is
+   * deleted afterwards, which also stops anything still attached to it.
+   */
+  async exec(
+    command: string,
+    o: ExecOptions,
+  ): Promise<SandboxExecutionResult & { timedOut: boolean }> {
+    this.alive();
+    const proc = this.sandbox.process;
+    const sessionId = `sandpit-${randomUUID()}`;
+    const started = performance.now();
+    try {
+      await proc.createSession(sessionId);
+    } catch (err) {
+      throw fromDaytona(err, "opening a command session");
+    }
+    try {
+      let cmdId: string;
+      try {
+        ({ cmdId } = await proc.executeSessionCommand(sessionId, {
+          command: wrap(command, o),
+          runAsync: true,
+        }));
+      } catch (err) {
+        throw fromDaytona(err, "starting a command");
+      }
+      let stdout = "";
+      let stderr = "";
+      const logs = proc.getSessionCommandLogs(
+        sessionId,
+        cmdId,
+        (d: string) => {
+          stdout += d;
+          o.onStdout?.(d);
+        },
+        (d: string) => {
+          stderr += d;
+          o.onStderr?.(d);
+        },
+      );
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<"deadline">(
+        (resolve) =>
+          (timer = setTimeout(() => resolve("deadline"), o.timeoutMs + DEADLINE_GRACE_MS)),
+      );
+      let outcome: unknown;
+      try {
+        outcome = await Promise.race([logs, deadline]);
+      } catch (err) {
+        // The WebSocket layer rejects with an ErrorEvent-like object holding the real error.
+        const inner =
+          !(err instanceof Error) && err && typeof err === "object" && "error" in err
+            ? (err as { error: unknown }).error
+            : err;
+        const mapped = fromDaytona(inner, "streaming command output");
+        // Whatever broke the stream, the command's outcome is unknown: the connection failed.
+        throw mapped.code === "INTERNAL"
+          ? new SandboxError(mapped.message, "CONNECTION_FAILED", inner)
+          : mapped;
+      } finally {
+        clearTimeout(timer);
+      }
+      // The in-sandbox `timeout` should have fired long before; deleting the session stops it.
+      if (outcome === "deadline") return { exitCode: -1, stdout, stderr, timedOut: true };
+      const exitCode = await this.exitCode(sessionId, cmdId);
+      const timedOut = TIMEOUT_EXITS.has(exitCode) && elapsed(started) >= o.timeoutMs;
+      return { exitCode, stdout, stderr, timedOut };
+    } finally {
+      await proc.deleteSession(sessionId).catch(() => undefined);
+    }
+  }
+
+  /** The exit code, which the daemon records as the log stream ends (bounded wait). */
+  private async exitCode(sessionId: string, cmdId: string): Promise<number> {
+    for (let i = 0; i < 50; i++) {
+      let code: number | undefined;
+      try {
+        code = (await this.sandbox.process.getSessionCommand(sessionId, cmdId)).exitCode;
+      } catch (err) {
+        throw fromDaytona(err, "reading a command's exit code");
+      }
+      if (typeof code === "number") return code;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new SandboxError(
+      "Daytona: the command's output stream ended but it reported no exit code (dropped stream?)",
+      "CONNECTION_FAILED",
+    );
+  }
+
+  async executeCode(
+    code: string,
+    language: SandboxLanguage,
+    o: CodeExecutionOptions = {},
+  ): Promise<CodeExecutionResult> {
+    if (language !== "python" && language !== "typescript") {
+      throw new SandboxError(
+        `unknown language ${JSON.stringify(language)}: use "python" or "typescript"`,
+        "INVALID_ARGUMENT",
+      );
+    }
+    if (typeof code !== "string")
+      throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
+    checkEnvs(o.envs);
+    this.alive();
+    const cwd = virtualPath(o.cwd ?? this.defaults.workingDirectory);
+    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+    const id = randomUUID();
+    const codeFile = `${RUN}/${id}.${language === "python" ? "py" : "mts"}`;
+    const errorFile = `${RUN}/${id}.error.json`;
+    try {
+      await this.sandbox.fs.uploadFile(Buffer.from(code, "utf8"), codeFile, seconds(60_000));
+    } catch (err) {
+      throw fromDaytona(err, "uploading the code");
+    }
+    const runner =
+      language === "python"
+        ? `python3 -u ${shq(`${RUNNERS}/python_runner.py`)} ${shq(codeFile)} ${shq(errorFile)}`
+        : `node --experimental-transform-types --disable-warning=ExperimentalWarning --import ${shq(`file://${RUNNERS}/node_preload.mjs`)} ${shq(codeFile)}`;
+    const envs =
+      language === "typescript"
+        ? { ...o.envs, SANDPIT_ERROR_FILE: errorFile, SANDPIT_CODE_FILE: codeFile }
+        : o.envs;
+    const started = performance.now();
+    const r = await this.exec(`${runner}; rc=$?; rm -f ${shq(codeFile)}; exit $rc`, {
+      cwd,
+      envs,
+      timeoutMs,
+    });
+    const durationMs = elapsed(started);
+    if (r.timedOut) {
+      await this.sandbox.fs.deleteFile(codeFile).catch(() => undefined);
+      throw new SandboxError(
+        `code execution exceeded its timeout of ${timeoutMs} ms and was killed`,
+        "TIMEOUT",
+      );
+    }
+    const reported = r.exitCode === 0 ? null : await this.readError(errorFile);
+    const result: CodeExecutionResult = {
+      success: r.exitCode === 0 && !reported,
+      stdout: r.stdout,
+      stderr: r.stderr,
+      durationMs,
+    };
+    const output = parseOutput(r.stdout);
+    if (output !== undefined) result.output = output;
+    if (!result.success) {
+      result.error = reported ?? {
+        name: "ExitError",
+        message: `process exited with code ${r.exitCode}`,
+        ...(r.stderr ? { traceback: r.stderr.slice(-8000) } : {}),
+      };
+    }
+    return result;
+  }
+
+  /** The runner's structured error, if it wrote one (then the file is removed). */
+  private async readError(
+    path: string,
+  ): Promise<{ name: string; message: string; traceback?: string } | null> {
+    let raw: Buffer;
+    try {
+      raw = await this.sandbox.fs.downloadFile(path, seconds(60_000));
+    } catch (err) {
+      if (err instanceof DaytonaNotFoundError) return null;
+      throw fromDaytona(err, "reading the code's error report");
+    }
+    await this.sandbox.fs.deleteFile(path).catch(() => undefined);
+    try {
+      const e = JSON.parse(raw.toString("utf8")) as Record<string, unknown>;
+      return {
+        name: String(e.name),
+        message: String(e.message),
+        ...(typeof e.traceback === "string" ? { traceback: e.traceback } : {}),
+      };
+    } catch {
+      return null;
+    }
+  }
+
+  async kill(): Promise<void> {
+    if (this.killed) return;
+    try {
+      await this.sandbox.delete(this.provider.lifecycleSeconds);
+    } catch (err) {
+      if (!(err instanceof DaytonaNotFoundError))
+        throw fromDaytona(err, `deleting sandbox ${this.sandboxId}`);
+    }
+    this.killed = true;
+  }
+
+  async pause(): Promise<void> {
+    this.alive();
+    try {
+      if (this.provider.options.pauseMode === "pause")
+        await this.sandbox.pause(this.provider.lifecycleSeconds);
+      else await this.sandbox.stop(this.provider.lifecycleSeconds);
+    } catch (err) {
+      throw fromDaytona(err, `pausing sandbox ${this.sandboxId}`);
+    }
+  }
+
+  /**
+   * host:port of Daytona's preview URL for `port`. Private sandboxes also want the
+   * `x-daytona-preview-token` header, which a host string cannot carry (see the README).
+   */
+  async getHost(port: number): Promise<string> {
+    checkPort(port);
+    this.alive();
+    let url: URL;
+    try {
+      url = new URL((await this.sandbox.getPreviewLink(port)).url);
+    } catch (err) {
+      throw fromDaytona(err, `getting the preview URL of port ${port}`);
+    }
+    return url.port ? url.host : `${url.hostname}:${url.protocol === "https:" ? 443 : 80}`;
+  }
+}
+
+/**
+ * The script a session runs: a subshell (so nothing leaks into the session) that enters the
+ * working directory, exports per-command variables, and runs the command under `timeout`
+ * (which signals the whole process group: TERM, then KILL 2 s later) with the given stdin
+ * (or none: a session's own stdin would block a reader forever).
+ */
+function wrap(command: string, o: ExecOptions): string {
+  const exports = Object.entries(o.envs ?? {})
+    .map(([k, v]) => `export ${k}=${shq(v)}; `)
+    .join("");
+  const limit = (o.timeoutMs / 1000).toFixed(3);
+  const run = `timeout -k 2 ${limit} sh -c ${shq(command)}`;
+  const input =
+    o.stdin === undefined
+      ? `${run} < /dev/null`
+      : `printf '%s' ${shq(Buffer.from(o.stdin).toString("base64"))} | base64 -d | ${run}`;
+  return `(cd ${shq(o.cwd)} || exit 1; ${exports}${input})`;
+}
+
+class DaytonaFilesystem implements SandboxFilesystem {
+  private readonly inst: DaytonaInstance;
+  constructor(inst: DaytonaInstance) {
+    this.inst = inst;
+  }
+
+  private get fs() {
+    this.inst.alive();
+    return this.inst.sandbox.fs;
+  }
+
+  async read(path: string): Promise<string> {
+    return new TextDecoder().decode(await this.readBytes(path));
+  }
+
+  async readBytes(path: string): Promise<Uint8Array> {
+    const p = virtualPath(path);
+    try {
+      return new Uint8Array(await this.fs.downloadFile(p, seconds(30 * 60_000)));
+    } catch (err) {
+      throw fromDaytona(err, `reading ${p}`);
+    }
+  }
+
+  async write(path: string, content: string | Uint8Array): Promise<void> {
+    if (typeof content !== "string" && !(content instanceof Uint8Array)) {
+      throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
+    }
+    const p = virtualPath(path);
+    const data =
+      typeof content === "string"
+        ? Buffer.from(content, "utf8")
+        : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
+    try {
+      await this.fs.uploadFile(data, p, seconds(30 * 60_000));
+    } catch (err) {
+      throw fromDaytona(err, `writing ${p}`);
+    }
+  }
+
+  async list(path: string): Promise<SandboxFileInfo[]> {
+    const p = virtualPath(path);
+    try {
+      const entries = await this.fs.listFiles(p);
+      return entries.map((e) => {
+        const when = new Date(e.modifiedAt || e.modTime);
+        return {
+          name: e.name,
+          path: posix.join(p, e.name),
+          type: e.isDir ? "dir" : "file",
+          size: Number(e.size),
+          ...(Number.isNaN(when.getTime()) ? {} : { modifiedTime: when }),
+        };
+      });
+    } catch (err) {
+      throw fromDaytona(err, `listing ${p}`);
+    }
+  }
+
+  async exists(path: string): Promise<boolean> {
+    const p = virtualPath(path);
+    try {
+      await this.fs.getFileDetails(p);
+      return true;
+    } catch (err) {
+      if (err instanceof DaytonaNotFoundError) return false;
+      throw fromDaytona(err, `checking ${p}`);
+    }
+  }
+
+  async mkdir(path: string): Promise<void> {
+    const p = virtualPath(path);
+    try {
+      await this.fs.createFolder(p, "755"); // MkdirAll on the daemon: parents, idempotent
+    } catch (err) {
+      throw fromDaytona(err, `creating directory ${p}`);
+    }
+  }
+
+  async remove(path: string): Promise<void> {
+    const p = virtualPath(path);
+    if (p === VIRTUAL_ROOT)
+      throw new SandboxError(`refusing to remove ${VIRTUAL_ROOT} itself`, "INVALID_ARGUMENT");
+    try {
+      await this.fs.deleteFile(p, true);
+    } catch (err) {
+      throw fromDaytona(err, `removing ${p}`);
+    }
+  }
+}

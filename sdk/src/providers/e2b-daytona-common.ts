@@ -1,0 +1,155 @@
+/**
+ * What the E2B and Daytona providers share: the virtual path rule, port and package checks,
+ * shell quoting, the per-thread sandbox identity, and how a network failure is recognised.
+ * Neither service knows about /mnt/user-data, so these providers enforce it on the client
+ * (lexically, with the same function sandboxd uses) before any request leaves.
+ */
+import {
+  resolveVirtualPath,
+  SandboxdError,
+  VIRTUAL_ROOT,
+  VIRTUAL_WORKSPACE,
+} from "@sandpit/sandboxd/protocol";
+import { SandboxError } from "../errors.ts";
+
+export { VIRTUAL_ROOT, VIRTUAL_WORKSPACE };
+export const VIRTUAL_LAYOUT = ["workspace", "uploads", "outputs"].map(
+  (d) => `${VIRTUAL_ROOT}/${d}`,
+);
+
+/** Metadata / label keys that tie a remote sandbox to a Sandpit user and thread. */
+export const META = {
+  user: "sandpit-user",
+  thread: "sandpit-thread",
+  language: "sandpit-language",
+  workdir: "sandpit-workdir",
+  timeoutMs: "sandpit-timeout-ms",
+} as const;
+
+/** Commands and code without a timeout are stopped after this long (as sandboxd does). */
+export const DEFAULT_EXEC_TIMEOUT_MS = 5 * 60_000;
+/** Package installs get longer. */
+export const INSTALL_TIMEOUT_MS = 10 * 60_000;
+
+/** The absolute virtual path for `input`, or INVALID_ARGUMENT when it leaves /mnt/user-data. */
+export function virtualPath(input: unknown): string {
+  try {
+    return resolveVirtualPath(input).virtual;
+  } catch (err) {
+    if (err instanceof SandboxdError) throw new SandboxError(err.message, "INVALID_ARGUMENT", err);
+    throw err;
+  }
+}
+
+export function checkPort(port: number): void {
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new SandboxError(
+      `port must be an integer from 1 to 65535, got ${port}`,
+      "INVALID_ARGUMENT",
+    );
+  }
+}
+
+/** Same rule as sandboxd: a package is a name with an optional version, never an option. */
+export function checkPackages(packages: string[]): void {
+  for (const p of packages) {
+    if (!/^[^\s-][^\s]*$/.test(p) || p.length > 200) {
+      throw new SandboxError(
+        `invalid package ${JSON.stringify(p)}: a package is a name with an optional version, not an option`,
+        "INVALID_ARGUMENT",
+      );
+    }
+  }
+}
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+export function checkEnvs(envs: Record<string, string> | undefined): void {
+  for (const name of Object.keys(envs ?? {})) {
+    if (!ENV_NAME.test(name))
+      throw new SandboxError(
+        `invalid environment variable name ${JSON.stringify(name)}`,
+        "INVALID_ARGUMENT",
+      );
+  }
+}
+
+/** POSIX single-quote quoting. */
+export function shq(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`)}'`;
+}
+
+/** The shell command that installs packages the way the contract says (pip / npm). */
+export function installCommand(
+  language: "python" | "typescript",
+  packages: string[],
+  npmPrefix?: string,
+  pipTarget?: string,
+): string {
+  const list = packages.map(shq).join(" ");
+  if (language === "python") {
+    // With --target, an image's PIP_USER=1 would make pip refuse ("cannot combine --user and --target").
+    const target = pipTarget ? ` --target ${shq(pipTarget)}` : "";
+    return `${pipTarget ? "PIP_USER=0 " : ""}python3 -m pip install --no-input --disable-pip-version-check${target} ${list}`;
+  }
+  return `npm install --no-audit --no-fund --loglevel=error${npmPrefix ? ` --prefix ${shq(npmPrefix)}` : ""} ${list}`;
+}
+
+export function installFailed(
+  packages: string[],
+  r: { exitCode: number; stdout: string; stderr: string },
+): SandboxError {
+  return new SandboxError(
+    `installing ${packages.join(" ")} failed (exit ${r.exitCode}): ${(r.stderr || r.stdout).trim().slice(-2000)}`,
+    "EXECUTION_FAILED",
+  );
+}
+
+/** Strips ANSI colour codes (Jupyter tracebacks carry them). */
+export function stripAnsi(s: string): string {
+  // eslint-disable-next-line no-control-regex
+  return s.replace(/\u001b\[[0-9;?]*[ -/]*[@-~]/g, "");
+}
+
+const NETWORK_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EPIPE",
+  "ETIMEDOUT",
+  "ECONNABORTED",
+  "UND_ERR_SOCKET",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "UND_ERR_CLOSED",
+  "ERR_SOCKET_CONNECTION_TIMEOUT",
+]);
+
+/** The network error code (ECONNREFUSED, ...) anywhere in an error's cause chain, if any. */
+export function networkErrorCode(err: unknown): string | undefined {
+  const seen = new Set<unknown>();
+  let e: unknown = err;
+  while (e && typeof e === "object" && !seen.has(e)) {
+    seen.add(e);
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && NETWORK_CODES.has(code)) return code;
+    // AggregateError (happy-eyeballs connect attempts) carries the real failures in .errors.
+    const inner = (e as { errors?: unknown[] }).errors;
+    if (Array.isArray(inner))
+      for (const x of inner) {
+        const c = networkErrorCode(x);
+        if (c) return c;
+      }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+export function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+export function elapsed(started: number): number {
+  return Math.max(0, Math.round(performance.now() - started));
+}

@@ -1,0 +1,84 @@
+/**
+ * E2B SDK errors → SandboxError. The SDK's classes (all from the `e2b` package, which
+ * `@e2b/code-interpreter` re-exports) say what went wrong; transport failures arrive as plain
+ * fetch/undici errors whose cause chain carries ECONNREFUSED and friends.
+ * Note AuthenticationError does not extend the SDK's SandboxError, so order matters little,
+ * but subclasses (SandboxNotFoundError < NotFoundError) are tested before their parents.
+ */
+import {
+  AuthenticationError,
+  CommandExitError,
+  FileNotFoundError,
+  InvalidArgumentError,
+  NotEnoughSpaceError,
+  NotFoundError,
+  RateLimitError,
+  SandboxError as E2BSandboxError,
+  SandboxNotFoundError,
+  ServiceBusyError,
+  TemplateError,
+  TimeoutError,
+} from "e2b";
+import { SandboxError, type SandboxErrorCode } from "../errors.ts";
+import { errorText, networkErrorCode } from "./e2b-daytona-common.ts";
+
+export function e2bErrorCode(err: unknown): SandboxErrorCode {
+  if (err instanceof SandboxError) return err.code;
+  if (err instanceof AuthenticationError) return "UNAUTHORIZED";
+  if (err instanceof RateLimitError) return "RATE_LIMITED";
+  if (
+    err instanceof SandboxNotFoundError ||
+    err instanceof FileNotFoundError ||
+    err instanceof NotFoundError
+  )
+    return "NOT_FOUND";
+  if (err instanceof TimeoutError) return "TIMEOUT";
+  if (err instanceof InvalidArgumentError || err instanceof TemplateError)
+    return "INVALID_ARGUMENT";
+  if (err instanceof NotEnoughSpaceError) return "CAPACITY_EXCEEDED";
+  // 503 "Service temporarily unavailable": the service cannot take us now; another provider may.
+  if (err instanceof ServiceBusyError) return "CONNECTION_FAILED";
+  if (err instanceof CommandExitError) return "EXECUTION_FAILED";
+  if (networkErrorCode(err)) return "CONNECTION_FAILED";
+  // A request deadline (AbortSignal.timeout) surfaces as a DOMException named TimeoutError.
+  if (hasName(err, "TimeoutError")) return "TIMEOUT";
+  if (err instanceof E2BSandboxError) {
+    // The code interpreter's errors carry the status only in the message ("401 Unauthorized").
+    const status = err.statusCode ?? Number(/^(\d{3}) /.exec(err.message)?.[1] ?? NaN);
+    if (status === 401 || status === 403) return "UNAUTHORIZED";
+    if (status === 429) return "RATE_LIMITED";
+    if (status === 409) return "CONFLICT";
+    if (status === 400 || status === 422) return "INVALID_ARGUMENT";
+    if (status === 502 || status === 504) return "CONNECTION_FAILED";
+  }
+  // Connect transport failures without a status ("fetch failed", "[unknown] ...") are network.
+  if (
+    err instanceof Error &&
+    /fetch failed|other side closed|socket hang up|terminated/i.test(err.message)
+  )
+    return "CONNECTION_FAILED";
+  return "INTERNAL";
+}
+
+/** Wraps any E2B failure as a SandboxError naming the operation; the original is `cause`. */
+export function fromE2B(err: unknown, what: string): SandboxError {
+  if (err instanceof SandboxError) return err;
+  const code = e2bErrorCode(err);
+  const net = networkErrorCode(err);
+  return new SandboxError(
+    `E2B: ${what} failed: ${errorText(err)}${net && !errorText(err).includes(net) ? ` (${net})` : ""}`,
+    code,
+    err,
+  );
+}
+
+function hasName(err: unknown, name: string): boolean {
+  for (
+    let e = err, i = 0;
+    e && typeof e === "object" && i < 8;
+    e = (e as { cause?: unknown }).cause, i++
+  ) {
+    if ((e as { name?: unknown }).name === name) return true;
+  }
+  return false;
+}

@@ -1,0 +1,31 @@
+/**
+ * The contract suite on the E2B provider, through the real `e2b` / `@e2b/code-interpreter`
+ * SDKs, against the loopback E2B fake (test/fakes/e2b.ts), whose sandboxes run real processes
+ * in bubblewrap. Without bubblewrap the run is reported as skipped (and fails in CI).
+ */
+import { E2BProvider } from "../../sdk/src/providers/e2b.ts";
+import { FakeE2B } from "../fakes/e2b.ts";
+import { bwrapUsable } from "../fakes/sandbox-host.ts";
+import { contractSuite } from "./suite.ts";
+
+if (!(await bwrapUsable())) {
+  if (process.env.CI)
+    throw new Error("bubblewrap must be installed in CI (apt-get install bubblewrap)");
+  console.warn(
+    "bubblewrap is not available: skipping the E2B contract run (its fake runs sandboxes in bubblewrap)",
+  );
+} else {
+  contractSuite("e2b (loopback fake)", async () => {
+    const fake = new FakeE2B();
+    const url = await fake.start();
+    const provider = new E2BProvider({
+      apiKey: fake.apiKey,
+      apiUrl: url,
+      sandboxUrl: url,
+      domain: "sandbox.test",
+      // The fake's sandboxes share the host network, so their ports are on 127.0.0.1.
+      hostTemplate: "127.0.0.1:{port}",
+    });
+    return { provider, teardown: () => fake.close() };
+  });
+}

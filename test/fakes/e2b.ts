@@ -1,0 +1,567 @@
+/**
+ * A loopback E2B: the control plane (REST JSON under /v2/sandboxes and /sandboxes), envd (REST
+ * /files and /health, Connect-RPC in JSON mode for process.Process and filesystem.Filesystem)
+ * and the code interpreter (/contexts, NDJSON /execute), all on one 127.0.0.1 port. Point the
+ * SDK at it with `apiUrl` and `sandboxUrl` both set to `url`; data-plane requests are told
+ * apart by the E2b-Sandbox-Id / E2b-Sandbox-Port headers, exactly as the SDK sends them.
+ *
+ * Everything runs for real in a FakeSandboxHost (bubblewrap, /mnt/user-data, /home/user).
+ * Differences from E2B worth knowing: code cells are separate processes (no kernel state
+ * between cells), and `Remove` of a missing path succeeds (as envd's os.RemoveAll does).
+ */
+import type { ChildProcess } from "node:child_process";
+import { randomBytes, randomUUID } from "node:crypto";
+import * as fs from "node:fs/promises";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { join, posix } from "node:path";
+import { FakeServer, parseMultipart, readBody, readJson, sendEmpty, sendJson } from "./http.ts";
+import { listEntries, permissions, statEntry, writeFileAtomic, type Entry } from "./files.ts";
+import { FakeSandboxHost, RUNNERS_MOUNT, type FakeSandbox } from "./sandbox-host.ts";
+
+export const E2B_FAKE_API_KEY = `e2b_${"0".repeat(40)}`;
+const ENVD_PORT = "49983";
+const JUPYTER_PORT = "49999";
+const HOME = "/home/user";
+
+interface E2BData {
+  templateID: string;
+  metadata: Record<string, string>;
+  startedAt: Date;
+  timeoutS: number;
+  token: string;
+  processes: Map<number, ChildProcess>;
+  contexts: Map<string, { id: string; language: string; cwd: string; running: Set<ChildProcess> }>;
+  executions: number;
+}
+
+const data = (s: FakeSandbox) => s.data as unknown as E2BData;
+
+export class FakeE2B {
+  readonly host = new FakeSandboxHost({
+    home: HOME,
+    // The fake image's pip installs into the user's site (as E2B's image lets the user do).
+    imageEnv: (s) => ({
+      PIP_USER: "1",
+      PYTHONUSERBASE: `${s.home}/.local`,
+      PIP_BREAK_SYSTEM_PACKAGES: "1",
+      NO_COLOR: "1",
+    }),
+  });
+  readonly server: FakeServer;
+  url = "";
+  apiKey = E2B_FAKE_API_KEY;
+  envdVersion = "0.5.7";
+
+  constructor() {
+    this.server = new FakeServer((req, res, url) => this.route(req, res, url));
+  }
+
+  async start(): Promise<string> {
+    this.url = await this.server.listen();
+    return this.url;
+  }
+
+  async close(): Promise<void> {
+    await this.server.close();
+    await this.host.close();
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+    const sid = req.headers["e2b-sandbox-id"];
+    if (typeof sid === "string")
+      return this.dataPlane(
+        sid,
+        String(req.headers["e2b-sandbox-port"] ?? ENVD_PORT),
+        req,
+        res,
+        url,
+      );
+    if (req.headers["x-api-key"] !== this.apiKey)
+      return sendJson(res, 401, { code: 401, message: "Invalid API key" });
+    const p = url.pathname.replace(/^\/v2\//, "/");
+    const m = /^\/sandboxes(?:\/([^/]+))?(?:\/(connect|resume|pause|timeout))?$/.exec(p);
+    if (!m)
+      return sendJson(res, 404, { code: 404, message: `no route ${req.method} ${url.pathname}` });
+    const [, id, action] = m;
+    if (!id) {
+      if (req.method === "POST") return this.create(req, res);
+      if (req.method === "GET") return this.list(res, url);
+    }
+    const sbx = id ? this.host.get(id) : undefined;
+    if (!sbx) return sendJson(res, 404, { code: 404, message: `sandbox ${id} not found` });
+    if (req.method === "GET" && !action) return sendJson(res, 200, this.detail(sbx));
+    if (req.method === "DELETE" && !action) {
+      await this.host.kill(sbx);
+      return sendEmpty(res, 204);
+    }
+    if (req.method === "POST" && action === "pause") {
+      if (sbx.state === "paused")
+        return sendJson(res, 409, { code: 409, message: "sandbox is already paused" });
+      this.host.pause(sbx);
+      return sendEmpty(res, 204);
+    }
+    if (req.method === "POST" && (action === "connect" || action === "resume")) {
+      const body = await readJson<{ timeout?: number }>(req);
+      if (body.timeout) data(sbx).timeoutS = body.timeout;
+      const resumed = sbx.state === "paused";
+      sbx.state = "running";
+      return sendJson(res, resumed ? 201 : 200, this.summary(sbx));
+    }
+    if (req.method === "POST" && action === "timeout") return sendEmpty(res, 204);
+    return sendJson(res, 405, { code: 405, message: "method not allowed" });
+  }
+
+  private async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJson<{
+      templateID?: string;
+      metadata?: Record<string, string>;
+      envVars?: Record<string, string>;
+      timeout?: number;
+    }>(req);
+    const id = `i${randomBytes(8).toString("hex")}`;
+    const sbx = await this.host.create(id, body.envVars ?? {});
+    const d: E2BData = {
+      templateID: body.templateID ?? "base",
+      metadata: body.metadata ?? {},
+      startedAt: new Date(),
+      timeoutS: body.timeout ?? 300,
+      token: randomBytes(16).toString("hex"),
+      processes: new Map(),
+      contexts: new Map(),
+      executions: 0,
+    };
+    Object.assign(sbx.data, d);
+    sendJson(res, 201, this.summary(sbx));
+  }
+
+  private summary(sbx: FakeSandbox) {
+    const d = data(sbx);
+    return {
+      sandboxID: sbx.id,
+      templateID: d.templateID,
+      clientID: "fake",
+      envdVersion: this.envdVersion,
+      envdAccessToken: d.token,
+      domain: null,
+    };
+  }
+
+  private detail(sbx: FakeSandbox) {
+    const d = data(sbx);
+    return {
+      ...this.summary(sbx),
+      alias: d.templateID,
+      startedAt: d.startedAt.toISOString(),
+      endAt: new Date(d.startedAt.getTime() + d.timeoutS * 1000).toISOString(),
+      cpuCount: 2,
+      memoryMB: 512,
+      diskSizeMB: 1024,
+      metadata: d.metadata,
+      state: sbx.state === "paused" ? "paused" : "running",
+    };
+  }
+
+  private list(res: ServerResponse, url: URL): void {
+    // The SDK sends metadata as one query value holding `k=v&k2=v2`, each part URI-encoded.
+    const wanted = new URLSearchParams(url.searchParams.get("metadata") ?? "");
+    const states = (url.searchParams.get("state") ?? "running").split(",");
+    const out = this.host
+      .all()
+      .filter((s) => states.includes(s.state === "paused" ? "paused" : "running"))
+      .filter((s) =>
+        [...wanted].every(
+          ([k, v]) => data(s).metadata[decodeURIComponent(k)] === decodeURIComponent(v),
+        ),
+      )
+      .map((s) => this.detail(s));
+    sendJson(res, 200, out);
+  }
+
+  // ---- data plane ---------------------------------------------------------------------------
+
+  private async dataPlane(
+    sid: string,
+    port: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+  ): Promise<void> {
+    const sbx = this.host.get(sid);
+    // E2B's edge answers 502 for sandboxes that are not running (paused, killed, timed out).
+    if (!sbx || sbx.state !== "running") {
+      await readBody(req);
+      res.writeHead(502, { "content-type": "text/plain" });
+      res.end(`The sandbox ${sid} was not found or is not running`);
+      return;
+    }
+    // The code interpreter is reached through the edge proxy without envd's access token.
+    if (port === JUPYTER_PORT) return this.jupyter(sbx, req, res, url);
+    if (req.headers["x-access-token"] !== data(sbx).token)
+      return sendJson(res, 401, { code: 401, message: "invalid access token" });
+    const p = url.pathname;
+    if (p === "/health") return sendEmpty(res, 204);
+    if (p === "/files" && req.method === "GET") return this.readFile(sbx, res, url);
+    if (p === "/files" && req.method === "POST") return this.writeFile(sbx, req, res, url);
+    if (p === "/process.Process/Start") return this.startProcess(sbx, req, res);
+    const rpc = /^\/(process\.Process|filesystem\.Filesystem)\/(\w+)$/.exec(p);
+    if (rpc) {
+      const body = await readJson<Record<string, unknown>>(req);
+      try {
+        return sendJson(res, 200, await this.unary(sbx, rpc[1]!, rpc[2]!, body));
+      } catch (err) {
+        const e = err as RpcError;
+        if (!(e instanceof RpcError)) throw err;
+        return sendJson(res, e.status, { code: e.code, message: e.message });
+      }
+    }
+    sendJson(res, 404, { code: 404, message: `no route ${p}` });
+  }
+
+  private async resolve(sbx: FakeSandbox, path: string | null): Promise<string> {
+    const host = path ? await sbx.hostPath(path) : null;
+    if (!host) throw new RpcError("permission_denied", 403, `path ${path} is not accessible`);
+    return host;
+  }
+
+  private async readFile(sbx: FakeSandbox, res: ServerResponse, url: URL): Promise<void> {
+    const host = await sbx.hostPath(url.searchParams.get("path") ?? "");
+    const st = host ? await fs.stat(host).catch(() => null) : null;
+    if (!host || !st)
+      return sendJson(res, 404, {
+        code: 404,
+        message: `path '${url.searchParams.get("path")}' does not exist`,
+      });
+    if (st.isDirectory()) return sendJson(res, 400, { code: 400, message: "path is a directory" });
+    const buf = await fs.readFile(host);
+    res.writeHead(200, {
+      "content-type": "application/octet-stream",
+      "content-length": String(buf.length),
+    });
+    res.end(buf);
+  }
+
+  private async writeFile(
+    sbx: FakeSandbox,
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+  ): Promise<void> {
+    const body = await readBody(req);
+    const type = req.headers["content-type"] ?? "";
+    const files: { path: string; data: Buffer }[] = [];
+    if (type.startsWith("multipart/form-data")) {
+      for (const part of parseMultipart(body, type)) {
+        if (part.name === "file")
+          files.push({
+            path: url.searchParams.get("path") ?? part.filename ?? "",
+            data: part.data,
+          });
+      }
+    } else {
+      files.push({ path: url.searchParams.get("path") ?? "", data: body });
+    }
+    const out = [];
+    for (const f of files) {
+      const host = await sbx.hostPath(f.path);
+      if (!host)
+        return sendJson(res, 403, { code: 403, message: `path ${f.path} is not writable` });
+      const st = await fs.stat(host).catch(() => null);
+      if (st?.isDirectory())
+        return sendJson(res, 400, { code: 400, message: `path ${f.path} is a directory` });
+      await writeFileAtomic(host, f.data);
+      out.push({ name: posix.basename(f.path), type: "file", path: sbx.virtualPath(host) });
+    }
+    sendJson(res, 200, out);
+  }
+
+  private async unary(
+    sbx: FakeSandbox,
+    service: string,
+    method: string,
+    body: Record<string, unknown>,
+  ): Promise<unknown> {
+    const d = data(sbx);
+    if (service === "filesystem.Filesystem") {
+      const host = await this.resolve(sbx, typeof body.path === "string" ? body.path : null);
+      switch (method) {
+        case "Stat": {
+          const e = await statEntry(sbx, host);
+          if (!e) throw new RpcError("not_found", 404, `no such file or directory: ${body.path}`);
+          return { entry: entryJson(e) };
+        }
+        case "ListDir": {
+          const e = await statEntry(sbx, host);
+          if (!e) throw new RpcError("not_found", 404, `directory not found: ${body.path}`);
+          if (e.type !== "dir")
+            throw new RpcError("invalid_argument", 400, `path is not a directory: ${body.path}`);
+          return { entries: (await listEntries(sbx, host)).map(entryJson) };
+        }
+        case "MakeDir": {
+          const e = await statEntry(sbx, host);
+          if (e?.type === "dir")
+            throw new RpcError("already_exists", 409, `directory already exists: ${body.path}`);
+          if (e)
+            throw new RpcError(
+              "invalid_argument",
+              400,
+              `path exists and is not a directory: ${body.path}`,
+            );
+          await fs.mkdir(host, { recursive: true });
+          return { entry: entryJson((await statEntry(sbx, host))!) };
+        }
+        case "Remove":
+          await fs.rm(host, { recursive: true, force: true });
+          return {};
+      }
+    }
+    if (service === "process.Process") {
+      const pid = Number((body.process as { pid?: number } | undefined)?.pid);
+      const proc = d.processes.get(pid);
+      switch (method) {
+        case "List":
+          return {
+            processes: [...d.processes.keys()].map((p) => ({
+              pid: p,
+              config: { cmd: "/bin/bash", args: [] },
+            })),
+          };
+        case "SendInput": {
+          if (!proc) throw new RpcError("not_found", 404, `process ${pid} not found`);
+          const input = (body.input as { stdin?: string } | undefined)?.stdin ?? "";
+          proc.stdin?.write(Buffer.from(input, "base64"));
+          return {};
+        }
+        case "CloseStdin":
+          if (!proc) throw new RpcError("not_found", 404, `process ${pid} not found`);
+          proc.stdin?.end();
+          return {};
+        case "SendSignal":
+          if (!proc) throw new RpcError("not_found", 404, `process ${pid} not found`);
+          sbx.killGroup(proc.pid);
+          return {};
+      }
+    }
+    throw new RpcError("unimplemented", 501, `${service}/${method} is not implemented by the fake`);
+  }
+
+  /** process.Process/Start: a Connect server stream of start, data and end events. */
+  private async startProcess(
+    sbx: FakeSandbox,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const body = await readBody(req);
+    const msg = JSON.parse(body.subarray(5).toString("utf8")) as {
+      process: { cmd: string; args?: string[]; envs?: Record<string, string>; cwd?: string };
+      stdin?: boolean;
+    };
+    res.writeHead(200, { "content-type": "application/connect+json" });
+    const send = (flags: number, obj: unknown) => res.write(envelope(flags, obj));
+    const cwd = msg.process.cwd ?? HOME;
+    const cwdHost = await sbx.hostPath(cwd);
+    // Paths outside the mounted directories (/, /tmp, ...) are the image's own; bwrap checks those.
+    if (cwdHost && !(await fs.stat(cwdHost).catch(() => null))?.isDirectory()) {
+      send(2, { error: { code: "invalid_argument", message: `cwd '${cwd}' does not exist` } });
+      res.end();
+      return;
+    }
+    const child = await sbx.spawn([msg.process.cmd, ...(msg.process.args ?? [])], {
+      cwd,
+      env: msg.process.envs,
+    });
+    const pid = child.pid!;
+    data(sbx).processes.set(pid, child);
+    if (!msg.stdin) child.stdin?.end();
+    send(0, { event: { start: { pid } } });
+    child.stdout?.on("data", (c: Buffer) =>
+      send(0, { event: { data: { stdout: c.toString("base64") } } }),
+    );
+    child.stderr?.on("data", (c: Buffer) =>
+      send(0, { event: { data: { stderr: c.toString("base64") } } }),
+    );
+    // A dropped client does not stop the process (envd keeps it; the SDK can reconnect).
+    child.once("close", (code, signal) => {
+      data(sbx).processes.delete(pid);
+      const exitCode = code ?? -1;
+      const status = signal
+        ? `signal: ${signal === "SIGKILL" ? "killed" : signal}`
+        : `exit status ${exitCode}`;
+      send(0, { event: { end: { exitCode, exited: signal === null, status } } });
+      send(2, {});
+      res.end();
+    });
+  }
+
+  // ---- code interpreter ----------------------------------------------------------------------
+
+  private async jupyter(
+    sbx: FakeSandbox,
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+  ): Promise<void> {
+    const d = data(sbx);
+    const p = url.pathname;
+    if (p === "/contexts" && req.method === "POST") {
+      const body = await readJson<{ language?: string; cwd?: string }>(req);
+      const ctx = {
+        id: randomUUID(),
+        language: normaliseLanguage(body.language),
+        cwd: body.cwd ?? HOME,
+        running: new Set<ChildProcess>(),
+      };
+      d.contexts.set(ctx.id, ctx);
+      return sendJson(res, 200, { id: ctx.id, language: ctx.language, cwd: ctx.cwd });
+    }
+    const restart = /^\/contexts\/([^/]+)\/restart$/.exec(p);
+    if (restart && req.method === "POST") {
+      const ctx = d.contexts.get(restart[1]!);
+      if (!ctx) return sendJson(res, 404, { code: 404, message: "context not found" });
+      for (const c of ctx.running) sbx.killGroup(c.pid);
+      ctx.running.clear();
+      return sendEmpty(res, 204);
+    }
+    if (p === "/execute" && req.method === "POST") {
+      const body = await readJson<{
+        code: string;
+        context_id?: string;
+        language?: string;
+        env_vars?: Record<string, string>;
+      }>(req);
+      const ctx = body.context_id ? d.contexts.get(body.context_id) : undefined;
+      if (body.context_id && !ctx)
+        return sendJson(res, 404, { code: 404, message: `context ${body.context_id} not found` });
+      const language = ctx?.language ?? normaliseLanguage(body.language);
+      if (language !== "python" && language !== "typescript")
+        return sendJson(res, 400, { code: 400, message: `unsupported language ${language}` });
+      return this.execute(sbx, ctx, language, body.code, body.env_vars ?? {}, res);
+    }
+    sendJson(res, 404, { code: 404, message: `no route ${p}` });
+  }
+
+  /**
+   * Runs one cell with sandboxd's runners (read-only in the image) and streams NDJSON as the
+   * E2B code interpreter server does: stdout/stderr lines, then an error, then end_of_execution.
+   */
+  private async execute(
+    sbx: FakeSandbox,
+    ctx: { cwd: string; running: Set<ChildProcess> } | undefined,
+    language: "python" | "typescript",
+    code: string,
+    envs: Record<string, string>,
+    res: ServerResponse,
+  ): Promise<void> {
+    const d = data(sbx);
+    const n = ++d.executions;
+    const cells = `${HOME}/.fake-kernel`;
+    const id = `cell${n}-${randomBytes(4).toString("hex")}`;
+    const codeFile = `${cells}/${id}.${language === "python" ? "py" : "mts"}`;
+    const errorFile = `${cells}/${id}.error.json`;
+    await writeFileAtomic(
+      join(sbx.homeDir, ".fake-kernel", posix.basename(codeFile)),
+      Buffer.from(code),
+    );
+    const argv =
+      language === "python"
+        ? ["python3", "-u", `${RUNNERS_MOUNT}/python_runner.py`, codeFile, errorFile]
+        : [
+            "node",
+            "--experimental-transform-types",
+            "--disable-warning=ExperimentalWarning",
+            "--import",
+            `file://${RUNNERS_MOUNT}/node_preload.mjs`,
+            codeFile,
+          ];
+    const env =
+      language === "typescript"
+        ? { ...envs, SANDPIT_ERROR_FILE: errorFile, SANDPIT_CODE_FILE: codeFile }
+        : envs;
+    const child = await sbx.spawn(argv, { cwd: ctx?.cwd ?? HOME, env });
+    child.stdin?.end();
+    ctx?.running.add(child);
+    res.writeHead(200, { "content-type": "application/x-ndjson" });
+    res.flushHeaders();
+    const line = (o: unknown) => res.write(JSON.stringify(o) + "\n");
+    const ts = () => new Date().toISOString();
+    child.stdout?.on("data", (c: Buffer) =>
+      line({ type: "stdout", text: c.toString(), timestamp: ts() }),
+    );
+    child.stderr?.on("data", (c: Buffer) =>
+      line({ type: "stderr", text: c.toString(), timestamp: ts() }),
+    );
+    child.once("close", async (code, signal) => {
+      ctx?.running.delete(child);
+      const errHost = join(sbx.homeDir, ".fake-kernel", `${id}.error.json`);
+      const reported = await fs.readFile(errHost, "utf8").then(
+        (t) => JSON.parse(t) as { name: string; message: string; traceback?: string },
+        () => null,
+      );
+      await fs.rm(errHost, { force: true });
+      await fs.rm(join(sbx.homeDir, ".fake-kernel", posix.basename(codeFile)), { force: true });
+      if (reported)
+        line({
+          type: "error",
+          name: reported.name,
+          value: reported.message,
+          traceback: reported.traceback ?? "",
+        });
+      else if (code !== 0) {
+        // What IPython reports for sys.exit(n) (and a killed kernel process).
+        line({
+          type: "error",
+          name: signal ? "KernelDied" : "SystemExit",
+          value: signal ? `killed by ${signal}` : String(code),
+          traceback: "",
+        });
+      }
+      line({ type: "number_of_executions", execution_count: n });
+      line({ type: "end_of_execution" });
+      res.end();
+    });
+  }
+}
+
+class RpcError extends Error {
+  readonly code: string;
+  readonly status: number;
+  constructor(code: string, status: number, message: string) {
+    super(message);
+    this.code = code;
+    this.status = status;
+  }
+}
+
+function normaliseLanguage(l: string | undefined): string {
+  if (!l || l === "py") return "python";
+  if (l === "ts") return "typescript";
+  return l;
+}
+
+function envelope(flags: number, obj: unknown): Buffer {
+  const d = Buffer.from(JSON.stringify(obj));
+  const h = Buffer.alloc(5);
+  h.writeUInt8(flags, 0);
+  h.writeUInt32BE(d.length, 1);
+  return Buffer.concat([h, d]);
+}
+
+/** envd's EntryInfo in protobuf JSON form. */
+function entryJson(e: Entry) {
+  const type = {
+    file: "FILE_TYPE_FILE",
+    dir: "FILE_TYPE_DIRECTORY",
+    symlink: "FILE_TYPE_SYMLINK",
+    other: "FILE_TYPE_UNSPECIFIED",
+  }[e.type];
+  return {
+    name: e.name,
+    type,
+    path: e.path,
+    size: String(e.size),
+    mode: e.mode,
+    permissions: permissions(e),
+    owner: "user",
+    group: "user",
+    modifiedTime: e.mtime.toISOString(),
+  };
+}

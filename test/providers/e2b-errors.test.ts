@@ -1,0 +1,165 @@
+/**
+ * E2B error mapping, through real SDK calls: the loopback fake answers 401, 429, 404, 503,
+ * stalls, drops a stream, or is not there at all, and the provider must turn what the SDK
+ * throws into the right SandboxError code with the SDK's error as `cause`.
+ */
+import {
+  AuthenticationError,
+  FileNotFoundError,
+  NotFoundError,
+  RateLimitError,
+  SandboxNotFoundError,
+  ServiceBusyError,
+  TimeoutError,
+} from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SandboxError, type SandboxInstance } from "@sandpit/sdk";
+import { E2BProvider, type E2BProviderOptions } from "../../sdk/src/providers/e2b.ts";
+import { e2bErrorCode } from "../../sdk/src/providers/e2b-errors.ts";
+import { FakeE2B } from "../fakes/e2b.ts";
+import { closedPort } from "../fakes/net.ts";
+import { bwrapUsable } from "../fakes/sandbox-host.ts";
+import { expectSandboxError } from "../contract/suite.ts";
+
+const usable = await bwrapUsable();
+if (!usable)
+  console.warn(
+    "bubblewrap is not available: skipping the E2B error-mapping tests (the fake runs sandboxes in bubblewrap)",
+  );
+
+describe.skipIf(!usable)("E2B errors → SandboxError codes", () => {
+  let fake: FakeE2B;
+  let sbx: SandboxInstance;
+  const provider = (extra: Partial<E2BProviderOptions> = {}) =>
+    new E2BProvider({
+      apiKey: fake.apiKey,
+      apiUrl: fake.url,
+      sandboxUrl: fake.url,
+      domain: "sandbox.test",
+      ...extra,
+    });
+
+  beforeAll(async () => {
+    fake = new FakeE2B();
+    await fake.start();
+    sbx = await provider().create({ language: "python" });
+  });
+  afterAll(async () => {
+    await sbx?.kill().catch(() => undefined);
+    await fake?.close();
+  });
+
+  it("401 from the API → UNAUTHORIZED (AuthenticationError)", async () => {
+    const err = await expectSandboxError(
+      provider({ apiKey: `e2b_${"1".repeat(40)}` }).create({ language: "python" }),
+      "UNAUTHORIZED",
+    );
+    expect(err.cause).toBeInstanceOf(AuthenticationError);
+    expect(err.message).toMatch(/E2B: .*failed/);
+  });
+
+  it("429 from the API → RATE_LIMITED (RateLimitError)", async () => {
+    fake.server.inject({
+      method: "GET",
+      path: /^\/v2\/sandboxes$/,
+      status: 429,
+      body: { code: 429, message: "slow down" },
+    });
+    const err = await expectSandboxError(provider().create({ language: "python" }), "RATE_LIMITED");
+    expect(err.cause).toBeInstanceOf(RateLimitError);
+  });
+
+  it("429 from envd → RATE_LIMITED", async () => {
+    fake.server.inject({
+      method: "GET",
+      path: /^\/files$/,
+      status: 429,
+      body: { code: 429, message: "slow down" },
+    });
+    const err = await expectSandboxError(sbx.filesystem.read("anything.txt"), "RATE_LIMITED");
+    expect(err.cause).toBeInstanceOf(RateLimitError);
+  });
+
+  it("404 on connect → NOT_FOUND (SandboxNotFoundError)", async () => {
+    const err = await expectSandboxError(provider().resume("no-such-sandbox"), "NOT_FOUND");
+    expect(err.cause).toBeInstanceOf(SandboxNotFoundError);
+  });
+
+  it("404 from envd for a file → NOT_FOUND (FileNotFoundError)", async () => {
+    const err = await expectSandboxError(sbx.filesystem.read("missing.txt"), "NOT_FOUND");
+    expect(err.cause).toBeInstanceOf(NotFoundError);
+    expect(err.cause).toBeInstanceOf(FileNotFoundError);
+  });
+
+  it("503 from the API → CONNECTION_FAILED (ServiceBusyError), so a fallback chain moves on", async () => {
+    fake.server.inject({
+      method: "GET",
+      path: /^\/v2\/sandboxes$/,
+      status: 503,
+      body: { code: 503, message: "busy" },
+    });
+    const err = await expectSandboxError(
+      provider().create({ language: "python" }),
+      "CONNECTION_FAILED",
+    );
+    expect(err.cause).toBeInstanceOf(ServiceBusyError);
+  });
+
+  it("a stalled API request past requestTimeoutMs → TIMEOUT", async () => {
+    fake.server.inject({ method: "GET", path: /^\/v2\/sandboxes$/, hang: true });
+    const started = Date.now();
+    await expectSandboxError(
+      provider({ requestTimeoutMs: 400 }).create({ language: "python" }),
+      "TIMEOUT",
+    );
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("a command past its deadline → TIMEOUT (TimeoutError), and the process is killed", async () => {
+    const err = await expectSandboxError(
+      sbx.commands.run("sleep 20.25; echo late > late.txt", { timeoutMs: 300 }),
+      "TIMEOUT",
+    );
+    expect(err.cause).toBeInstanceOf(TimeoutError);
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await sbx.commands.run("pgrep -f '[s]leep 20.25' || echo none")).stdout.trim()).toBe(
+      "none",
+    );
+  });
+
+  it("a dropped command stream → CONNECTION_FAILED", async () => {
+    // Let the start event through (5-byte envelope header + JSON), then cut the connection.
+    fake.server.inject({
+      method: "POST",
+      path: /^\/process\.Process\/Start$/,
+      drop: true,
+      dropAfterBytes: 30,
+    });
+    await expectSandboxError(sbx.commands.run("sleep 1; echo done"), "CONNECTION_FAILED");
+  });
+
+  it("a dropped connection before any answer → CONNECTION_FAILED", async () => {
+    fake.server.inject({ method: "GET", path: /^\/v2\/sandboxes$/, drop: true });
+    const err = await expectSandboxError(
+      provider().create({ language: "python" }),
+      "CONNECTION_FAILED",
+    );
+    expect(err.cause).toBeDefined();
+  });
+
+  it("nothing listening (ECONNREFUSED) → CONNECTION_FAILED", async () => {
+    const url = `http://127.0.0.1:${await closedPort()}`;
+    const err = await expectSandboxError(
+      new E2BProvider({ apiKey: fake.apiKey, apiUrl: url, sandboxUrl: url }).create({
+        language: "python",
+      }),
+      "CONNECTION_FAILED",
+    );
+    expect(err.message).toContain("ECONNREFUSED");
+  });
+
+  it("keeps SandboxErrors as they are and maps unknown errors to INTERNAL", () => {
+    expect(e2bErrorCode(new SandboxError("x", "CONFLICT"))).toBe("CONFLICT");
+    expect(e2bErrorCode(new Error("something else"))).toBe("INTERNAL");
+  });
+});
