@@ -13,7 +13,9 @@ async function main(): Promise<void> {
   const started = performance.now();
   const sbx = await provider.create({ language: "python", threadId: `demo-${process.pid}` });
   const isolation = (provider as LocalProvider).isolation;
-  done(`${sbx.sandboxId} in ${Math.round(performance.now() - started)} ms, isolation: ${isolation === "bwrap" ? "bubblewrap namespaces" : "none (install bubblewrap for namespaces)"}`);
+  done(
+    `${sbx.sandboxId} in ${Math.round(performance.now() - started)} ms, isolation: ${isolation === "bwrap" ? "bubblewrap namespaces" : "none (install bubblewrap for namespaces)"}`,
+  );
 
   try {
     step("running Python");
@@ -31,8 +33,13 @@ async function main(): Promise<void> {
     done(JSON.stringify(ts.output));
 
     step("writing and reading /mnt/user-data/outputs/report.txt");
-    await sbx.filesystem.write("/mnt/user-data/outputs/report.txt", `written by the demo at ${new Date().toISOString()}\n`);
-    const back = await sbx.commands.run("wc -c < /mnt/user-data/outputs/report.txt && cat /mnt/user-data/outputs/report.txt");
+    await sbx.filesystem.write(
+      "/mnt/user-data/outputs/report.txt",
+      `written by the demo at ${new Date().toISOString()}\n`,
+    );
+    const back = await sbx.commands.run(
+      "wc -c < /mnt/user-data/outputs/report.txt && cat /mnt/user-data/outputs/report.txt",
+    );
     done(back.stdout.trim().replace("\n", " bytes: "));
 
     step("an exception, reported as data");
@@ -42,7 +49,9 @@ async function main(): Promise<void> {
     await sbx.kill();
     await (provider as LocalProvider).close();
   }
-  console.log("\nAll good. Next: `npm test` runs every suite; see README.md for the SDK and providers.");
+  console.log(
+    "\nAll good. Next: `npm test` runs every suite; see README.md for the SDK and providers.",
+  );
 }
 
 main().catch((err: unknown) => {

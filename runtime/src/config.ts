@@ -30,7 +30,9 @@ const Settings = z.object({
         return z.NEVER;
       }
     }),
-  SANDBOXD_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  SANDBOXD_LOG_LEVEL: z
+    .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
+    .default("info"),
 });
 export type Settings = z.infer<typeof Settings>;
 

@@ -11,7 +11,10 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
 /** Static files sandboxd runs code with (language runners); read-only inside the sandbox. */
-export const RUNNERS_DIR = fileURLToPath(new URL("../runners/", import.meta.url)).replace(/\/$/, "");
+export const RUNNERS_DIR = fileURLToPath(new URL("../runners/", import.meta.url)).replace(
+  /\/$/,
+  "",
+);
 
 /** Variables a sandbox may inherit from its host: locale, paths, and proxy/registry settings. */
 const INHERITABLE = [
@@ -59,10 +62,14 @@ export async function discoverInterpreters(env: NodeJS.ProcessEnv): Promise<Inte
   let pythonPrefix = env.SANDBOXD_PYTHON_PREFIX ?? "";
   if (!python || !pythonPrefix) {
     try {
-      const { stdout } = await run(python || "python3", ["-c", "import sys; print(sys.executable); print(sys.prefix)"], {
-        env: { PATH: env.PATH ?? "/usr/bin:/bin" },
-        timeout: 10_000,
-      });
+      const { stdout } = await run(
+        python || "python3",
+        ["-c", "import sys; print(sys.executable); print(sys.prefix)"],
+        {
+          env: { PATH: env.PATH ?? "/usr/bin:/bin" },
+          timeout: 10_000,
+        },
+      );
       [python = "", pythonPrefix = ""] = stdout.trim().split("\n");
     } catch {
       python = python || "python3"; // reported when a python cell actually runs
@@ -77,7 +84,9 @@ async function findNpmCli(path: string): Promise<string | null> {
     .split(delimiter)
     .filter(Boolean)
     .map((dir) => join(dir, "npm"));
-  candidates.push(join(dirname(process.execPath), "..", "lib", "node_modules", "npm", "bin", "npm-cli.js"));
+  candidates.push(
+    join(dirname(process.execPath), "..", "lib", "node_modules", "npm", "bin", "npm-cli.js"),
+  );
   for (const candidate of candidates) {
     if (!existsSync(candidate)) continue;
     const real = await fs.realpath(candidate).catch(() => null);
@@ -93,7 +102,11 @@ async function findNpmCli(path: string): Promise<string | null> {
  */
 export async function installShims(binDir: string, interp: Interpreters): Promise<void> {
   await fs.mkdir(binDir, { recursive: true });
-  const links: Record<string, string> = { python3: interp.python, python: interp.python, node: interp.node };
+  const links: Record<string, string> = {
+    python3: interp.python,
+    python: interp.python,
+    node: interp.node,
+  };
   const pip = join(interp.pythonPrefix, "bin", "pip3");
   if (existsSync(pip)) links.pip = links.pip3 = pip;
   for (const [name, target] of Object.entries(links)) {

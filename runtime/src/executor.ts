@@ -39,7 +39,10 @@ export class Executor {
 
   constructor(opts: ExecutorOptions) {
     this.opts = opts;
-    this.rootRef = new RegExp(`${opts.jail.virtualRoot.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![\\w.-])`, "g");
+    this.rootRef = new RegExp(
+      `${opts.jail.virtualRoot.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![\\w.-])`,
+      "g",
+    );
   }
 
   setSandboxEnv(env: Record<string, string>): void {
@@ -48,7 +51,10 @@ export class Executor {
 
   async runCommand(
     req: RunCommandRequest,
-    stream?: { onChunk: (s: "stdout" | "stderr", d: string, o: number) => void; signal?: AbortSignal },
+    stream?: {
+      onChunk: (s: "stdout" | "stderr", d: string, o: number) => void;
+      signal?: AbortSignal;
+    },
   ): Promise<RunCommandResult> {
     const cwd = await this.existingDir(req.cwd);
     return this.spawn(["/bin/sh", "-c", this.localise(req.command)], {
@@ -84,7 +90,10 @@ export class Executor {
               pathToFileURL(join(RUNNERS_DIR, "node_preload.mjs")).href,
               code,
             ];
-      const env = req.language === "typescript" ? { ...req.env, SANDPIT_ERROR_FILE: error, SANDPIT_CODE_FILE: code } : req.env;
+      const env =
+        req.language === "typescript"
+          ? { ...req.env, SANDPIT_ERROR_FILE: error, SANDPIT_CODE_FILE: code }
+          : req.env;
       const result = await this.spawn(argv, { cwd, env, timeoutMs: req.timeoutMs, signal });
       const reported = await this.readError(errorPath);
       return toCodeResult(result, reported, req.timeoutMs ?? DEFAULT_TIMEOUT_MS);
@@ -97,7 +106,14 @@ export class Executor {
   /** Installs packages into the sandbox's own state directory (kept across pause/resume). */
   async installPackages(req: InstallPackagesRequest): Promise<RunCommandResult> {
     if (req.packages.length === 0) {
-      return { exitCode: 0, stdout: "", stderr: "", durationMs: 0, timedOut: false, truncated: false };
+      return {
+        exitCode: 0,
+        stdout: "",
+        stderr: "",
+        durationMs: 0,
+        timedOut: false,
+        truncated: false,
+      };
     }
     const interp = await this.opts.interpreters;
     const { jail } = this.opts;
@@ -105,15 +121,40 @@ export class Executor {
     if (req.language === "python") {
       const target = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/python`);
       await jail.mkdir(target);
-      argv = [interp.python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--target", this.inSandbox(target), ...req.packages];
+      argv = [
+        interp.python,
+        "-m",
+        "pip",
+        "install",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--target",
+        this.inSandbox(target),
+        ...req.packages,
+      ];
     } else {
-      if (!interp.npmCli) throw new SandboxdError("EXECUTION_FAILED", "npm is not installed in this sandbox");
+      if (!interp.npmCli)
+        throw new SandboxdError("EXECUTION_FAILED", "npm is not installed in this sandbox");
       const prefix = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}`);
       await jail.mkdir(prefix);
-      argv = [interp.node, interp.npmCli, "install", "--prefix", this.inSandbox(prefix), "--no-audit", "--no-fund", "--loglevel=error", ...req.packages];
+      argv = [
+        interp.node,
+        interp.npmCli,
+        "install",
+        "--prefix",
+        this.inSandbox(prefix),
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+        ...req.packages,
+      ];
     }
-    const result = await this.spawn(argv, { cwd: await this.existingDir(undefined), timeoutMs: req.timeoutMs ?? 10 * 60_000 });
-    if (result.timedOut) throw new SandboxdError("TIMEOUT", `installing ${req.packages.join(" ")} timed out`);
+    const result = await this.spawn(argv, {
+      cwd: await this.existingDir(undefined),
+      timeoutMs: req.timeoutMs ?? 10 * 60_000,
+    });
+    if (result.timedOut)
+      throw new SandboxdError("TIMEOUT", `installing ${req.packages.join(" ")} timed out`);
     if (result.exitCode !== 0) {
       throw new SandboxdError(
         "EXECUTION_FAILED",
@@ -149,10 +190,14 @@ export class Executor {
   /** The reverse, on output: agents see /mnt/user-data, never the host directory. */
   private virtualise(text: string): string {
     const { jail } = this.opts;
-    return jail.realRoot === jail.virtualRoot ? text : text.replaceAll(jail.realRoot, jail.virtualRoot);
+    return jail.realRoot === jail.virtualRoot
+      ? text
+      : text.replaceAll(jail.realRoot, jail.virtualRoot);
   }
 
-  private async readError(p: JailPath): Promise<{ name: string; message: string; traceback?: string } | null> {
+  private async readError(
+    p: JailPath,
+  ): Promise<{ name: string; message: string; traceback?: string } | null> {
     try {
       const { fh, size } = await this.opts.jail.openFileForRead(p);
       try {
@@ -187,7 +232,8 @@ export class Executor {
     },
   ): Promise<RunCommandResult> {
     const { jail } = this.opts;
-    const state = (sub: string) => this.inSandbox(jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/${sub}`));
+    const state = (sub: string) =>
+      this.inSandbox(jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/${sub}`));
     const env: Record<string, string> = {
       ...this.opts.baseEnv,
       PATH: `${state("bin")}:${this.opts.baseEnv.PATH ?? "/usr/local/bin:/usr/bin:/bin"}`,
@@ -214,7 +260,11 @@ export class Executor {
       });
       return { ...r, stdout: this.virtualise(r.stdout), stderr: this.virtualise(r.stderr) };
     } catch (err) {
-      throw new SandboxdError("EXECUTION_FAILED", `could not start ${file}: ${(err as Error).message}`, { cause: err });
+      throw new SandboxdError(
+        "EXECUTION_FAILED",
+        `could not start ${file}: ${(err as Error).message}`,
+        { cause: err },
+      );
     }
   }
 }
@@ -242,10 +292,18 @@ function toCodeResult(
   timeoutMs: number,
 ): CodeExecutionResult {
   if (r.timedOut) {
-    throw new SandboxdError("TIMEOUT", `code execution exceeded its timeout of ${timeoutMs} ms and was killed`);
+    throw new SandboxdError(
+      "TIMEOUT",
+      `code execution exceeded its timeout of ${timeoutMs} ms and was killed`,
+    );
   }
   const success = r.exitCode === 0 && !reported;
-  const result: CodeExecutionResult = { success, stdout: r.stdout, stderr: r.stderr, durationMs: r.durationMs };
+  const result: CodeExecutionResult = {
+    success,
+    stdout: r.stdout,
+    stderr: r.stderr,
+    durationMs: r.durationMs,
+  };
   const output = parseOutput(r.stdout);
   if (output !== undefined) result.output = output;
   if (!success) {

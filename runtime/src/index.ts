@@ -28,11 +28,18 @@ export interface RunningSandboxd {
   close(): Promise<void>;
 }
 
-export async function startSandboxd(o: { settings: Settings; token: string; logger: Logger; env: NodeJS.ProcessEnv }): Promise<RunningSandboxd> {
+export async function startSandboxd(o: {
+  settings: Settings;
+  token: string;
+  logger: Logger;
+  env: NodeJS.ProcessEnv;
+}): Promise<RunningSandboxd> {
   const jail = await PathJail.open(o.settings.SANDBOXD_ROOT);
   for (const dir of VIRTUAL_DIRS) await jail.mkdir(jail.resolve(`${jail.virtualRoot}/${dir}`));
   const interpreters = discoverInterpreters(o.env);
-  const shims = interpreters.then((interp) => installShims(`${jail.realRoot}/.sandpit/bin`, interp));
+  const shims = interpreters.then((interp) =>
+    installShims(`${jail.realRoot}/.sandpit/bin`, interp),
+  );
   const executor = new Executor({
     jail,
     baseEnv: scrubEnv(o.env),

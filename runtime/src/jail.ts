@@ -49,7 +49,11 @@ export class PathJail {
   }
 
   /** Creates the root (and the standard sub-directories) if missing and pins its real path. */
-  static async open(hostRoot: string, virtualRoot = VIRTUAL_ROOT, defaultDir = VIRTUAL_WORKSPACE): Promise<PathJail> {
+  static async open(
+    hostRoot: string,
+    virtualRoot = VIRTUAL_ROOT,
+    defaultDir = VIRTUAL_WORKSPACE,
+  ): Promise<PathJail> {
     await fs.mkdir(hostRoot, { recursive: true });
     return new PathJail(await fs.realpath(hostRoot), virtualRoot, defaultDir);
   }
@@ -85,7 +89,10 @@ export class PathJail {
     }
     if (!this.isInside(real)) {
       await fh.close();
-      throw new SandboxdError("INVALID_ARGUMENT", `path ${p.virtual} resolves outside ${this.virtualRoot}`);
+      throw new SandboxdError(
+        "INVALID_ARGUMENT",
+        `path ${p.virtual} resolves outside ${this.virtualRoot}`,
+      );
     }
     return fh;
   }
@@ -104,7 +111,10 @@ export class PathJail {
     let dir = await this.openDir({ virtual: this.virtualRoot, parts: [] });
     try {
       for (let i = 0; i < p.parts.length; i++) {
-        const step: JailPath = { virtual: posix.join(this.virtualRoot, ...p.parts.slice(0, i + 1)), parts: p.parts.slice(0, i + 1) };
+        const step: JailPath = {
+          virtual: posix.join(this.virtualRoot, ...p.parts.slice(0, i + 1)),
+          parts: p.parts.slice(0, i + 1),
+        };
         const next = `/proc/self/fd/${dir.fd}/${p.parts[i]}`;
         await this.guard(step, async () => {
           try {
@@ -133,7 +143,10 @@ export class PathJail {
     const st = await fh.stat();
     if (!st.isFile()) {
       await fh.close();
-      throw new SandboxdError("INVALID_ARGUMENT", `${p.virtual} is ${st.isDirectory() ? "a directory" : "not a regular file"}`);
+      throw new SandboxdError(
+        "INVALID_ARGUMENT",
+        `${p.virtual} is ${st.isDirectory() ? "a directory" : "not a regular file"}`,
+      );
     }
     return { fh, size: st.size };
   }
@@ -148,12 +161,15 @@ export class PathJail {
     const parent = { virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) };
     // Usually the parent exists: one open and one check. Only when it does not, walk and create.
     const dir = await this.openDir(parent).catch((err: unknown) => {
-      if (err instanceof SandboxdError && err.code === "NOT_FOUND") return this.openDirCreating(parent);
+      if (err instanceof SandboxdError && err.code === "NOT_FOUND")
+        return this.openDirCreating(parent);
       throw err;
     });
     const tmp = `/proc/self/fd/${dir.fd}/${UPLOAD_PREFIX}${randomBytes(8).toString("hex")}`;
     try {
-      const out = await this.guard(p, () => fs.open(tmp, C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, 0o644));
+      const out = await this.guard(p, () =>
+        fs.open(tmp, C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, 0o644),
+      );
       let size = 0;
       try {
         if (typeof source === "string" || source instanceof Uint8Array) {
@@ -182,9 +198,14 @@ export class PathJail {
   /** Describes the path itself (a symlink is reported as a symlink, not followed). */
   async stat(p: JailPath): Promise<FileEntry> {
     if (p.parts.length === 0) return this.entryAt(this.realRoot, p.virtual);
-    const dir = await this.openDir({ virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) });
+    const dir = await this.openDir({
+      virtual: posix.dirname(p.virtual),
+      parts: p.parts.slice(0, -1),
+    });
     try {
-      return await this.guard(p, () => this.entryAt(`/proc/self/fd/${dir.fd}/${p.parts.at(-1)}`, p.virtual));
+      return await this.guard(p, () =>
+        this.entryAt(`/proc/self/fd/${dir.fd}/${p.parts.at(-1)}`, p.virtual),
+      );
     } finally {
       await dir.close();
     }
@@ -197,7 +218,11 @@ export class PathJail {
     try {
       // Each level is read through a descriptor opened with O_NOFOLLOW relative to its verified
       // parent, so a directory swapped for a symlink mid-walk cannot lead the listing outside.
-      const walk = async (dirFh: fs.FileHandle, virtualDir: string, level: number): Promise<boolean> => {
+      const walk = async (
+        dirFh: fs.FileHandle,
+        virtualDir: string,
+        level: number,
+      ): Promise<boolean> => {
         const hostDir = `/proc/self/fd/${dirFh.fd}`;
         let children: Dirent[];
         try {
@@ -210,7 +235,10 @@ export class PathJail {
         for (const child of children) {
           if (child.name.startsWith(UPLOAD_PREFIX)) continue;
           if (entries.length >= MAX_LIST_ENTRIES) return false;
-          const entry = await this.entryAt(`${hostDir}/${child.name}`, posix.join(virtualDir, child.name)).catch(() => null);
+          const entry = await this.entryAt(
+            `${hostDir}/${child.name}`,
+            posix.join(virtualDir, child.name),
+          ).catch(() => null);
           if (!entry) continue;
           entries.push(entry);
           if (entry.type !== "dir" || level >= depth) continue;
@@ -240,7 +268,10 @@ export class PathJail {
 
   async remove(p: JailPath, recursive: boolean): Promise<void> {
     const name = this.leafName(p, "remove");
-    const dir = await this.openDir({ virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) });
+    const dir = await this.openDir({
+      virtual: posix.dirname(p.virtual),
+      parts: p.parts.slice(0, -1),
+    });
     try {
       const target = `/proc/self/fd/${dir.fd}/${name}`;
       await this.guard(p, async () => {
@@ -256,14 +287,30 @@ export class PathJail {
 
   private leafName(p: JailPath, verb: string): string {
     const name = p.parts.at(-1);
-    if (!name) throw new SandboxdError("INVALID_ARGUMENT", `cannot ${verb} the sandbox root ${this.virtualRoot}`);
+    if (!name)
+      throw new SandboxdError(
+        "INVALID_ARGUMENT",
+        `cannot ${verb} the sandbox root ${this.virtualRoot}`,
+      );
     return name;
   }
 
   private async entryAt(hostPath: string, virtual: string): Promise<FileEntry> {
     const st = await fs.lstat(hostPath);
-    const type: FileType = st.isFile() ? "file" : st.isDirectory() ? "dir" : st.isSymbolicLink() ? "symlink" : "other";
-    return { name: posix.basename(virtual), path: virtual, type, size: st.size, modifiedMs: Math.floor(st.mtimeMs) };
+    const type: FileType = st.isFile()
+      ? "file"
+      : st.isDirectory()
+        ? "dir"
+        : st.isSymbolicLink()
+          ? "symlink"
+          : "other";
+    return {
+      name: posix.basename(virtual),
+      path: virtual,
+      type,
+      size: st.size,
+      modifiedMs: Math.floor(st.mtimeMs),
+    };
   }
 
   /** Runs a filesystem call and turns errno failures into errors that name the virtual path only. */
@@ -286,7 +333,11 @@ async function removeTree(dirPath: string): Promise<void> {
   try {
     dir = await fs.open(dirPath, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ELOOP" || (err as NodeJS.ErrnoException).code === "ENOTDIR") return;
+    if (
+      (err as NodeJS.ErrnoException).code === "ELOOP" ||
+      (err as NodeJS.ErrnoException).code === "ENOTDIR"
+    )
+      return;
     throw err;
   }
   try {
@@ -315,15 +366,25 @@ export function toSandboxdError(err: unknown, virtual: string): Error {
     case "ENOENT":
       return new SandboxdError("NOT_FOUND", `${virtual} does not exist`, { cause: err });
     case "ENOTDIR":
-      return new SandboxdError("CONFLICT", `a component of ${virtual} is not a directory`, { cause: err });
+      return new SandboxdError("CONFLICT", `a component of ${virtual} is not a directory`, {
+        cause: err,
+      });
     case "EISDIR":
       return new SandboxdError("CONFLICT", `${virtual} is a directory`, { cause: err });
     case "EEXIST":
       return new SandboxdError("CONFLICT", `${virtual} already exists`, { cause: err });
     case "ENOTEMPTY":
-      return new SandboxdError("CONFLICT", `${virtual} is a non-empty directory (remove it recursively)`, { cause: err });
+      return new SandboxdError(
+        "CONFLICT",
+        `${virtual} is a non-empty directory (remove it recursively)`,
+        { cause: err },
+      );
     case "ELOOP":
-      return new SandboxdError("INVALID_ARGUMENT", `${virtual} is a symlink loop or a symlink where none is allowed`, { cause: err });
+      return new SandboxdError(
+        "INVALID_ARGUMENT",
+        `${virtual} is a symlink loop or a symlink where none is allowed`,
+        { cause: err },
+      );
     case "ENAMETOOLONG":
       return new SandboxdError("INVALID_ARGUMENT", `${virtual} is too long`, { cause: err });
     case "EACCES":
@@ -331,8 +392,14 @@ export function toSandboxdError(err: unknown, virtual: string): Error {
       return new SandboxdError("INVALID_ARGUMENT", `permission denied: ${virtual}`, { cause: err });
     case "ENOSPC":
     case "EDQUOT":
-      return new SandboxdError("INTERNAL", `no space left while writing ${virtual}`, { cause: err });
+      return new SandboxdError("INTERNAL", `no space left while writing ${virtual}`, {
+        cause: err,
+      });
     default:
-      return new SandboxdError("INTERNAL", `file operation on ${virtual} failed (${code ?? "unknown error"})`, { cause: err });
+      return new SandboxdError(
+        "INTERNAL",
+        `file operation on ${virtual} failed (${code ?? "unknown error"})`,
+        { cause: err },
+      );
   }
 }

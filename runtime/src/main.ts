@@ -11,7 +11,8 @@ import { readSettings } from "./config.ts";
 
 async function readToken(settings: ReturnType<typeof readSettings>): Promise<string> {
   if (settings.SANDBOXD_TOKEN) return settings.SANDBOXD_TOKEN;
-  if (settings.SANDBOXD_TOKEN_FILE) return (await readFile(settings.SANDBOXD_TOKEN_FILE, "utf8")).trim();
+  if (settings.SANDBOXD_TOKEN_FILE)
+    return (await readFile(settings.SANDBOXD_TOKEN_FILE, "utf8")).trim();
   if (settings.SANDBOXD_TOKEN_STDIN === "1") {
     const lines = createInterface({ input: process.stdin });
     for await (const line of lines) return line.trim();
@@ -33,7 +34,9 @@ try {
   // The token and settings are not passed on: children get a scrubbed environment built afresh.
   delete process.env.SANDBOXD_TOKEN;
   const server = await startSandboxd({ settings, token, logger, env: process.env });
-  process.stdout.write(JSON.stringify({ ready: true, address: server.address, port: server.port }) + "\n");
+  process.stdout.write(
+    JSON.stringify({ ready: true, address: server.address, port: server.port }) + "\n",
+  );
   const stop = (why: string) => {
     logger.info({ why }, "stopping");
     void server.close().then(() => process.exit(0));

@@ -26,7 +26,8 @@ export function resolveVirtualPath(
   root: string = VIRTUAL_ROOT,
   base: string = VIRTUAL_WORKSPACE,
 ): { virtual: string; parts: string[] } {
-  if (typeof input !== "string" || input.length === 0) throw new SandboxdError("INVALID_ARGUMENT", "path is required");
+  if (typeof input !== "string" || input.length === 0)
+    throw new SandboxdError("INVALID_ARGUMENT", "path is required");
   if (input.includes("\0")) throw new SandboxdError("INVALID_ARGUMENT", "path contains a NUL byte");
   if (Buffer.byteLength(input) > MAX_PATH_BYTES) {
     throw new SandboxdError("INVALID_ARGUMENT", `path is longer than ${MAX_PATH_BYTES} bytes`);
@@ -38,7 +39,10 @@ export function resolveVirtualPath(
   }
   const parts = virtual.slice(root.length).split("/").filter(Boolean);
   if (parts.some((part) => Buffer.byteLength(part) > MAX_NAME_BYTES)) {
-    throw new SandboxdError("INVALID_ARGUMENT", `a path component is longer than ${MAX_NAME_BYTES} bytes`);
+    throw new SandboxdError(
+      "INVALID_ARGUMENT",
+      `a path component is longer than ${MAX_NAME_BYTES} bytes`,
+    );
   }
   return { virtual, parts };
 }
@@ -57,7 +61,9 @@ export const MAX_SOURCE_BYTES = 4 * MiB;
 
 const envMap = z
   .record(
-    z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are [A-Za-z_][A-Za-z0-9_]*"),
+    z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are [A-Za-z_][A-Za-z0-9_]*"),
     z.string().refine((v) => !v.includes("\0"), "environment values may not contain NUL"),
   )
   .refine((m) => Object.keys(m).length <= 1000, "at most 1000 environment variables");
@@ -103,7 +109,8 @@ export type Language = (typeof LANGUAGES)[number];
 
 export const ExecuteCodeRequest = z.strictObject({
   language: z.enum(LANGUAGES, {
-    error: (issue) => `unknown language ${JSON.stringify(issue.input)}: use "python" or "typescript"`,
+    error: (issue) =>
+      `unknown language ${JSON.stringify(issue.input)}: use "python" or "typescript"`,
   }),
   code: z.string().max(MAX_SOURCE_BYTES),
   cwd: z.string().optional(),

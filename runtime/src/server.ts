@@ -88,7 +88,11 @@ export function createApp(opts: ServerOptions): express.Express {
     res.flushHeaders();
     const send = (event: CommandStreamEvent) => res.write(JSON.stringify(event) + "\n");
     try {
-      const { stdout: _o, stderr: _e, ...exit } = await executor.runCommand(body, {
+      const {
+        stdout: _o,
+        stderr: _e,
+        ...exit
+      } = await executor.runCommand(body, {
         onChunk: (stream, data, offset) => send({ stream, data, offset }),
         signal: abort.signal,
       });
@@ -116,7 +120,10 @@ export function createApp(opts: ServerOptions): express.Express {
     const body = parse(InitRequest, req.body);
     if (body.env) executor.setSandboxEnv(body.env);
     if (body.packages?.length) {
-      await executor.installPackages({ language: body.language ?? "python", packages: body.packages });
+      await executor.installPackages({
+        language: body.language ?? "python",
+        packages: body.packages,
+      });
     }
     gate.replace(body.token);
     res.json({ initialized: true });
@@ -148,7 +155,10 @@ export function createApp(opts: ServerOptions): express.Express {
     const p = jail.resolve(req.query.path);
     const length = Number(req.headers["content-length"] ?? NaN);
     // Small bodies are gathered and written with one call; large ones stream straight to disk.
-    const size = await jail.writeFile(p, length <= SMALL_FILE_BYTES ? await collect(req, length) : req);
+    const size = await jail.writeFile(
+      p,
+      length <= SMALL_FILE_BYTES ? await collect(req, length) : req,
+    );
     res.status(201).json({ path: p.virtual, size });
   });
 
@@ -194,11 +204,13 @@ async function collect(req: Request, length: number): Promise<Buffer> {
   const body = Buffer.allocUnsafe(length);
   let at = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
-    if (at + chunk.length > length) throw new SandboxdError("INVALID_ARGUMENT", "request body is longer than its Content-Length");
+    if (at + chunk.length > length)
+      throw new SandboxdError("INVALID_ARGUMENT", "request body is longer than its Content-Length");
     chunk.copy(body, at);
     at += chunk.length;
   }
-  if (at !== length) throw new SandboxdError("INVALID_ARGUMENT", "request body ended before its Content-Length");
+  if (at !== length)
+    throw new SandboxdError("INVALID_ARGUMENT", "request body ended before its Content-Length");
   return body;
 }
 
@@ -220,8 +232,10 @@ function wantsNdjson(req: Request): boolean {
 function errorBody(err: unknown, logger: Logger): ErrorBody {
   if (err instanceof SandboxdError) return { code: err.code, message: err.message };
   const e = err as { type?: string; status?: number; message?: string };
-  if (e?.type === "entity.too.large") return { code: "PAYLOAD_TOO_LARGE", message: "request body is too large" };
-  if (e?.type === "entity.parse.failed") return { code: "INVALID_ARGUMENT", message: "request body is not valid JSON" };
+  if (e?.type === "entity.too.large")
+    return { code: "PAYLOAD_TOO_LARGE", message: "request body is too large" };
+  if (e?.type === "entity.parse.failed")
+    return { code: "INVALID_ARGUMENT", message: "request body is not valid JSON" };
   if (typeof e?.status === "number" && e.status >= 400 && e.status < 500) {
     return { code: "INVALID_ARGUMENT", message: e.message ?? "bad request" };
   }

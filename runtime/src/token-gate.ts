@@ -19,4 +19,3 @@ export class TokenGate {
 function sha256(s: string): Buffer {
   return createHash("sha256").update(s).digest();
 }
-

@@ -16,14 +16,18 @@ export function attachTunnel(server: Server, gate: TokenGate, logger: Logger): v
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const match = ROUTE.exec(new URL(req.url ?? "/", "http://x").pathname);
     const port = Number(match?.[1]);
-    if (!match || req.headers.upgrade?.toLowerCase() !== "tcp") return refuse(socket, 404, "no such upgrade route");
-    if (!gate.accepts(req.headers.authorization)) return refuse(socket, 401, "missing or wrong bearer token");
+    if (!match || req.headers.upgrade?.toLowerCase() !== "tcp")
+      return refuse(socket, 404, "no such upgrade route");
+    if (!gate.accepts(req.headers.authorization))
+      return refuse(socket, 401, "missing or wrong bearer token");
     if (port < 1 || port > 65535) return refuse(socket, 400, "port must be 1-65535");
     const upstream: Socket = connect(port, "127.0.0.1");
     let switched = false;
     upstream.once("connect", () => {
       switched = true;
-      socket.write("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n");
+      socket.write(
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
+      );
       if (head.length) upstream.write(head);
       upstream.pipe(socket);
       socket.pipe(upstream);
@@ -40,6 +44,20 @@ export function attachTunnel(server: Server, gate: TokenGate, logger: Logger): v
 }
 
 function refuse(socket: Duplex, status: number, message: string): void {
-  const body = JSON.stringify({ error: { code: status === 401 ? "UNAUTHORIZED" : status === 404 ? "NOT_FOUND" : status === 400 ? "INVALID_ARGUMENT" : "EXECUTION_FAILED", message } });
-  socket.end(`HTTP/1.1 ${status} ${status === 502 ? "Bad Gateway" : "Refused"}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  const body = JSON.stringify({
+    error: {
+      code:
+        status === 401
+          ? "UNAUTHORIZED"
+          : status === 404
+            ? "NOT_FOUND"
+            : status === 400
+              ? "INVALID_ARGUMENT"
+              : "EXECUTION_FAILED",
+      message,
+    },
+  });
+  socket.end(
+    `HTTP/1.1 ${status} ${status === 502 ? "Bad Gateway" : "Refused"}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }

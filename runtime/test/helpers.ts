@@ -47,7 +47,10 @@ export async function startSandboxd(env: Record<string, string> = {}): Promise<T
     root,
     child,
     call: (path, init = {}) =>
-      fetch(url + path, { ...init, headers: { authorization: `Bearer ${token}`, ...(init.headers as Record<string, string>) } }),
+      fetch(url + path, {
+        ...init,
+        headers: { authorization: `Bearer ${token}`, ...(init.headers as Record<string, string>) },
+      }),
     stop: async () => {
       if (child.exitCode === null) {
         const exited = new Promise((r) => child.once("exit", r));
@@ -60,7 +63,11 @@ export async function startSandboxd(env: Record<string, string> = {}): Promise<T
 }
 
 export function json(body: unknown): RequestInit {
-  return { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } };
+  return {
+    method: "POST",
+    body: JSON.stringify(body),
+    headers: { "content-type": "application/json" },
+  };
 }
 
 /** PIDs of live processes whose command line contains `marker`. */

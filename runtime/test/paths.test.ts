@@ -65,41 +65,68 @@ describe("lexical escapes are refused before anything is opened", () => {
     expect(await code(await d.call(`/v1/files?path=${q(p)}`))).toBe("INVALID_ARGUMENT");
   });
   it.each(cases)("write %j → INVALID_ARGUMENT", async (p) => {
-    expect(await code(await d.call(`/v1/files?path=${q(p)}`, { method: "PUT", body: "x" }))).toBe("INVALID_ARGUMENT");
+    expect(await code(await d.call(`/v1/files?path=${q(p)}`, { method: "PUT", body: "x" }))).toBe(
+      "INVALID_ARGUMENT",
+    );
   });
 
   it("refuses a NUL byte", async () => {
-    expect(await code(await d.call(`/v1/files?path=${q("a\0/../../etc/passwd")}`))).toBe("INVALID_ARGUMENT");
+    expect(await code(await d.call(`/v1/files?path=${q("a\0/../../etc/passwd")}`))).toBe(
+      "INVALID_ARGUMENT",
+    );
   });
 
   it("refuses a very long path and an over-long component", async () => {
-    expect(await code(await d.call(`/v1/files?path=${q("a/".repeat(3000))}`))).toBe("INVALID_ARGUMENT");
-    expect(await code(await d.call(`/v1/files?path=${q("x".repeat(300))}`))).toBe("INVALID_ARGUMENT");
+    expect(await code(await d.call(`/v1/files?path=${q("a/".repeat(3000))}`))).toBe(
+      "INVALID_ARGUMENT",
+    );
+    expect(await code(await d.call(`/v1/files?path=${q("x".repeat(300))}`))).toBe(
+      "INVALID_ARGUMENT",
+    );
   });
 
   it("decodes the query once: an encoded ../ is an escape, a double-encoded one a harmless name", async () => {
     // ..%2F..%2Fetc%2Fpasswd in the URL is ../../etc/passwd once decoded.
-    expect(await code(await d.call(`/v1/files?path=..%2F..%2Fetc%2Fpasswd`))).toBe("INVALID_ARGUMENT");
+    expect(await code(await d.call(`/v1/files?path=..%2F..%2Fetc%2Fpasswd`))).toBe(
+      "INVALID_ARGUMENT",
+    );
     // %252e%252e decodes to the literal name "%2e%2e": it stays inside the root.
-    expect(await code(await d.call(`/v1/files?path=%252e%252e%252f%252e%252e%252fetc%252fpasswd`))).toBe("NOT_FOUND");
-    const res = await d.call(`/v1/files?path=${q("%2e%2e/literal.txt")}`, { method: "PUT", body: "in" });
+    expect(
+      await code(await d.call(`/v1/files?path=%252e%252e%252f%252e%252e%252fetc%252fpasswd`)),
+    ).toBe("NOT_FOUND");
+    const res = await d.call(`/v1/files?path=${q("%2e%2e/literal.txt")}`, {
+      method: "PUT",
+      body: "in",
+    });
     expect(res.status).toBe(201);
     expect(existsSync(join(d.root, "workspace", "%2e%2e", "literal.txt"))).toBe(true);
   });
 
   it("treats backslashes as part of a name, not as separators", async () => {
-    expect(await code(await d.call(`/v1/files?path=${q("..\\..\\etc\\passwd")}`))).toBe("NOT_FOUND");
+    expect(await code(await d.call(`/v1/files?path=${q("..\\..\\etc\\passwd")}`))).toBe(
+      "NOT_FOUND",
+    );
   });
 
   it("refuses a cwd outside the root for commands", async () => {
     for (const cwd of ["/etc", "../..", "/mnt/user-data/../tmp"]) {
-      expect(await code(await d.call("/v1/commands/run", json({ command: "true", cwd })))).toBe("INVALID_ARGUMENT");
+      expect(await code(await d.call("/v1/commands/run", json({ command: "true", cwd })))).toBe(
+        "INVALID_ARGUMENT",
+      );
     }
   });
 
   it("refuses to write or delete the root itself", async () => {
-    expect(await code(await d.call(`/v1/files?path=${q("/mnt/user-data")}`, { method: "PUT", body: "x" }))).toBe("INVALID_ARGUMENT");
-    expect(await code(await d.call(`/v1/files?path=${q("/mnt/user-data")}&recursive=true`, { method: "DELETE" }))).toBe("INVALID_ARGUMENT");
+    expect(
+      await code(
+        await d.call(`/v1/files?path=${q("/mnt/user-data")}`, { method: "PUT", body: "x" }),
+      ),
+    ).toBe("INVALID_ARGUMENT");
+    expect(
+      await code(
+        await d.call(`/v1/files?path=${q("/mnt/user-data")}&recursive=true`, { method: "DELETE" }),
+      ),
+    ).toBe("INVALID_ARGUMENT");
   });
 });
 
@@ -118,21 +145,37 @@ describe("symlinks pointing outside are refused when used", () => {
   });
 
   it("a command's cwd through a link is refused", async () => {
-    expect(await code(await d.call("/v1/commands/run", json({ command: "cat secret.txt", cwd: "link-to-outside-dir" })))).toBe(
-      "INVALID_ARGUMENT",
-    );
+    expect(
+      await code(
+        await d.call(
+          "/v1/commands/run",
+          json({ command: "cat secret.txt", cwd: "link-to-outside-dir" }),
+        ),
+      ),
+    ).toBe("INVALID_ARGUMENT");
   });
 
   it("writes through a directory link are refused and create nothing outside", async () => {
-    expect(await code(await d.call(`/v1/files?path=link-to-outside-dir/evil.txt`, { method: "PUT", body: "x" }))).toBe("INVALID_ARGUMENT");
-    expect(await code(await d.call(`/v1/files?path=link-to-outside-dir/new/deep/evil.txt`, { method: "PUT", body: "x" }))).toBe(
-      "INVALID_ARGUMENT",
-    );
+    expect(
+      await code(
+        await d.call(`/v1/files?path=link-to-outside-dir/evil.txt`, { method: "PUT", body: "x" }),
+      ),
+    ).toBe("INVALID_ARGUMENT");
+    expect(
+      await code(
+        await d.call(`/v1/files?path=link-to-outside-dir/new/deep/evil.txt`, {
+          method: "PUT",
+          body: "x",
+        }),
+      ),
+    ).toBe("INVALID_ARGUMENT");
     await outsideUntouched();
   });
 
   it("mkdir through a directory link is refused", async () => {
-    expect(await code(await d.call("/v1/files/mkdir", json({ path: "link-to-outside-dir/sub" })))).toBe("INVALID_ARGUMENT");
+    expect(
+      await code(await d.call("/v1/files/mkdir", json({ path: "link-to-outside-dir/sub" }))),
+    ).toBe("INVALID_ARGUMENT");
     await outsideUntouched();
   });
 
@@ -146,15 +189,24 @@ describe("symlinks pointing outside are refused when used", () => {
 
   it("a write to a link to an outside file replaces the link, leaving the file alone", async () => {
     await symlink(join(outside, "victim.txt"), join(d.root, "workspace", "link-to-victim"));
-    expect((await d.call(`/v1/files?path=link-to-victim`, { method: "PUT", body: "overwritten?" })).status).toBe(201);
+    expect(
+      (await d.call(`/v1/files?path=link-to-victim`, { method: "PUT", body: "overwritten?" }))
+        .status,
+    ).toBe(201);
     const { readFile } = await import("node:fs/promises");
     expect(await readFile(join(outside, "victim.txt"), "utf8")).toBe("do not delete");
   });
 
   it("deleting through a directory link is refused; deleting the link removes only the link", async () => {
-    expect(await code(await d.call(`/v1/files?path=link-to-outside-dir/victim.txt`, { method: "DELETE" }))).toBe("INVALID_ARGUMENT");
+    expect(
+      await code(
+        await d.call(`/v1/files?path=link-to-outside-dir/victim.txt`, { method: "DELETE" }),
+      ),
+    ).toBe("INVALID_ARGUMENT");
     await symlink(outside, join(d.root, "workspace", "disposable-link"));
-    expect((await d.call(`/v1/files?path=disposable-link&recursive=true`, { method: "DELETE" })).status).toBe(204);
+    expect(
+      (await d.call(`/v1/files?path=disposable-link&recursive=true`, { method: "DELETE" })).status,
+    ).toBe(204);
     await outsideUntouched();
   });
 
@@ -163,7 +215,9 @@ describe("symlinks pointing outside are refused when used", () => {
     await mkdir(dir);
     await symlink(outside, join(dir, "inner-link"));
     await writeFile(join(dir, "own.txt"), "mine");
-    expect((await d.call(`/v1/files?path=holder&recursive=true`, { method: "DELETE" })).status).toBe(204);
+    expect(
+      (await d.call(`/v1/files?path=holder&recursive=true`, { method: "DELETE" })).status,
+    ).toBe(204);
     expect(existsSync(dir)).toBe(false);
     await outsideUntouched();
   });
@@ -186,8 +240,12 @@ describe("a symlink swapped in between check and use loses", () => {
     // Swap "race" between a regular file and a link to the secret, as fast as possible.
     const swapper = (async () => {
       for (let i = 0; swapping && i < 200_000; i++) {
-        await rename(join(ws, i % 2 ? "race-file" : "race-link"), join(ws, "race")).catch(() => undefined);
-        await rename(join(ws, "race"), join(ws, i % 2 ? "race-file" : "race-link")).catch(() => undefined);
+        await rename(join(ws, i % 2 ? "race-file" : "race-link"), join(ws, "race")).catch(
+          () => undefined,
+        );
+        await rename(join(ws, "race"), join(ws, i % 2 ? "race-file" : "race-link")).catch(
+          () => undefined,
+        );
       }
     })();
     const outcomes = new Set<string>();
@@ -203,7 +261,9 @@ describe("a symlink swapped in between check and use loses", () => {
     // The race really happened: reads saw the file, and saw the link refused (or missing).
     expect(outcomes.has("harmless")).toBe(true);
     expect(outcomes.has("INVALID_ARGUMENT")).toBe(true);
-    expect([...outcomes].every((o) => ["harmless", "INVALID_ARGUMENT", "NOT_FOUND"].includes(o))).toBe(true);
+    expect(
+      [...outcomes].every((o) => ["harmless", "INVALID_ARGUMENT", "NOT_FOUND"].includes(o)),
+    ).toBe(true);
   }, 30_000);
 
   it("writes never land outside while a directory and a link are swapped under them", async () => {
@@ -213,8 +273,14 @@ describe("a symlink swapped in between check and use loses", () => {
     let swapping = true;
     const swapper = (async () => {
       for (let i = 0; swapping && i < 200_000; i++) {
-        await rename(join(ws, i % 2 ? "race-dir-real" : "race-dir-link"), join(ws, "race-dir")).catch(() => undefined);
-        await rename(join(ws, "race-dir"), join(ws, i % 2 ? "race-dir-real" : "race-dir-link")).catch(() => undefined);
+        await rename(
+          join(ws, i % 2 ? "race-dir-real" : "race-dir-link"),
+          join(ws, "race-dir"),
+        ).catch(() => undefined);
+        await rename(
+          join(ws, "race-dir"),
+          join(ws, i % 2 ? "race-dir-real" : "race-dir-link"),
+        ).catch(() => undefined);
       }
     })();
     const deadline = Date.now() + 8_000;
@@ -222,7 +288,10 @@ describe("a symlink swapped in between check and use loses", () => {
     for (let i = 0; i < 300 && Date.now() < deadline; i++) {
       const res = await d.call(`/v1/files?path=race-dir/f${i}.txt`, { method: "PUT", body: "x" });
       if (res.status === 201) written++;
-      else expect(["INVALID_ARGUMENT", "NOT_FOUND", "CONFLICT"]).toContain((await res.json() as { error: { code: string } }).error.code);
+      else
+        expect(["INVALID_ARGUMENT", "NOT_FOUND", "CONFLICT"]).toContain(
+          ((await res.json()) as { error: { code: string } }).error.code,
+        );
     }
     swapping = false;
     await swapper;

@@ -26,7 +26,10 @@ describe("authentication", () => {
     ["a prefix of the token", { authorization: "Bearer short" }],
     ["wrong scheme", { authorization: "Basic abc" }],
   ])("answers 401 with %s", async (_name, headers) => {
-    const res = await fetch(`${d.url}/v1/commands/run`, { ...json({ command: "true" }), headers: { ...headers, "content-type": "application/json" } });
+    const res = await fetch(`${d.url}/v1/commands/run`, {
+      ...json({ command: "true" }),
+      headers: { ...headers, "content-type": "application/json" },
+    });
     expect(res.status).toBe(401);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("UNAUTHORIZED");
   });
@@ -40,9 +43,18 @@ describe("authentication", () => {
 
 describe("commands", () => {
   it("runs a command and reports exit code, streams, duration", async () => {
-    const res = await d.call("/v1/commands/run", json({ command: "echo out; echo err >&2; exit 7" }));
+    const res = await d.call(
+      "/v1/commands/run",
+      json({ command: "echo out; echo err >&2; exit 7" }),
+    );
     const r = (await res.json()) as Record<string, unknown>;
-    expect(r).toMatchObject({ exitCode: 7, stdout: "out\n", stderr: "err\n", timedOut: false, truncated: false });
+    expect(r).toMatchObject({
+      exitCode: 7,
+      stdout: "out\n",
+      stderr: "err\n",
+      timedOut: false,
+      truncated: false,
+    });
   });
 
   it("streams NDJSON chunks with byte offsets, then the exit line", async () => {
@@ -51,7 +63,10 @@ describe("commands", () => {
       headers: { "content-type": "application/json", accept: "application/x-ndjson" },
     });
     expect(res.headers.get("content-type")).toContain("application/x-ndjson");
-    const events = (await res.text()).trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+    const events = (await res.text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     const chunks = events.filter((e) => e.stream === "stdout");
     expect(chunks.map((c) => c.data).join("")).toBe("abcdéfg");
     expect(chunks[0]).toMatchObject({ offset: 0 });
@@ -60,8 +75,19 @@ describe("commands", () => {
   });
 
   it("caps 100 MiB of output, says so, and keeps its memory bounded", async () => {
-    const res = await d.call("/v1/commands/run", json({ command: "head -c 104857600 /dev/zero | tr '\\0' x; echo tail >&2", timeoutMs: 120_000 }));
-    const r = (await res.json()) as { stdout: string; stderr: string; truncated: boolean; exitCode: number };
+    const res = await d.call(
+      "/v1/commands/run",
+      json({
+        command: "head -c 104857600 /dev/zero | tr '\\0' x; echo tail >&2",
+        timeoutMs: 120_000,
+      }),
+    );
+    const r = (await res.json()) as {
+      stdout: string;
+      stderr: string;
+      truncated: boolean;
+      exitCode: number;
+    };
     expect(r.exitCode).toBe(0);
     expect(r.truncated).toBe(true);
     expect(r.stdout.length).toBe(10 * 1024 * 1024);
@@ -74,7 +100,10 @@ describe("commands", () => {
 
   it("kills the whole process group at the timeout and leaves nothing behind", async () => {
     const marker = `31.${Date.now() % 100000}`;
-    const res = await d.call("/v1/commands/run", json({ command: `sleep ${marker}1 & sleep ${marker}2`, timeoutMs: 500 }));
+    const res = await d.call(
+      "/v1/commands/run",
+      json({ command: `sleep ${marker}1 & sleep ${marker}2`, timeoutMs: 500 }),
+    );
     const r = (await res.json()) as { timedOut: boolean; exitCode: number };
     expect(r.timedOut).toBe(true);
     expect(r.exitCode).toBe(137);
@@ -99,7 +128,12 @@ describe("commands", () => {
 
 describe("bad input", () => {
   it.each([
-    ["malformed JSON", { method: "POST", body: "{not json", headers: { "content-type": "application/json" } }, 400, "INVALID_ARGUMENT"],
+    [
+      "malformed JSON",
+      { method: "POST", body: "{not json", headers: { "content-type": "application/json" } },
+      400,
+      "INVALID_ARGUMENT",
+    ],
     ["an empty command", json({ command: "" }), 400, "INVALID_ARGUMENT"],
     ["an unknown field", json({ command: "true", sudo: true }), 400, "INVALID_ARGUMENT"],
     ["a negative timeout", json({ command: "true", timeoutMs: -5 }), 400, "INVALID_ARGUMENT"],
@@ -118,7 +152,9 @@ describe("bad input", () => {
   it("rejects an unknown language with a message naming the choices", async () => {
     const res = await d.call("/v1/code/execute", json({ language: "ruby", code: "puts 1" }));
     expect(res.status).toBe(400);
-    expect(((await res.json()) as { error: { message: string } }).error.message).toContain('"python" or "typescript"');
+    expect(((await res.json()) as { error: { message: string } }).error.message).toContain(
+      '"python" or "typescript"',
+    );
   });
 
   it("rejects an oversized JSON body with 413", async () => {
@@ -131,7 +167,10 @@ describe("bad input", () => {
   });
 
   it("refuses option-like package names", async () => {
-    const res = await d.call("/v1/packages/install", json({ language: "python", packages: ["--index-url=http://evil"] }));
+    const res = await d.call(
+      "/v1/packages/install",
+      json({ language: "python", packages: ["--index-url=http://evil"] }),
+    );
     expect(res.status).toBe(400);
   });
 });
@@ -141,7 +180,10 @@ describe("warm-pool adoption (/v1/init)", () => {
     const own = await startSandboxd();
     try {
       const next = "n".repeat(64);
-      const res = await own.call("/v1/init", json({ token: next, env: { ADOPTED_BY: "thread-42" } }));
+      const res = await own.call(
+        "/v1/init",
+        json({ token: next, env: { ADOPTED_BY: "thread-42" } }),
+      );
       expect(res.status).toBe(200);
       expect((await own.call("/v1/commands/run", json({ command: "true" }))).status).toBe(401);
       const r = await fetch(`${own.url}/v1/commands/run`, {

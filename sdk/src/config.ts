@@ -28,12 +28,18 @@ function schema() {
   const names = providerNames();
   const sections = Object.fromEntries(names.map((n) => [n, getProvider(n).options.optional()]));
   const use = z
-    .union([z.string(), z.array(z.string())], { error: "use is a provider name or a list of provider names" })
+    .union([z.string(), z.array(z.string())], {
+      error: "use is a provider name or a list of provider names",
+    })
     .superRefine((value, ctx) => {
       const listed = [value].flat();
-      if (listed.length === 0) ctx.addIssue({ code: "custom", message: "use lists at least one provider" });
+      if (listed.length === 0)
+        ctx.addIssue({ code: "custom", message: "use lists at least one provider" });
       for (const n of listed.filter((n) => !names.includes(n))) {
-        ctx.addIssue({ code: "custom", message: `unknown provider ${JSON.stringify(n)} (registered: ${names.join(", ")})` });
+        ctx.addIssue({
+          code: "custom",
+          message: `unknown provider ${JSON.stringify(n)} (registered: ${names.join(", ")})`,
+        });
       }
     });
   return z.strictObject({ sandbox: z.strictObject({ use, ...sections }) });
@@ -44,7 +50,8 @@ export function parseConfig(input: unknown): SandpitConfig {
   if (!r.success) {
     const lines = r.error.issues.map((i) => {
       const where = i.path.join(".") || "(root)";
-      if (i.code === "unrecognized_keys") return `${where ? where + ": " : ""}unknown key${i.keys.length > 1 ? "s" : ""} ${i.keys.map((k) => JSON.stringify(k)).join(", ")}`;
+      if (i.code === "unrecognized_keys")
+        return `${where ? where + ": " : ""}unknown key${i.keys.length > 1 ? "s" : ""} ${i.keys.map((k) => JSON.stringify(k)).join(", ")}`;
       return `${where}: ${i.message}`;
     });
     throw new SandboxError(`invalid Sandpit config:\n  ${lines.join("\n  ")}`, "INVALID_ARGUMENT");
@@ -57,13 +64,21 @@ export async function loadConfigFile(path: string): Promise<SandpitConfig> {
   try {
     text = await readFile(path, "utf8");
   } catch (err) {
-    throw new SandboxError(`cannot read config file ${path}: ${(err as Error).message}`, "INVALID_ARGUMENT", err);
+    throw new SandboxError(
+      `cannot read config file ${path}: ${(err as Error).message}`,
+      "INVALID_ARGUMENT",
+      err,
+    );
   }
   let data: unknown;
   try {
     data = parseYaml(text);
   } catch (err) {
-    throw new SandboxError(`config file ${path} is not valid YAML: ${(err as Error).message}`, "INVALID_ARGUMENT", err);
+    throw new SandboxError(
+      `config file ${path} is not valid YAML: ${(err as Error).message}`,
+      "INVALID_ARGUMENT",
+      err,
+    );
   }
   return parseConfig(data);
 }

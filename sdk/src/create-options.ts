@@ -8,7 +8,9 @@ import type { SandboxCreateOptions } from "./types.ts";
 export const ID = /^[A-Za-z0-9_-]{1,64}$/;
 
 const CreateOptions = z.object({
-  language: z.enum(LANGUAGES, { error: (i) => `unknown language ${JSON.stringify(i.input)}: use "python" or "typescript"` }),
+  language: z.enum(LANGUAGES, {
+    error: (i) => `unknown language ${JSON.stringify(i.input)}: use "python" or "typescript"`,
+  }),
   packages: z.array(z.string().min(1)).optional(),
   envs: z.record(z.string(), z.string()).optional(),
   workingDirectory: z.string().min(1).optional(),
@@ -22,7 +24,10 @@ export function validateCreate(options: SandboxCreateOptions): SandboxCreateOpti
   const r = CreateOptions.safeParse(options);
   if (!r.success) {
     const i = r.error.issues[0];
-    throw new SandboxError(`invalid create options: ${i?.path.length ? i.path.join(".") + ": " : ""}${i?.message}`, "INVALID_ARGUMENT");
+    throw new SandboxError(
+      `invalid create options: ${i?.path.length ? i.path.join(".") + ": " : ""}${i?.message}`,
+      "INVALID_ARGUMENT",
+    );
   }
   return r.data;
 }

@@ -16,7 +16,8 @@ export class FallbackProvider implements SandboxProvider {
   private readonly logger: Logger;
 
   constructor(chain: NamedProvider[], logger: Logger) {
-    if (chain.length === 0) throw new SandboxError("a fallback chain needs at least one provider", "INVALID_ARGUMENT");
+    if (chain.length === 0)
+      throw new SandboxError("a fallback chain needs at least one provider", "INVALID_ARGUMENT");
     this.chain = chain;
     this.logger = logger;
   }
@@ -27,7 +28,10 @@ export class FallbackProvider implements SandboxProvider {
 
   /** Asks each provider in turn; the sandbox belongs to the first that knows the ID. */
   resume(sandboxId: string): Promise<SandboxInstance> {
-    return this.firstThatAnswers("resume", (p) => p.resume(sandboxId), ["CONNECTION_FAILED", "NOT_FOUND"]);
+    return this.firstThatAnswers("resume", (p) => p.resume(sandboxId), [
+      "CONNECTION_FAILED",
+      "NOT_FOUND",
+    ]);
   }
 
   private async firstThatAnswers(
@@ -44,9 +48,16 @@ export class FallbackProvider implements SandboxProvider {
         if (!(err instanceof SandboxError) || !fallThroughOn.includes(err.code)) throw err;
         last = err;
         reasons.push(`${name}: ${err.message}`);
-        this.logger.warn({ provider: name, code: err.code, reason: err.message }, `sandbox provider ${name} failed to ${op}; trying the next one`);
+        this.logger.warn(
+          { provider: name, code: err.code, reason: err.message },
+          `sandbox provider ${name} failed to ${op}; trying the next one`,
+        );
       }
     }
-    throw new SandboxError(`no provider could ${op} the sandbox:\n  ${reasons.join("\n  ")}`, last!.code, last);
+    throw new SandboxError(
+      `no provider could ${op} the sandbox:\n  ${reasons.join("\n  ")}`,
+      last!.code,
+      last,
+    );
   }
 }

@@ -18,7 +18,12 @@ import type { SandboxProvider } from "./types.ts";
 export * from "./types.ts";
 export { SandboxError, isSandboxError, type SandboxErrorCode } from "./errors.ts";
 export { parseConfig, loadConfigFile, type SandpitConfig, type SandboxSection } from "./config.ts";
-export { registerProvider, providerNames, type ProviderDefinition, type ProviderContext } from "./registry.ts";
+export {
+  registerProvider,
+  providerNames,
+  type ProviderDefinition,
+  type ProviderContext,
+} from "./registry.ts";
 export { FallbackProvider } from "./fallback.ts";
 export { SandboxdClient, type SandboxdClientOptions } from "./sandboxd-client.ts";
 export { SandboxdInstance, type SandboxdLifecycle } from "./sandboxd-instance.ts";
@@ -42,7 +47,10 @@ registerRemoteProviders(); // docker, e2b, daytona: loaded on first use
  * Builds the provider a config selects: `use: "local"` gives that provider, `use: [a, b]` a
  * fallback chain. Accepts the `sandbox` section or the whole config.
  */
-export function createProvider(config: SandboxSection | { sandbox: SandboxSection }, opts: { logger?: Logger } = {}): SandboxProvider {
+export function createProvider(
+  config: SandboxSection | { sandbox: SandboxSection },
+  opts: { logger?: Logger } = {},
+): SandboxProvider {
   const section = parseConfig("sandbox" in config ? config : { sandbox: config }).sandbox;
   const logger = opts.logger ?? pino({ level: process.env.SANDPIT_LOG_LEVEL ?? "warn" });
   const build = (name: string) => {
@@ -52,7 +60,10 @@ export function createProvider(config: SandboxSection | { sandbox: SandboxSectio
     const options = def.options.safeParse(section[name] ?? {});
     if (!options.success) {
       const i = options.error.issues[0];
-      throw new SandboxError(`invalid Sandpit config: sandbox.${name}${i?.path.length ? "." + i.path.join(".") : ""}: ${i?.message}`, "INVALID_ARGUMENT");
+      throw new SandboxError(
+        `invalid Sandpit config: sandbox.${name}${i?.path.length ? "." + i.path.join(".") : ""}: ${i?.message}`,
+        "INVALID_ARGUMENT",
+      );
     }
     return def.create(options.data, { logger: logger.child({ provider: name }) });
   };

@@ -30,7 +30,11 @@ export class PortForwarder {
     const all = await Promise.allSettled(this.servers.values());
     this.servers.clear();
     await Promise.all(
-      all.map((s) => (s.status === "fulfilled" ? new Promise<void>((r) => s.value.server.close(() => r())) : undefined)),
+      all.map((s) =>
+        s.status === "fulfilled"
+          ? new Promise<void>((r) => s.value.server.close(() => r()))
+          : undefined,
+      ),
     );
   }
 

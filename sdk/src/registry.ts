@@ -23,14 +23,18 @@ export interface ProviderDefinition<S extends z.ZodType = z.ZodType> {
 const providers = new Map<string, ProviderDefinition>();
 
 export function registerProvider<S extends z.ZodType>(def: ProviderDefinition<S>): void {
-  if (providers.has(def.name)) throw new SandboxError(`provider ${def.name} is already registered`, "INVALID_ARGUMENT");
+  if (providers.has(def.name))
+    throw new SandboxError(`provider ${def.name} is already registered`, "INVALID_ARGUMENT");
   providers.set(def.name, def as unknown as ProviderDefinition);
 }
 
 export function getProvider(name: string): ProviderDefinition {
   const def = providers.get(name);
   if (!def) {
-    throw new SandboxError(`unknown provider ${JSON.stringify(name)} (registered: ${providerNames().join(", ")})`, "INVALID_ARGUMENT");
+    throw new SandboxError(
+      `unknown provider ${JSON.stringify(name)} (registered: ${providerNames().join(", ")})`,
+      "INVALID_ARGUMENT",
+    );
   }
   return def;
 }

@@ -118,7 +118,11 @@ export class SandboxdClient {
     } catch (err) {
       throw asSandboxError(err, "reading the command's output stream");
     }
-    if (!exit) throw new SandboxError("the command's output stream ended without an exit status", "CONNECTION_FAILED");
+    if (!exit)
+      throw new SandboxError(
+        "the command's output stream ended without an exit status",
+        "CONNECTION_FAILED",
+      );
     const { stream: _s, ...status } = exit;
     return { ...status, ...out };
   }
@@ -131,7 +135,12 @@ export class SandboxdClient {
     await this.json("POST", "/v1/packages/install", req, (req.timeoutMs ?? 10 * 60_000) + GRACE_MS);
   }
 
-  async init(req: { token: string; env?: Record<string, string>; packages?: string[]; language?: "python" | "typescript" }): Promise<void> {
+  async init(req: {
+    token: string;
+    env?: Record<string, string>;
+    packages?: string[];
+    language?: "python" | "typescript";
+  }): Promise<void> {
     await this.json("POST", "/v1/init", req, 10 * 60_000);
   }
 
@@ -143,7 +152,9 @@ export class SandboxdClient {
     const url = new URL(`${this.origin}${this.prefix}/v1/ports/${port}/tunnel`);
     return new Promise((resolve, reject) => {
       const req = httpRequest({
-        ...(this.socketPath ? { socketPath: this.socketPath } : { host: url.hostname, port: url.port || 80 }),
+        ...(this.socketPath
+          ? { socketPath: this.socketPath }
+          : { host: url.hostname, port: url.port || 80 }),
         path: url.pathname,
         method: "GET",
         headers: { ...this.headers, connection: "Upgrade", upgrade: "tcp" },
@@ -163,17 +174,28 @@ export class SandboxdClient {
           } catch {
             // not our envelope
           }
-          reject(e ? fromBody(e) : new SandboxError(`port tunnel refused with HTTP ${res.statusCode}`, statusCode(res.statusCode ?? 500)));
+          reject(
+            e
+              ? fromBody(e)
+              : new SandboxError(
+                  `port tunnel refused with HTTP ${res.statusCode}`,
+                  statusCode(res.statusCode ?? 500),
+                ),
+          );
         });
       });
-      req.once("timeout", () => req.destroy(new SandboxError(`opening a tunnel to port ${port} timed out`, "TIMEOUT")));
+      req.once("timeout", () =>
+        req.destroy(new SandboxError(`opening a tunnel to port ${port} timed out`, "TIMEOUT")),
+      );
       req.once("error", (err) => reject(asSandboxError(err, `tunnel to port ${port}`)));
       req.end();
     });
   }
 
   async readFile(path: string): Promise<Uint8Array> {
-    const res = await this.send("GET", `/v1/files?path=${encodeURIComponent(path)}`, { timeoutMs: this.requestTimeoutMs });
+    const res = await this.send("GET", `/v1/files?path=${encodeURIComponent(path)}`, {
+      timeoutMs: this.requestTimeoutMs,
+    });
     try {
       return new Uint8Array(await res.arrayBuffer());
     } catch (err) {
@@ -181,7 +203,10 @@ export class SandboxdClient {
     }
   }
 
-  async writeFile(path: string, content: string | Uint8Array): Promise<{ path: string; size: number }> {
+  async writeFile(
+    path: string,
+    content: string | Uint8Array,
+  ): Promise<{ path: string; size: number }> {
     const res = await this.send("PUT", `/v1/files?path=${encodeURIComponent(path)}`, {
       body: content,
       headers: { "content-type": "application/octet-stream" },
@@ -203,15 +228,26 @@ export class SandboxdClient {
   }
 
   async remove(path: string, recursive: boolean): Promise<void> {
-    const res = await this.send("DELETE", `/v1/files?path=${encodeURIComponent(path)}&recursive=${recursive}`, {
-      timeoutMs: this.requestTimeoutMs,
-    });
+    const res = await this.send(
+      "DELETE",
+      `/v1/files?path=${encodeURIComponent(path)}&recursive=${recursive}`,
+      {
+        timeoutMs: this.requestTimeoutMs,
+      },
+    );
     await res.dump();
   }
 
-  private async json<T>(method: Dispatcher.HttpMethod, path: string, body?: unknown, timeoutMs = this.requestTimeoutMs): Promise<T> {
+  private async json<T>(
+    method: Dispatcher.HttpMethod,
+    path: string,
+    body?: unknown,
+    timeoutMs = this.requestTimeoutMs,
+  ): Promise<T> {
     const res = await this.send(method, path, {
-      ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
+      ...(body === undefined
+        ? {}
+        : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
       timeoutMs,
     });
     try {
@@ -251,7 +287,10 @@ export class SandboxdClient {
       // not our envelope (a proxy in between, say)
     }
     if (body?.error) throw fromBody(body.error);
-    throw new SandboxError(`sandboxd answered HTTP ${res.statusCode} to ${method} ${path.split("?")[0]}`, statusCode(res.statusCode));
+    throw new SandboxError(
+      `sandboxd answered HTTP ${res.statusCode} to ${method} ${path.split("?")[0]}`,
+      statusCode(res.statusCode),
+    );
   }
 }
 
@@ -277,7 +316,11 @@ export function asSandboxError(err: unknown, what: string): SandboxError {
     return new SandboxError(`${what}: no answer before the deadline`, "TIMEOUT", err);
   }
   const code = e?.cause?.code;
-  return new SandboxError(`${what}: cannot reach sandboxd${code ? ` (${code})` : ""}`, "CONNECTION_FAILED", err);
+  return new SandboxError(
+    `${what}: cannot reach sandboxd${code ? ` (${code})` : ""}`,
+    "CONNECTION_FAILED",
+    err,
+  );
 }
 
 /** Parses an NDJSON response body line by line. */

@@ -31,7 +31,10 @@ export interface SandboxdLifecycle {
 }
 
 /** Runs `op` against a connected client, letting the lifecycle explain connection failures. */
-async function withClient<T>(lifecycle: SandboxdLifecycle, op: (c: SandboxdClient) => Promise<T>): Promise<T> {
+async function withClient<T>(
+  lifecycle: SandboxdLifecycle,
+  op: (c: SandboxdClient) => Promise<T>,
+): Promise<T> {
   try {
     return await op(await lifecycle.connect());
   } catch (err) {
@@ -62,19 +65,31 @@ export class SandboxdInstance implements SandboxInstance {
     this.filesystem = new SandboxdFilesystem((op) => withClient(lifecycle, op));
   }
 
-  private async run(command: string, o: SandboxCommandOptions = {}): Promise<SandboxExecutionResult> {
+  private async run(
+    command: string,
+    o: SandboxCommandOptions = {},
+  ): Promise<SandboxExecutionResult> {
     if (typeof command !== "string" || command.length === 0) {
       throw new SandboxError("command must be a non-empty string", "INVALID_ARGUMENT");
     }
     const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs;
     const streaming = o.onStdout || o.onStderr;
-    const r = await withClient(this.lifecycle, (client) => client.runCommand(
-      {
-        command,
-        ...pick({ cwd: o.cwd ?? this.defaults.workingDirectory, env: o.envs, timeoutMs, stdin: o.stdin }),
-      },
-      streaming ? (stream, data) => (stream === "stdout" ? o.onStdout?.(data) : o.onStderr?.(data)) : undefined,
-    ));
+    const r = await withClient(this.lifecycle, (client) =>
+      client.runCommand(
+        {
+          command,
+          ...pick({
+            cwd: o.cwd ?? this.defaults.workingDirectory,
+            env: o.envs,
+            timeoutMs,
+            stdin: o.stdin,
+          }),
+        },
+        streaming
+          ? (stream, data) => (stream === "stdout" ? o.onStdout?.(data) : o.onStderr?.(data))
+          : undefined,
+      ),
+    );
     if (r.timedOut) {
       throw new SandboxError(
         `command timed out after ${r.durationMs} ms and was killed with its process group: ${command.slice(0, 200)}`,
@@ -84,16 +99,28 @@ export class SandboxdInstance implements SandboxInstance {
     return { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr };
   }
 
-  async executeCode(code: string, language: SandboxLanguage, o: CodeExecutionOptions = {}): Promise<CodeExecutionResult> {
+  async executeCode(
+    code: string,
+    language: SandboxLanguage,
+    o: CodeExecutionOptions = {},
+  ): Promise<CodeExecutionResult> {
     if (!(LANGUAGES as readonly string[]).includes(language)) {
-      throw new SandboxError(`unknown language ${JSON.stringify(language)}: use "python" or "typescript"`, "INVALID_ARGUMENT");
+      throw new SandboxError(
+        `unknown language ${JSON.stringify(language)}: use "python" or "typescript"`,
+        "INVALID_ARGUMENT",
+      );
     }
-    if (typeof code !== "string") throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
+    if (typeof code !== "string")
+      throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
     return withClient(this.lifecycle, (client) =>
       client.executeCode({
         language,
         code,
-        ...pick({ cwd: o.cwd ?? this.defaults.workingDirectory, env: o.envs, timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs }),
+        ...pick({
+          cwd: o.cwd ?? this.defaults.workingDirectory,
+          env: o.envs,
+          timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs,
+        }),
       }),
     );
   }
@@ -108,7 +135,12 @@ export class SandboxdInstance implements SandboxInstance {
 
   getHost(port: number): Promise<string> {
     if (!Number.isInteger(port) || port < 1 || port > 65535) {
-      return Promise.reject(new SandboxError(`port must be an integer from 1 to 65535, got ${port}`, "INVALID_ARGUMENT"));
+      return Promise.reject(
+        new SandboxError(
+          `port must be an integer from 1 to 65535, got ${port}`,
+          "INVALID_ARGUMENT",
+        ),
+      );
     }
     return this.lifecycle.getHost(port);
   }
@@ -137,7 +169,13 @@ class SandboxdFilesystem implements SandboxFilesystem {
 
   async list(path: string): Promise<SandboxFileInfo[]> {
     const { entries } = await this.with((c) => c.list(path, 1));
-    return entries.map((e) => ({ name: e.name, path: e.path, type: e.type, size: e.size, modifiedTime: new Date(e.modifiedMs) }));
+    return entries.map((e) => ({
+      name: e.name,
+      path: e.path,
+      type: e.type,
+      size: e.size,
+      modifiedTime: new Date(e.modifiedMs),
+    }));
   }
 
   exists(path: string): Promise<boolean> {

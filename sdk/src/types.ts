@@ -23,7 +23,11 @@ export interface SandboxInstance {
   readonly commands: SandboxCommands;
   readonly filesystem: SandboxFilesystem;
 
-  executeCode(code: string, language: SandboxLanguage, options?: CodeExecutionOptions): Promise<CodeExecutionResult>;
+  executeCode(
+    code: string,
+    language: SandboxLanguage,
+    options?: CodeExecutionOptions,
+  ): Promise<CodeExecutionResult>;
 
   /** Stops the sandbox and deletes its data. */
   kill(): Promise<void>;

@@ -40,13 +40,18 @@ function configError(input: unknown): string {
 describe("config", () => {
   it("accepts one provider or an ordered list", () => {
     expect(parseConfig({ sandbox: { use: "local" } }).sandbox.use).toBe("local");
-    expect(parseConfig({ sandbox: { use: ["local"], local: { isolation: "none" } } }).sandbox.use).toEqual(["local"]);
+    expect(
+      parseConfig({ sandbox: { use: ["local"], local: { isolation: "none" } } }).sandbox.use,
+    ).toEqual(["local"]);
   });
 
   it.each([
     [{ sandbox: { use: "local" }, extra: 1 }, 'unknown key "extra"'],
     [{ sandbox: { use: "local", timeout: 5 } }, 'sandbox: unknown key "timeout"'],
-    [{ sandbox: { use: "local", local: { basedir: "/x" } } }, 'sandbox.local: unknown key "basedir"'],
+    [
+      { sandbox: { use: "local", local: { basedir: "/x" } } },
+      'sandbox.local: unknown key "basedir"',
+    ],
     [{ sandbox: { use: "local", local: { isolation: "chroot" } } }, "sandbox.local.isolation"],
     [{ sandbox: { use: "nope" } }, 'unknown provider "nope" (registered: local'],
     [{ sandbox: { use: [] } }, "use lists at least one provider"],
@@ -59,16 +64,27 @@ describe("config", () => {
 
   it("loads YAML, and says clearly when the file is missing or malformed", async () => {
     const good = join(dir, "good.yaml");
-    await writeFile(good, `sandbox:\n  use: local\n  local:\n    isolation: none\n    baseDir: ${join(dir, "base")}\n`);
+    await writeFile(
+      good,
+      `sandbox:\n  use: local\n  local:\n    isolation: none\n    baseDir: ${join(dir, "base")}\n`,
+    );
     expect((await loadConfigFile(good)).sandbox.local).toMatchObject({ isolation: "none" });
     const bad = join(dir, "bad.yaml");
     await writeFile(bad, "sandbox: [unclosed\n");
-    expect((await expectSandboxError(loadConfigFile(bad), "INVALID_ARGUMENT")).message).toContain("not valid YAML");
-    expect((await expectSandboxError(loadConfigFile(join(dir, "missing.yaml")), "INVALID_ARGUMENT")).message).toContain("cannot read");
+    expect((await expectSandboxError(loadConfigFile(bad), "INVALID_ARGUMENT")).message).toContain(
+      "not valid YAML",
+    );
+    expect(
+      (await expectSandboxError(loadConfigFile(join(dir, "missing.yaml")), "INVALID_ARGUMENT"))
+        .message,
+    ).toContain("cannot read");
   });
 
   it("switches provider with sandbox.use and runs code on it", async () => {
-    const provider = createProvider({ use: "local", local: { baseDir: join(dir, "use-local"), isolation: "none" } });
+    const provider = createProvider({
+      use: "local",
+      local: { baseDir: join(dir, "use-local"), isolation: "none" },
+    });
     const sbx = await provider.create({ language: "python" });
     expect((await sbx.executeCode("print(2 ** 10)", "python")).output).toBe(1024);
     await sbx.kill();
@@ -84,23 +100,37 @@ describe("registry", () => {
       create: (o) => new LocalProvider({ baseDir: o.root, isolation: "none" }),
     });
     expect(providerNames()).toContain("scratch");
-    expect(configError({ sandbox: { use: "scratch", scratch: { rooot: "/x" } } })).toContain('unknown key "rooot"');
+    expect(configError({ sandbox: { use: "scratch", scratch: { rooot: "/x" } } })).toContain(
+      'unknown key "rooot"',
+    );
     const provider = createProvider({ use: "scratch", scratch: { root: join(dir, "scratch") } });
     const sbx = await provider.create({ language: "python" });
     expect((await sbx.commands.run("echo registered")).stdout).toBe("registered\n");
     await sbx.kill();
-    expect(() => registerProvider({ name: "scratch", description: "", options: z.strictObject({}), create: () => provider })).toThrow(
-      /already registered/,
-    );
+    expect(() =>
+      registerProvider({
+        name: "scratch",
+        description: "",
+        options: z.strictObject({}),
+        create: () => provider,
+      }),
+    ).toThrow(/already registered/);
   });
 });
 
 describe("fallback chain", () => {
   it("falls through a provider that cannot be reached, and logs why", async () => {
     const lines: string[] = [];
-    const logger = pino({ level: "warn" }, new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }));
+    const logger = pino(
+      { level: "warn" },
+      new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }),
+    );
     // A sandboxd that cannot start in 1 ms is a provider that cannot be reached: CONNECTION_FAILED.
-    const unreachable = new LocalProvider({ baseDir: join(dir, "unreachable"), isolation: "none", startTimeoutMs: 1 });
+    const unreachable = new LocalProvider({
+      baseDir: join(dir, "unreachable"),
+      isolation: "none",
+      startTimeoutMs: 1,
+    });
     const working = new LocalProvider({ baseDir: join(dir, "working"), isolation: "none" });
     const chain = new FallbackProvider(
       [
@@ -123,14 +153,32 @@ describe("fallback chain", () => {
 
   it("does not fall through on other errors", async () => {
     const logger = pino({ level: "silent" });
-    const chain = new FallbackProvider([{ name: "only", provider: new LocalProvider({ baseDir: join(dir, "x"), isolation: "none" }) }], logger);
+    const chain = new FallbackProvider(
+      [
+        {
+          name: "only",
+          provider: new LocalProvider({ baseDir: join(dir, "x"), isolation: "none" }),
+        },
+      ],
+      logger,
+    );
     await expectSandboxError(chain.create({ language: "fortran" as "python" }), "INVALID_ARGUMENT");
   });
 
   it("reports every reason when no provider answers", async () => {
     const logger = pino({ level: "silent" });
-    const p = (name: string) => ({ name, provider: new LocalProvider({ baseDir: join(dir, name), isolation: "none", startTimeoutMs: 1 }) });
-    const err = await expectSandboxError(new FallbackProvider([p("a"), p("b")], logger).create({ language: "python" }), "CONNECTION_FAILED");
+    const p = (name: string) => ({
+      name,
+      provider: new LocalProvider({
+        baseDir: join(dir, name),
+        isolation: "none",
+        startTimeoutMs: 1,
+      }),
+    });
+    const err = await expectSandboxError(
+      new FallbackProvider([p("a"), p("b")], logger).create({ language: "python" }),
+      "CONNECTION_FAILED",
+    );
     expect(err.message).toMatch(/a: .*\n\s+b: /s);
   });
 });

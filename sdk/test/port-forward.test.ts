@@ -26,29 +26,43 @@ describe.skipIf(!available)("port tunnel (local provider, bubblewrap, no network
   });
 
   it("has no route out, yet its server is reachable through getHost", async () => {
-    const out = await sbx.commands.run("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"");
+    const out = await sbx.commands.run(
+      "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"",
+    );
     expect(out.exitCode).not.toBe(0);
     await sbx.filesystem.write("site/hello.txt", "hello through the tunnel");
-    await sbx.commands.run("cd site && (python3 -m http.server 8765 --bind 127.0.0.1 > /dev/null 2>&1 &)");
+    await sbx.commands.run(
+      "cd site && (python3 -m http.server 8765 --bind 127.0.0.1 > /dev/null 2>&1 &)",
+    );
     const host = await sbx.getHost(8765);
     expect(host).toMatch(/^127\.0\.0\.1:\d+$/);
     let body = "";
     for (let i = 0; i < 50 && !body; i++) {
-      body = await fetch(`http://${host}/hello.txt`).then((r) => (r.ok ? r.text() : ""), () => "");
+      body = await fetch(`http://${host}/hello.txt`).then(
+        (r) => (r.ok ? r.text() : ""),
+        () => "",
+      );
       if (!body) await new Promise((r) => setTimeout(r, 100));
     }
     expect(body).toBe("hello through the tunnel");
     // Several connections at once each get their own tunnel.
-    const many = await Promise.all(Array.from({ length: 8 }, () => fetch(`http://${host}/hello.txt`).then((r) => r.text())));
+    const many = await Promise.all(
+      Array.from({ length: 8 }, () => fetch(`http://${host}/hello.txt`).then((r) => r.text())),
+    );
     expect(new Set(many)).toEqual(new Set(["hello through the tunnel"]));
   });
 
   it("refuses a tunnel without the token, and says when nothing listens", async () => {
-    const lifecycle = (sbx as unknown as { lifecycle: { connect(): Promise<SandboxdClient> } }).lifecycle;
+    const lifecycle = (sbx as unknown as { lifecycle: { connect(): Promise<SandboxdClient> } })
+      .lifecycle;
     const client = await lifecycle.connect();
     await expectSandboxError(client.openTunnel(8799), "EXECUTION_FAILED");
     const socketPath = (client as unknown as { socketPath: string }).socketPath;
-    const stranger = new SandboxdClient({ baseUrl: "http://sandboxd", socketPath, token: "x".repeat(64) });
+    const stranger = new SandboxdClient({
+      baseUrl: "http://sandboxd",
+      socketPath,
+      token: "x".repeat(64),
+    });
     await expectSandboxError(stranger.openTunnel(8765), "UNAUTHORIZED");
     await stranger.close();
   });

@@ -2,14 +2,19 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { inject } from "vitest";
-import { DockerProvider } from "@sandpit/sdk";
+import { DockerProvider } from "@sandpit/sdk/docker";
 import { contractSuite } from "./suite.ts";
 
 const run = promisify(execFile);
 const PREFIX = "sandpit-ct";
 
 contractSuite("docker", async () => {
-  const provider = new DockerProvider({ image: inject("sandboxImage"), containerPrefix: PREFIX, basePort: 31000, idleTimeoutMs: 0 });
+  const provider = new DockerProvider({
+    image: inject("sandboxImage"),
+    containerPrefix: PREFIX,
+    basePort: 31000,
+    idleTimeoutMs: 0,
+  });
   return {
     provider,
     teardown: async () => {

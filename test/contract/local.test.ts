@@ -11,7 +11,8 @@ import { contractSuite } from "./suite.ts";
 
 for (const isolation of ["none", "bwrap"] as const) {
   if (isolation === "bwrap" && !(await bwrapAvailable())) {
-    if (process.env.CI) throw new Error("bubblewrap must be installed in CI (apt-get install bubblewrap)");
+    if (process.env.CI)
+      throw new Error("bubblewrap must be installed in CI (apt-get install bubblewrap)");
     console.warn("bubblewrap is not available: skipping the bwrap contract run");
     continue;
   }

@@ -14,7 +14,10 @@ export interface ContractTarget {
 }
 
 /** Asserts that a promise rejects with a SandboxError of `code`, and returns it. */
-export async function expectSandboxError(p: Promise<unknown>, code: SandboxError["code"]): Promise<SandboxError> {
+export async function expectSandboxError(
+  p: Promise<unknown>,
+  code: SandboxError["code"],
+): Promise<SandboxError> {
   const err = await p.then(
     () => {
       throw new Error(`expected a SandboxError ${code}, but the call succeeded`);
@@ -54,13 +57,17 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       it("runs in the workspace by default and honours cwd", async () => {
         expect((await sbx.commands.run("pwd")).stdout.trim()).toBe("/mnt/user-data/workspace");
         await sbx.filesystem.mkdir("/mnt/user-data/workspace/sub/dir");
-        expect((await sbx.commands.run("pwd", { cwd: "/mnt/user-data/workspace/sub/dir" })).stdout.trim()).toBe(
-          "/mnt/user-data/workspace/sub/dir",
-        );
+        expect(
+          (
+            await sbx.commands.run("pwd", { cwd: "/mnt/user-data/workspace/sub/dir" })
+          ).stdout.trim(),
+        ).toBe("/mnt/user-data/workspace/sub/dir");
       });
 
       it("passes per-command and sandbox-wide environment variables", async () => {
-        const r = await sbx.commands.run('echo "$A|$SANDPIT_SANDBOX_VAR"', { envs: { A: "per-command" } });
+        const r = await sbx.commands.run('echo "$A|$SANDPIT_SANDBOX_VAR"', {
+          envs: { A: "per-command" },
+        });
         expect(r.stdout).toBe("per-command|from-create\n");
       });
 
@@ -87,7 +94,9 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
 
       it("sees files written through the filesystem API and vice versa", async () => {
         await sbx.filesystem.write("shared.txt", "via-fs");
-        expect((await sbx.commands.run("cat /mnt/user-data/workspace/shared.txt")).stdout).toBe("via-fs");
+        expect((await sbx.commands.run("cat /mnt/user-data/workspace/shared.txt")).stdout).toBe(
+          "via-fs",
+        );
         await sbx.commands.run("printf via-cmd > /mnt/user-data/outputs/out.txt");
         expect(await sbx.filesystem.read("/mnt/user-data/outputs/out.txt")).toBe("via-cmd");
       });
@@ -95,7 +104,10 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
 
     describe("executeCode: python", () => {
       it("runs code and parses JSON output", async () => {
-        const r = await sbx.executeCode('import json\nprint(json.dumps({"sum": 1 + 2, "ok": True}))', "python");
+        const r = await sbx.executeCode(
+          'import json\nprint(json.dumps({"sum": 1 + 2, "ok": True}))',
+          "python",
+        );
         expect(r.success).toBe(true);
         expect(r.output).toEqual({ sum: 3, ok: true });
         expect(r.stdout).toBe('{"sum": 3, "ok": true}\n');
@@ -116,7 +128,10 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       });
 
       it("reports an exception with name, message and traceback", async () => {
-        const r = await sbx.executeCode('print("before")\ndef f():\n    raise ValueError("bad value")\nf()', "python");
+        const r = await sbx.executeCode(
+          'print("before")\ndef f():\n    raise ValueError("bad value")\nf()',
+          "python",
+        );
         expect(r.success).toBe(false);
         expect(r.stdout).toBe("before\n");
         expect(r.error?.name).toBe("ValueError");
@@ -138,18 +153,24 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       });
 
       it("times out with TIMEOUT", async () => {
-        await expectSandboxError(sbx.executeCode("import time\ntime.sleep(30)", "python", { timeoutMs: 700 }), "TIMEOUT");
+        await expectSandboxError(
+          sbx.executeCode("import time\ntime.sleep(30)", "python", { timeoutMs: 700 }),
+          "TIMEOUT",
+        );
       });
 
       it("passes environment variables", async () => {
-        const r = await sbx.executeCode('import os\nprint(os.environ["GREETING"])', "python", { envs: { GREETING: "hi" } });
+        const r = await sbx.executeCode('import os\nprint(os.environ["GREETING"])', "python", {
+          envs: { GREETING: "hi" },
+        });
         expect(r.stdout).toBe("hi\n");
       });
     });
 
     describe("executeCode: typescript", () => {
       it("runs TypeScript without a compile step and parses JSON output", async () => {
-        const code = "interface P { x: number }\nconst p: P = { x: 2 };\nconsole.log(JSON.stringify({ doubled: p.x * 2 }));";
+        const code =
+          "interface P { x: number }\nconst p: P = { x: 2 };\nconsole.log(JSON.stringify({ doubled: p.x * 2 }));";
         const r = await sbx.executeCode(code, "typescript");
         expect(r.stderr).toBe("");
         expect(r.success).toBe(true);
@@ -157,14 +178,18 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       });
 
       it("supports enums and top-level await", async () => {
-        const code = "enum Color { Red = 'red' }\nconst v = await Promise.resolve(Color.Red);\nconsole.log(JSON.stringify(v));";
+        const code =
+          "enum Color { Red = 'red' }\nconst v = await Promise.resolve(Color.Red);\nconsole.log(JSON.stringify(v));";
         const r = await sbx.executeCode(code, "typescript");
         expect(r.success).toBe(true);
         expect(r.output).toBe("red");
       });
 
       it("reports a thrown error with name, message and stack", async () => {
-        const r = await sbx.executeCode('console.log("before");\nthrow new TypeError("boom");', "typescript");
+        const r = await sbx.executeCode(
+          'console.log("before");\nthrow new TypeError("boom");',
+          "typescript",
+        );
         expect(r.success).toBe(false);
         expect(r.stdout).toBe("before\n");
         expect(r.error?.name).toBe("TypeError");
@@ -179,7 +204,12 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       });
 
       it("times out with TIMEOUT", async () => {
-        await expectSandboxError(sbx.executeCode("await new Promise((r) => setTimeout(r, 30_000));", "typescript", { timeoutMs: 700 }), "TIMEOUT");
+        await expectSandboxError(
+          sbx.executeCode("await new Promise((r) => setTimeout(r, 30_000));", "typescript", {
+            timeoutMs: 700,
+          }),
+          "TIMEOUT",
+        );
       });
     });
 
@@ -198,7 +228,11 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       it("round-trips every byte value", async () => {
         const bytes = new Uint8Array(256 * 4).map((_, i) => i % 256);
         await sbx.filesystem.write("bin/all-bytes.bin", bytes);
-        expect(Buffer.from(await sbx.filesystem.readBytes("bin/all-bytes.bin")).equals(Buffer.from(bytes))).toBe(true);
+        expect(
+          Buffer.from(await sbx.filesystem.readBytes("bin/all-bytes.bin")).equals(
+            Buffer.from(bytes),
+          ),
+        ).toBe(true);
       });
 
       it("round-trips a large file intact", async () => {
@@ -256,28 +290,44 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
 
       it("refuses paths outside /mnt/user-data with INVALID_ARGUMENT", async () => {
         await expectSandboxError(sbx.filesystem.read("../../../etc/passwd"), "INVALID_ARGUMENT");
-        await expectSandboxError(sbx.filesystem.write("/etc/sandpit-escape", "x"), "INVALID_ARGUMENT");
+        await expectSandboxError(
+          sbx.filesystem.write("/etc/sandpit-escape", "x"),
+          "INVALID_ARGUMENT",
+        );
         await expectSandboxError(sbx.filesystem.list("/"), "INVALID_ARGUMENT");
       });
     });
 
     describe("packages", () => {
       it("installs python packages with pip before create resolves", async () => {
-        const s = await target.provider.create({ language: "python", threadId: thread(), packages: ["six==1.16.0"] });
+        const s = await target.provider.create({
+          language: "python",
+          threadId: thread(),
+          packages: ["six==1.16.0"],
+        });
         try {
           const r = await s.executeCode("import six\nprint(six.__version__)", "python");
           expect(r.stdout.trim()).toBe("1.16.0");
           // Commands see the same packages.
-          expect((await s.commands.run("python3 -c 'import six; print(six.__version__)'")).stdout.trim()).toBe("1.16.0");
+          expect(
+            (await s.commands.run("python3 -c 'import six; print(six.__version__)'")).stdout.trim(),
+          ).toBe("1.16.0");
         } finally {
           await s.kill();
         }
       }, 240_000);
 
       it("installs npm packages before create resolves", async () => {
-        const s = await target.provider.create({ language: "typescript", threadId: thread(), packages: ["is-number@7.0.0"] });
+        const s = await target.provider.create({
+          language: "typescript",
+          threadId: thread(),
+          packages: ["is-number@7.0.0"],
+        });
         try {
-          const r = await s.executeCode('import isNumber from "is-number";\nconsole.log(JSON.stringify([isNumber(5), isNumber("x")]));', "typescript");
+          const r = await s.executeCode(
+            'import isNumber from "is-number";\nconsole.log(JSON.stringify([isNumber(5), isNumber("x")]));',
+            "typescript",
+          );
           expect(r.error).toBeUndefined();
           expect(r.output).toEqual([true, false]);
         } finally {
@@ -287,7 +337,11 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
 
       it("fails create with EXECUTION_FAILED when a package cannot be installed", async () => {
         await expectSandboxError(
-          target.provider.create({ language: "python", threadId: thread(), packages: ["sandpit-no-such-package-xyz==0.0.1"] }),
+          target.provider.create({
+            language: "python",
+            threadId: thread(),
+            packages: ["sandpit-no-such-package-xyz==0.0.1"],
+          }),
           "EXECUTION_FAILED",
         );
       }, 240_000);
@@ -297,7 +351,9 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       it("keeps files across pause and resume", async () => {
         const s = await target.provider.create({ language: "python", threadId: thread() });
         await s.filesystem.write("keep/me.txt", "still here");
-        await s.commands.run("mkdir -p /mnt/user-data/outputs/r && echo 42 > /mnt/user-data/outputs/r/n");
+        await s.commands.run(
+          "mkdir -p /mnt/user-data/outputs/r && echo 42 > /mnt/user-data/outputs/r/n",
+        );
         await s.pause();
         const resumed = await target.provider.resume(s.sandboxId);
         expect(resumed.sandboxId).toBe(s.sandboxId);
@@ -329,8 +385,14 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       });
 
       it("rejects invalid create options with INVALID_ARGUMENT", async () => {
-        await expectSandboxError(target.provider.create({ language: "cobol" as "python" }), "INVALID_ARGUMENT");
-        await expectSandboxError(target.provider.create({ language: "python", threadId: "../escape" }), "INVALID_ARGUMENT");
+        await expectSandboxError(
+          target.provider.create({ language: "cobol" as "python" }),
+          "INVALID_ARGUMENT",
+        );
+        await expectSandboxError(
+          target.provider.create({ language: "python", threadId: "../escape" }),
+          "INVALID_ARGUMENT",
+        );
       });
     });
 
@@ -338,12 +400,17 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
       it("reaches a server started inside the sandbox", async () => {
         const port = 20000 + Math.floor(Math.random() * 20000);
         await sbx.filesystem.write("www/index.html", "served from the sandbox");
-        await sbx.commands.run(`cd www && (python3 -m http.server ${port} --bind 127.0.0.1 > /dev/null 2>&1 &)`);
+        await sbx.commands.run(
+          `cd www && (python3 -m http.server ${port} --bind 127.0.0.1 > /dev/null 2>&1 &)`,
+        );
         const host = await sbx.getHost(port);
         expect(host).toMatch(/^[^/]+:\d+$/);
         let body = "";
         for (let i = 0; i < 50 && !body; i++) {
-          body = await fetch(`http://${host}/index.html`).then((r) => r.text(), () => "");
+          body = await fetch(`http://${host}/index.html`).then(
+            (r) => r.text(),
+            () => "",
+          );
           if (!body) await new Promise((r) => setTimeout(r, 100));
         }
         expect(body).toBe("served from the sandbox");

@@ -22,7 +22,9 @@ const INSPECT = JSON.stringify([
       id: "sandpit-0123456789abcdef",
       labels: { "sandpit.dev/managed": "true" },
       initProcess: { environment: ["SANDBOXD_TOKEN=abc", "PATH=/usr/bin"] },
-      publishedPorts: [{ hostAddress: "127.0.0.1", hostPort: 28080, containerPort: 8080, proto: "tcp" }],
+      publishedPorts: [
+        { hostAddress: "127.0.0.1", hostPort: 28080, containerPort: 8080, proto: "tcp" },
+      ],
       mounts: [{ source: "sandpit-0123456789abcdef-data", destination: "/mnt/user-data" }],
     },
     networks: [{ address: "192.168.64.5/24" }],
@@ -57,13 +59,24 @@ afterAll(async () => {
 
 describe("Apple container runtime", () => {
   it("is chosen on macOS when Docker does not answer and `container --version` works", async () => {
-    const rt = await detectRuntime({ runtime: "auto", socketPath: join(dir, "no-docker.sock") }, undefined, "darwin");
+    const rt = await detectRuntime(
+      { runtime: "auto", socketPath: join(dir, "no-docker.sock") },
+      undefined,
+      "darwin",
+    );
     expect(rt).toBeInstanceOf(AppleContainerRuntime);
     expect(await readFile(log, "utf8")).toContain("--version");
   });
 
   it("is not chosen on Linux: there, a missing Docker is CONNECTION_FAILED saying how to start it", async () => {
-    const err = await expectSandboxError(detectRuntime({ runtime: "auto", socketPath: join(dir, "no-docker.sock") }, undefined, "linux"), "CONNECTION_FAILED");
+    const err = await expectSandboxError(
+      detectRuntime(
+        { runtime: "auto", socketPath: join(dir, "no-docker.sock") },
+        undefined,
+        "linux",
+      ),
+      "CONNECTION_FAILED",
+    );
     expect(err.message).toMatch(/start it/);
   });
 
@@ -117,6 +130,9 @@ describe("Apple container runtime", () => {
   });
 
   it("says the CLI is missing when it is not installed", async () => {
-    await expectSandboxError(new AppleContainerRuntime(join(dir, "nope")).ping(), "CONNECTION_FAILED");
+    await expectSandboxError(
+      new AppleContainerRuntime(join(dir, "nope")).ping(),
+      "CONNECTION_FAILED",
+    );
   });
 });

@@ -12,7 +12,8 @@ import { promisify } from "node:util";
 import { Writable } from "node:stream";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { createProvider, DockerProvider, type SandboxInstance } from "@sandpit/sdk";
+import { createProvider, type SandboxInstance } from "@sandpit/sdk";
+import { DockerProvider } from "@sandpit/sdk/docker";
 import { detectRuntime } from "../../sdk/src/providers/docker/detect.ts";
 import { DockerRuntime } from "../../sdk/src/providers/docker/docker-runtime.ts";
 import { expectSandboxError } from "../contract/suite.ts";
@@ -23,14 +24,30 @@ const PREFIX = "sandpit-pt";
 const docker = (...args: string[]) => run("docker", args).then((r) => r.stdout.trim());
 
 async function removeAll(prefix: string): Promise<void> {
-  const names = (await docker("ps", "-a", "--filter", `name=^${prefix}-`, "--format", "{{.Names}}")).split("\n").filter(Boolean);
+  const names = (await docker("ps", "-a", "--filter", `name=^${prefix}-`, "--format", "{{.Names}}"))
+    .split("\n")
+    .filter(Boolean);
   if (names.length) await docker("rm", "-f", "-v", ...names);
-  const volumes = (await docker("volume", "ls", "--filter", `name=^${prefix}-`, "--format", "{{.Name}}")).split("\n").filter(Boolean);
+  const volumes = (
+    await docker("volume", "ls", "--filter", `name=^${prefix}-`, "--format", "{{.Name}}")
+  )
+    .split("\n")
+    .filter(Boolean);
   if (volumes.length) await docker("volume", "rm", "-f", ...volumes);
 }
 
-function provider(extra: Partial<ConstructorParameters<typeof DockerProvider>[0]> = {}, prefix = PREFIX): DockerProvider {
-  return new DockerProvider({ image, containerPrefix: prefix, basePort: 32000, idleTimeoutMs: 0, memoryMb: 512, ...extra });
+function provider(
+  extra: Partial<ConstructorParameters<typeof DockerProvider>[0]> = {},
+  prefix = PREFIX,
+): DockerProvider {
+  return new DockerProvider({
+    image,
+    containerPrefix: prefix,
+    basePort: 32000,
+    idleTimeoutMs: 0,
+    memoryMb: 512,
+    ...extra,
+  });
 }
 
 beforeAll(async () => {
@@ -43,7 +60,7 @@ afterAll(async () => {
 describe("discovery across processes", () => {
   it("two processes racing for one thread end up in one container", async () => {
     const script = `
-      import { DockerProvider } from "@sandpit/sdk";
+      import { DockerProvider } from "@sandpit/sdk/docker";
       const p = new DockerProvider({ image: ${JSON.stringify(image)}, containerPrefix: "${PREFIX}", basePort: 32000, idleTimeoutMs: 0 });
       const s = await p.create({ language: "python", threadId: "race" });
       const r = await s.commands.run("hostname");
@@ -52,15 +69,26 @@ describe("discovery across processes", () => {
     `;
     const runOne = () =>
       new Promise<{ id: string; host: string }>((resolve, reject) => {
-        const child = spawn(process.execPath, ["--input-type=module", "-e", script], { cwd: process.cwd(), stdio: ["ignore", "pipe", "inherit"] });
+        const child = spawn(process.execPath, ["--input-type=module", "-e", script], {
+          cwd: process.cwd(),
+          stdio: ["ignore", "pipe", "inherit"],
+        });
         let out = "";
         child.stdout.on("data", (c: Buffer) => (out += c.toString()));
-        child.once("exit", (code) => (code === 0 ? resolve(JSON.parse(out.trim().split("\n").at(-1)!)) : reject(new Error(`exit ${code}`))));
+        child.once("exit", (code) =>
+          code === 0
+            ? resolve(JSON.parse(out.trim().split("\n").at(-1)!))
+            : reject(new Error(`exit ${code}`)),
+        );
       });
     const [a, b] = await Promise.all([runOne(), runOne()]);
     expect(a.id).toBe(b.id);
     expect(a.host).toBe(b.host);
-    const containers = (await docker("ps", "-a", "--filter", `name=^${a.id}$`, "--format", "{{.Names}}")).split("\n").filter(Boolean);
+    const containers = (
+      await docker("ps", "-a", "--filter", `name=^${a.id}$`, "--format", "{{.Names}}")
+    )
+      .split("\n")
+      .filter(Boolean);
     expect(containers).toEqual([a.id]);
   }, 120_000);
 
@@ -88,8 +116,14 @@ describe("host ports", () => {
       servers.push(server);
     }
     const lines: string[] = [];
-    const logger = pino({ level: "info" }, new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }));
-    const p = new DockerProvider({ image, containerPrefix: PREFIX, basePort: base, idleTimeoutMs: 0 }, logger);
+    const logger = pino(
+      { level: "info" },
+      new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }),
+    );
+    const p = new DockerProvider(
+      { image, containerPrefix: PREFIX, basePort: base, idleTimeoutMs: 0 },
+      logger,
+    );
     try {
       const s = await p.create({ language: "python", threadId: "ports" });
       expect((await s.commands.run("echo ok")).stdout).toBe("ok\n");
@@ -122,16 +156,32 @@ describe("warm pool and reuse", () => {
     const p = provider({ warm: 1 }, `${PREFIX}-w`);
     try {
       await p.fillWarmPool();
-      const warm = (await docker("ps", "--filter", `name=^${PREFIX}-w-warm-`, "--format", "{{.Names}}")).split("\n").filter(Boolean);
+      const warm = (
+        await docker("ps", "--filter", `name=^${PREFIX}-w-warm-`, "--format", "{{.Names}}")
+      )
+        .split("\n")
+        .filter(Boolean);
       expect(warm).toHaveLength(1);
-      const s = await p.create({ language: "python", threadId: "claims-warm", envs: { CLAIMED_BY: "thread-7" } });
-      expect((await s.commands.run("echo $CLAIMED_BY; ls /mnt/user-data/workspace | wc -l")).stdout).toBe("thread-7\n0\n");
+      const s = await p.create({
+        language: "python",
+        threadId: "claims-warm",
+        envs: { CLAIMED_BY: "thread-7" },
+      });
+      expect(
+        (await s.commands.run("echo $CLAIMED_BY; ls /mnt/user-data/workspace | wc -l")).stdout,
+      ).toBe("thread-7\n0\n");
       // The warm container became the thread's, under the thread's deterministic name.
-      const id = (await docker("inspect", "-f", "{{.Id}}", s.sandboxId));
+      const id = await docker("inspect", "-f", "{{.Id}}", s.sandboxId);
       expect(id).toBe(await docker("inspect", "-f", "{{.Id}}", s.sandboxId));
-      expect(await docker("ps", "-a", "--filter", `name=^${warm[0]}$`, "--format", "{{.Names}}")).toBe("");
+      expect(
+        await docker("ps", "-a", "--filter", `name=^${warm[0]}$`, "--format", "{{.Names}}"),
+      ).toBe("");
       await p.fillWarmPool(); // and the pool is topped up again
-      expect((await docker("ps", "--filter", `name=^${PREFIX}-w-warm-`, "--format", "{{.Names}}")).split("\n").filter(Boolean)).toHaveLength(1);
+      expect(
+        (await docker("ps", "--filter", `name=^${PREFIX}-w-warm-`, "--format", "{{.Names}}"))
+          .split("\n")
+          .filter(Boolean),
+      ).toHaveLength(1);
       await s.kill();
     } finally {
       await p.close();
@@ -166,7 +216,9 @@ describe("confinement", () => {
   });
 
   it("runs as a non-root user with no capabilities, no new privileges and a read-only root", async () => {
-    const r = await s.commands.run("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; touch /usr/x 2>&1; touch /tmp/ok && echo tmp-writable");
+    const r = await s.commands.run(
+      "id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; touch /usr/x 2>&1; touch /tmp/ok && echo tmp-writable",
+    );
     expect(r.stdout).toMatch(/^1000\n/);
     expect(r.stdout).toContain("CapEff:\t0000000000000000");
     expect(r.stdout).toContain("NoNewPrivs:\t1");
@@ -175,17 +227,27 @@ describe("confinement", () => {
   });
 
   it("contains a fork bomb with the pids limit and stays usable", async () => {
-    await expectSandboxError(s.commands.run("bomb() { bomb | bomb & }; bomb", { timeoutMs: 3_000 }), "TIMEOUT");
+    await expectSandboxError(
+      s.commands.run("bomb() { bomb | bomb & }; bomb", { timeoutMs: 3_000 }),
+      "TIMEOUT",
+    );
     let alive = "";
     for (let i = 0; i < 20 && alive !== "alive\n"; i++) {
-      alive = await s.commands.run("echo alive").then((r) => r.stdout, () => "");
+      alive = await s.commands.run("echo alive").then(
+        (r) => r.stdout,
+        () => "",
+      );
       if (alive !== "alive\n") await new Promise((r) => setTimeout(r, 500));
     }
     expect(alive).toBe("alive\n");
   }, 60_000);
 
   it("kills a memory hog, says so, and keeps sandboxd alive", async () => {
-    const r = await s.executeCode("blocks = []\nwhile True:\n    blocks.append(bytearray(32 * 1024 * 1024))", "python", { timeoutMs: 30_000 });
+    const r = await s.executeCode(
+      "blocks = []\nwhile True:\n    blocks.append(bytearray(32 * 1024 * 1024))",
+      "python",
+      { timeoutMs: 30_000 },
+    );
     expect(r.success).toBe(false);
     expect(r.error?.message).toMatch(/memory limit|MemoryError/);
     expect((await s.commands.run("echo still-here")).stdout).toBe("still-here\n");
@@ -194,7 +256,12 @@ describe("confinement", () => {
   it("cannot reach another sandbox's sandboxd without its token", async () => {
     const other = await p.create({ language: "python", threadId: "neighbour" });
     try {
-      const ip = await docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", other.sandboxId);
+      const ip = await docker(
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        other.sandboxId,
+      );
       const code = `import urllib.request, urllib.error
 try:
     urllib.request.urlopen(urllib.request.Request("http://${ip}:8080/v1/commands/run", data=b'{"command":"id"}', headers={"content-type": "application/json"}), timeout=5)
@@ -215,7 +282,10 @@ describe("faults", () => {
     await s.filesystem.write("f.txt", "1");
     await docker("kill", s.sandboxId);
     // The first call may fail (it was cut off); it never hangs, and the sandbox comes back.
-    const first = await s.commands.run("echo back").then((r) => r.stdout, (e: { code: string }) => e.code);
+    const first = await s.commands.run("echo back").then(
+      (r) => r.stdout,
+      (e: { code: string }) => e.code,
+    );
     expect(["back\n", "CONNECTION_FAILED"]).toContain(first);
     expect((await s.commands.run("cat f.txt")).stdout).toBe("1");
     await docker("rm", "-f", s.sandboxId);
@@ -229,10 +299,17 @@ describe("faults", () => {
     const dir = await mkdtemp(join(tmpdir(), "sandpit-nodocker-"));
     try {
       const lonely = new DockerProvider({ image, socketPath: join(dir, "docker.sock") });
-      const err = await expectSandboxError(lonely.create({ language: "python" }), "CONNECTION_FAILED");
+      const err = await expectSandboxError(
+        lonely.create({ language: "python" }),
+        "CONNECTION_FAILED",
+      );
       expect(err.message).toMatch(/start it/);
       const chain = createProvider(
-        { use: ["docker", "local"], docker: { image, socketPath: join(dir, "docker.sock") }, local: { baseDir: join(dir, "local"), isolation: "none" } },
+        {
+          use: ["docker", "local"],
+          docker: { image, socketPath: join(dir, "docker.sock") },
+          local: { baseDir: join(dir, "local"), isolation: "none" },
+        },
         { logger: pino({ level: "silent" }) },
       );
       const s = await chain.create({ language: "python" });
@@ -244,7 +321,9 @@ describe("faults", () => {
   }, 60_000);
 
   it("uses Docker on macOS too when it answers", async () => {
-    expect(await detectRuntime({ runtime: "auto" }, undefined, "darwin")).toBeInstanceOf(DockerRuntime);
+    expect(await detectRuntime({ runtime: "auto" }, undefined, "darwin")).toBeInstanceOf(
+      DockerRuntime,
+    );
   });
 
   it("a missing image is a clear error, not a pull", async () => {
@@ -259,13 +338,20 @@ describe("network off", () => {
     const p = provider({ network: false });
     const s = await p.create({ language: "python", threadId: "offline" });
     try {
-      const out = await s.commands.run("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"");
+      const out = await s.commands.run(
+        "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"",
+      );
       expect(out.exitCode).not.toBe(0);
-      await s.commands.run("cd /mnt/user-data/workspace && echo page > p.html && (python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)");
+      await s.commands.run(
+        "cd /mnt/user-data/workspace && echo page > p.html && (python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)",
+      );
       const host = await s.getHost(8000);
       let body = "";
       for (let i = 0; i < 50 && !body; i++) {
-        body = await fetch(`http://${host}/p.html`).then((r) => (r.ok ? r.text() : ""), () => "");
+        body = await fetch(`http://${host}/p.html`).then(
+          (r) => (r.ok ? r.text() : ""),
+          () => "",
+        );
         if (!body) await new Promise((r) => setTimeout(r, 100));
       }
       expect(body).toBe("page\n");

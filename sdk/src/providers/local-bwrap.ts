@@ -14,10 +14,30 @@ const run = promisify(execFile);
 
 /** /etc entries a process needs for DNS, TLS, users and locale; the rest of /etc stays hidden. */
 const ETC_ALLOW = [
-  "resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "services", "protocols",
-  "ssl", "ca-certificates", "ca-certificates.conf", "pki", "pip.conf", "npmrc",
-  "passwd", "group", "localtime", "timezone", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-  "alternatives", "mime.types", "os-release", "debian_version",
+  "resolv.conf",
+  "hosts",
+  "nsswitch.conf",
+  "host.conf",
+  "gai.conf",
+  "services",
+  "protocols",
+  "ssl",
+  "ca-certificates",
+  "ca-certificates.conf",
+  "pki",
+  "pip.conf",
+  "npmrc",
+  "passwd",
+  "group",
+  "localtime",
+  "timezone",
+  "ld.so.cache",
+  "ld.so.conf",
+  "ld.so.conf.d",
+  "alternatives",
+  "mime.types",
+  "os-release",
+  "debian_version",
 ];
 
 export interface BwrapOptions {
@@ -49,14 +69,25 @@ export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
     args.push("--ro-bind", dir, dir);
   }
   args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp");
-  args.push("--bind", o.dataDir, o.virtualRoot, "--bind", o.runDir, o.runMount, "--chdir", o.virtualRoot);
+  args.push(
+    "--bind",
+    o.dataDir,
+    o.virtualRoot,
+    "--bind",
+    o.runDir,
+    o.runMount,
+    "--chdir",
+    o.virtualRoot,
+  );
   return args;
 }
 
 /** True when bubblewrap is installed and can create namespaces on this host. */
 export async function bwrapAvailable(): Promise<boolean> {
   try {
-    await run("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], { timeout: 10_000 });
+    await run("bwrap", ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], {
+      timeout: 10_000,
+    });
     return true;
   } catch {
     return false;

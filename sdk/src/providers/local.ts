@@ -26,7 +26,12 @@ import { SandboxError } from "../errors.ts";
 import { SandboxdClient } from "../sandboxd-client.ts";
 import { SandboxdInstance, type SandboxdLifecycle } from "../sandboxd-instance.ts";
 import { PortForwarder } from "../port-forward.ts";
-import type { SandboxCreateOptions, SandboxInstance, SandboxLanguage, SandboxProvider } from "../types.ts";
+import type {
+  SandboxCreateOptions,
+  SandboxInstance,
+  SandboxLanguage,
+  SandboxProvider,
+} from "../types.ts";
 import { ID, validateCreate } from "../create-options.ts";
 
 export const LocalProviderOptions = z.strictObject({
@@ -70,7 +75,12 @@ interface SandboxRecord {
 }
 
 type State =
-  | { kind: "running"; child: ChildProcessWithoutNullStreams; client: SandboxdClient; socketPath: string }
+  | {
+      kind: "running";
+      child: ChildProcessWithoutNullStreams;
+      client: SandboxdClient;
+      socketPath: string;
+    }
   | { kind: "stopped" }
   | { kind: "killed" };
 
@@ -96,7 +106,9 @@ class LocalSandbox implements SandboxdLifecycle {
   connect(): Promise<SandboxdClient> {
     if (this.state.kind === "running") return Promise.resolve(this.state.client);
     if (this.state.kind === "killed") {
-      return Promise.reject(new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND"));
+      return Promise.reject(
+        new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND"),
+      );
     }
     // Paused (or never started in this process): start sandboxd on the same directory.
     this.starting ??= this.start().finally(() => (this.starting = null));
@@ -108,7 +120,8 @@ class LocalSandbox implements SandboxdLifecycle {
     const client = new SandboxdClient({ baseUrl: "http://sandboxd", socketPath, token });
     this.state = { kind: "running", child, client, socketPath };
     child.once("exit", () => {
-      if (this.state.kind === "running" && this.state.child === child) this.state = { kind: "stopped" };
+      if (this.state.kind === "running" && this.state.child === child)
+        this.state = { kind: "stopped" };
     });
     return client;
   }
@@ -116,7 +129,8 @@ class LocalSandbox implements SandboxdLifecycle {
   async pause(): Promise<void> {
     await this.starting?.catch(() => undefined);
     if (this.state.kind !== "running") {
-      if (this.state.kind === "killed") throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
+      if (this.state.kind === "killed")
+        throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
       return;
     }
     const { child, client, socketPath } = this.state;
@@ -140,7 +154,8 @@ class LocalSandbox implements SandboxdLifecycle {
   /** Same network: the port itself. In a private network namespace: a tunnel through sandboxd. */
   async getHost(port: number): Promise<string> {
     await this.connect();
-    if (this.provider.isolation === "bwrap" && !this.provider.options.network) return this.forwarder.forward(port);
+    if (this.provider.isolation === "bwrap" && !this.provider.options.network)
+      return this.forwarder.forward(port);
     return `127.0.0.1:${port}`;
   }
 }
@@ -158,7 +173,10 @@ export class LocalProvider implements SandboxProvider {
     const parsed = LocalProviderOptions.safeParse(options);
     if (!parsed.success) {
       const i = parsed.error.issues[0];
-      throw new SandboxError(`invalid local provider options: ${i?.path.join(".")}: ${i?.message}`, "INVALID_ARGUMENT");
+      throw new SandboxError(
+        `invalid local provider options: ${i?.path.join(".")}: ${i?.message}`,
+        "INVALID_ARGUMENT",
+      );
     }
     this.options = parsed.data;
     this.logger = logger;
@@ -200,7 +218,8 @@ export class LocalProvider implements SandboxProvider {
     try {
       const client = await sandbox.connect();
       if (o.workingDirectory) await client.mkdir(o.workingDirectory);
-      if (o.packages?.length) await client.installPackages({ language: o.language, packages: o.packages });
+      if (o.packages?.length)
+        await client.installPackages({ language: o.language, packages: o.packages });
     } catch (err) {
       // A sandbox that never became usable is not left behind.
       if (fresh) await sandbox.kill().catch(() => undefined);
@@ -212,7 +231,10 @@ export class LocalProvider implements SandboxProvider {
   async resume(sandboxId: string): Promise<SandboxInstance> {
     const [userId, threadId, ...rest] = typeof sandboxId === "string" ? sandboxId.split(".") : [];
     if (!userId || !threadId || rest.length || !ID.test(userId) || !ID.test(threadId)) {
-      throw new SandboxError(`${JSON.stringify(sandboxId)} is not a local sandbox ID (<user>.<thread>)`, "NOT_FOUND");
+      throw new SandboxError(
+        `${JSON.stringify(sandboxId)} is not a local sandbox ID (<user>.<thread>)`,
+        "NOT_FOUND",
+      );
     }
     let pending = this.sandboxes.get(sandboxId);
     if (!pending) {
@@ -232,7 +254,11 @@ export class LocalProvider implements SandboxProvider {
   /** Stops every sandboxd this provider started; their files stay for resume(). */
   async close(): Promise<void> {
     const all = await Promise.allSettled(this.sandboxes.values());
-    await Promise.all(all.map((s) => (s.status === "fulfilled" ? s.value.pause().catch(() => undefined) : undefined)));
+    await Promise.all(
+      all.map((s) =>
+        s.status === "fulfilled" ? s.value.pause().catch(() => undefined) : undefined,
+      ),
+    );
   }
 
   forget(sandboxId: string): void {
@@ -261,7 +287,9 @@ export class LocalProvider implements SandboxProvider {
         "CONNECTION_FAILED",
       );
     }
-    this.logger?.warn("bubblewrap is not available: local sandboxes run as plain host processes without namespace isolation");
+    this.logger?.warn(
+      "bubblewrap is not available: local sandboxes run as plain host processes without namespace isolation",
+    );
     return "none";
   }
 
@@ -270,7 +298,9 @@ export class LocalProvider implements SandboxProvider {
    * line. The socket lives in a short per-sandbox directory: unix socket paths are limited to
    * 107 bytes, which a deep baseDir would exceed.
    */
-  async spawnSandboxd(sandbox: LocalSandbox): Promise<{ child: ChildProcessWithoutNullStreams; socketPath: string; token: string }> {
+  async spawnSandboxd(
+    sandbox: LocalSandbox,
+  ): Promise<{ child: ChildProcessWithoutNullStreams; socketPath: string; token: string }> {
     this.resolvedIsolation ??= this.decideIsolation();
     this.interpreters ??= discoverInterpreters(process.env);
     const [isolation, interp] = await Promise.all([this.resolvedIsolation, this.interpreters]);
@@ -285,11 +315,16 @@ export class LocalProvider implements SandboxProvider {
       SANDBOXD_LISTEN: `unix:${bwrap ? RUN_MOUNT : runDir}/sandboxd.sock`,
       SANDBOXD_ROOT: bwrap ? VIRTUAL_ROOT : sandbox.dataDir,
       SANDBOXD_TOKEN_STDIN: "1",
-      SANDBOXD_ENV: JSON.stringify({ HOME: `${bwrap ? VIRTUAL_ROOT : sandbox.dataDir}/.sandpit/home`, ...sandbox.record.envs }),
+      SANDBOXD_ENV: JSON.stringify({
+        HOME: `${bwrap ? VIRTUAL_ROOT : sandbox.dataDir}/.sandpit/home`,
+        ...sandbox.record.envs,
+      }),
       SANDBOXD_PYTHON: interp.python,
       SANDBOXD_PYTHON_PREFIX: interp.pythonPrefix,
       SANDBOXD_LOG_LEVEL: "warn",
-      ...(this.options.outputCapBytes ? { SANDBOXD_OUTPUT_CAP_BYTES: String(this.options.outputCapBytes) } : {}),
+      ...(this.options.outputCapBytes
+        ? { SANDBOXD_OUTPUT_CAP_BYTES: String(this.options.outputCapBytes) }
+        : {}),
     };
     const argv = [process.execPath, SANDBOXD_MAIN];
     const [file, ...args] = bwrap
@@ -301,7 +336,11 @@ export class LocalProvider implements SandboxProvider {
             runDir,
             runMount: RUN_MOUNT,
             network: this.options.network,
-            readOnly: [dirname(dirname(interp.node)), interp.pythonPrefix, ...(await sandboxdCodeDirs())],
+            readOnly: [
+              dirname(dirname(interp.node)),
+              interp.pythonPrefix,
+              ...(await sandboxdCodeDirs()),
+            ],
           })),
           "--",
           ...argv,
@@ -317,9 +356,17 @@ export class LocalProvider implements SandboxProvider {
     await new Promise<void>((resolve, reject) => {
       const fail = (why: string) => {
         child.kill("SIGKILL");
-        reject(new SandboxError(`sandboxd for ${sandbox.record.sandboxId} did not start: ${why}${stderr ? `\n${stderr}` : ""}`, "CONNECTION_FAILED"));
+        reject(
+          new SandboxError(
+            `sandboxd for ${sandbox.record.sandboxId} did not start: ${why}${stderr ? `\n${stderr}` : ""}`,
+            "CONNECTION_FAILED",
+          ),
+        );
       };
-      const timer = setTimeout(() => fail(`no ready line within ${this.options.startTimeoutMs} ms`), this.options.startTimeoutMs);
+      const timer = setTimeout(
+        () => fail(`no ready line within ${this.options.startTimeoutMs} ms`),
+        this.options.startTimeoutMs,
+      );
       child.once("error", (e) => fail(e.message));
       child.once("exit", (code) => fail(`exited with code ${code}`));
       createInterface({ input: child.stdout }).once("line", (line) => {

@@ -14,9 +14,14 @@ export function registerRemoteProviders(): void {
   if (!known.has("docker")) {
     registerProvider({
       name: "docker",
-      description: "a container of the Sandpit sandbox image per sandbox (Docker, or Apple's container on macOS)",
+      description:
+        "a container of the Sandpit sandbox image per sandbox (Docker, or Apple's container on macOS)",
       options: DockerProviderOptions,
-      create: (options, ctx) => new LazyProvider(async () => new (await import("./docker/provider.ts")).DockerProvider(options, ctx.logger)),
+      create: (options, ctx) =>
+        new LazyProvider(
+          async () =>
+            new (await import("./docker/provider.ts")).DockerProvider(options, ctx.logger),
+        ),
     });
   }
   if (!known.has("e2b")) {
@@ -24,7 +29,10 @@ export function registerRemoteProviders(): void {
       name: "e2b",
       description: "E2B cloud sandboxes (code interpreter template), through the e2b SDK",
       options: E2BProviderOptions,
-      create: (options, ctx) => new LazyProvider(async () => new (await import("./e2b.ts")).E2BProvider(options, ctx.logger)),
+      create: (options, ctx) =>
+        new LazyProvider(
+          async () => new (await import("./e2b.ts")).E2BProvider(options, ctx.logger),
+        ),
     });
   }
   if (!known.has("daytona")) {
@@ -32,7 +40,10 @@ export function registerRemoteProviders(): void {
       name: "daytona",
       description: "Daytona cloud sandboxes, through the @daytonaio/sdk SDK",
       options: DaytonaProviderOptions,
-      create: (options, ctx) => new LazyProvider(async () => new (await import("./daytona.ts")).DaytonaProvider(options, ctx.logger)),
+      create: (options, ctx) =>
+        new LazyProvider(
+          async () => new (await import("./daytona.ts")).DaytonaProvider(options, ctx.logger),
+        ),
     });
   }
 }

@@ -6,7 +6,15 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { SandboxError } from "../../errors.ts";
-import { DATA_MOUNT, NameConflictError, PortConflictError, SANDBOXD_PORT, type ContainerInfo, type ContainerRuntime, type ContainerSpec } from "./runtime.ts";
+import {
+  DATA_MOUNT,
+  NameConflictError,
+  PortConflictError,
+  SANDBOXD_PORT,
+  type ContainerInfo,
+  type ContainerRuntime,
+  type ContainerSpec,
+} from "./runtime.ts";
 
 const exec = promisify(execFile);
 
@@ -59,11 +67,25 @@ export class AppleContainerRuntime implements ContainerRuntime {
     await this.cli(["volume", "create", spec.volume]).catch((err: unknown) => {
       if (!/exists/i.test(String((err as Error).message))) throw err;
     });
-    const args = ["run", "--detach", "--name", spec.name, "--cpus", String(spec.cpus), "--memory", `${Math.floor(spec.memoryBytes / 1048576)}M`];
+    const args = [
+      "run",
+      "--detach",
+      "--name",
+      spec.name,
+      "--cpus",
+      String(spec.cpus),
+      "--memory",
+      `${Math.floor(spec.memoryBytes / 1048576)}M`,
+    ];
     for (const [k, v] of Object.entries(spec.env)) args.push("--env", `${k}=${v}`);
     for (const [k, v] of Object.entries(spec.labels)) args.push("--label", `${k}=${v}`);
-    if (spec.socketDir) throw new SandboxError("network: false needs Docker; Apple's container runtime cannot run without a network", "INVALID_ARGUMENT");
-    if (spec.hostPort !== null) args.push("--publish", `${spec.bindHost}:${spec.hostPort}:${SANDBOXD_PORT}`);
+    if (spec.socketDir)
+      throw new SandboxError(
+        "network: false needs Docker; Apple's container runtime cannot run without a network",
+        "INVALID_ARGUMENT",
+      );
+    if (spec.hostPort !== null)
+      args.push("--publish", `${spec.bindHost}:${spec.hostPort}:${SANDBOXD_PORT}`);
     args.push("--volume", `${spec.volume}:${DATA_MOUNT}`);
     if (spec.readOnlyRoot) args.push("--read-only");
     args.push(spec.image);
@@ -71,7 +93,8 @@ export class AppleContainerRuntime implements ContainerRuntime {
       await this.cli(args);
     } catch (err) {
       const message = String((err as Error).message);
-      if (/already exists/i.test(message)) throw new NameConflictError(`container ${spec.name} already exists`);
+      if (/already exists/i.test(message))
+        throw new NameConflictError(`container ${spec.name} already exists`);
       if (/address already in use|port .* in use/i.test(message)) {
         await this.remove(spec.name, null);
         throw new PortConflictError(`host port ${spec.hostPort} is taken`);
@@ -79,7 +102,11 @@ export class AppleContainerRuntime implements ContainerRuntime {
       throw err;
     }
     const info = await this.inspect(spec.name);
-    if (!info) throw new SandboxError(`container ${spec.name} vanished after it was started`, "CONNECTION_FAILED");
+    if (!info)
+      throw new SandboxError(
+        `container ${spec.name} vanished after it was started`,
+        "CONNECTION_FAILED",
+      );
     return info;
   }
 
@@ -108,11 +135,18 @@ export class AppleContainerRuntime implements ContainerRuntime {
   }
 
   rename(from: string, _to: string): Promise<void> {
-    return Promise.reject(new SandboxError(`Apple's container runtime cannot rename ${from}: warm pools need Docker`, "INVALID_ARGUMENT"));
+    return Promise.reject(
+      new SandboxError(
+        `Apple's container runtime cannot rename ${from}: warm pools need Docker`,
+        "INVALID_ARGUMENT",
+      ),
+    );
   }
 
   async list(prefix: string): Promise<ContainerInfo[]> {
-    const all = JSON.parse(await this.cli(["list", "--all", "--format", "json"])) as AppleContainer[];
+    const all = JSON.parse(
+      await this.cli(["list", "--all", "--format", "json"]),
+    ) as AppleContainer[];
     return all
       .map((c) => toInfo(c.configuration?.id ?? "", c))
       .filter((c) => c.name.startsWith(prefix));
@@ -120,17 +154,30 @@ export class AppleContainerRuntime implements ContainerRuntime {
 
   private async cli(args: string[]): Promise<string> {
     try {
-      const { stdout } = await exec(this.bin, args, { timeout: 120_000, maxBuffer: 16 * 1024 * 1024 });
+      const { stdout } = await exec(this.bin, args, {
+        timeout: 120_000,
+        maxBuffer: 16 * 1024 * 1024,
+      });
       return stdout;
     } catch (err) {
       const e = err as { code?: string | number; stderr?: string; message: string };
       if (e.code === "ENOENT") {
-        throw new SandboxError("Apple's `container` CLI is not installed (https://github.com/apple/container)", "CONNECTION_FAILED", err);
+        throw new SandboxError(
+          "Apple's `container` CLI is not installed (https://github.com/apple/container)",
+          "CONNECTION_FAILED",
+          err,
+        );
       }
       if (/XPC|apiserver|not running|system start/i.test(e.stderr ?? "")) {
-        throw new SandboxError(`Apple's container service is not running: start it with \`container system start\``, "CONNECTION_FAILED", err);
+        throw new SandboxError(
+          `Apple's container service is not running: start it with \`container system start\``,
+          "CONNECTION_FAILED",
+          err,
+        );
       }
-      throw new Error(`container ${args[0]} failed: ${(e.stderr ?? e.message).trim()}`, { cause: err });
+      throw new Error(`container ${args[0]} failed: ${(e.stderr ?? e.message).trim()}`, {
+        cause: err,
+      });
     }
   }
 }
@@ -141,11 +188,20 @@ function isNotFound(err: unknown): boolean {
 
 function toInfo(name: string, c: AppleContainer): ContainerInfo {
   const cfg = c.configuration ?? {};
-  const env = Object.fromEntries((cfg.initProcess?.environment ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+  const env = Object.fromEntries(
+    (cfg.initProcess?.environment ?? []).map((kv) => [
+      kv.slice(0, kv.indexOf("=")),
+      kv.slice(kv.indexOf("=") + 1),
+    ]),
+  );
   const running = c.status === "running";
   const ip = c.networks?.[0]?.address?.split("/")[0] ?? null;
   const published = cfg.publishedPorts?.find((p) => p.containerPort === SANDBOXD_PORT);
-  const endpoint = published?.hostPort ? `${published.hostAddress || "127.0.0.1"}:${published.hostPort}` : ip ? `${ip}:${SANDBOXD_PORT}` : null;
+  const endpoint = published?.hostPort
+    ? `${published.hostAddress || "127.0.0.1"}:${published.hostPort}`
+    : ip
+      ? `${ip}:${SANDBOXD_PORT}`
+      : null;
   const mount = cfg.mounts?.find((m) => m.destination === DATA_MOUNT);
   return {
     name: cfg.id ?? name,

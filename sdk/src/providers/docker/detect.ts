@@ -44,6 +44,10 @@ export async function detectRuntime(
       return new AppleContainerRuntime();
     }
     if (err instanceof SandboxError) throw err;
-    throw new SandboxError(`the Docker engine did not answer: ${(err as Error).message}`, "CONNECTION_FAILED", err);
+    throw new SandboxError(
+      `the Docker engine did not answer: ${(err as Error).message}`,
+      "CONNECTION_FAILED",
+      err,
+    );
   }
 }

@@ -48,8 +48,12 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   async run(spec: ContainerSpec): Promise<ContainerInfo> {
-    await this.call("create volume", () => this.docker.createVolume({ Name: spec.volume, Labels: spec.labels }));
-    const mounts: Docker.MountConfig = [{ Type: "volume", Source: spec.volume, Target: DATA_MOUNT }];
+    await this.call("create volume", () =>
+      this.docker.createVolume({ Name: spec.volume, Labels: spec.labels }),
+    );
+    const mounts: Docker.MountConfig = [
+      { Type: "volume", Source: spec.volume, Target: DATA_MOUNT },
+    ];
     if (spec.socketDir) mounts.push({ Type: "bind", Source: spec.socketDir, Target: SOCKET_MOUNT });
     let container: Docker.Container;
     try {
@@ -64,7 +68,10 @@ export class DockerRuntime implements ContainerRuntime {
           Labels: spec.labels,
           ExposedPorts: { [PORT_KEY]: {} },
           HostConfig: {
-            PortBindings: spec.hostPort === null ? {} : { [PORT_KEY]: [{ HostIp: spec.bindHost, HostPort: String(spec.hostPort) }] },
+            PortBindings:
+              spec.hostPort === null
+                ? {}
+                : { [PORT_KEY]: [{ HostIp: spec.bindHost, HostPort: String(spec.hostPort) }] },
             Mounts: mounts,
             NanoCpus: Math.round(spec.cpus * 1e9),
             Memory: spec.memoryBytes,
@@ -80,7 +87,8 @@ export class DockerRuntime implements ContainerRuntime {
         }),
       );
     } catch (err) {
-      if (statusOf(err) === 409) throw new NameConflictError(`container ${spec.name} already exists`);
+      if (statusOf(err) === 409)
+        throw new NameConflictError(`container ${spec.name} already exists`);
       throw err;
     }
     try {
@@ -139,9 +147,13 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   async list(prefix: string): Promise<ContainerInfo[]> {
-    const all = await this.call("list", () => this.docker.listContainers({ all: true, filters: { name: [prefix] } }));
+    const all = await this.call("list", () =>
+      this.docker.listContainers({ all: true, filters: { name: [prefix] } }),
+    );
     const infos = await Promise.all(
-      all.filter((c) => c.Names.some((n) => n.replace(/^\//, "").startsWith(prefix))).map((c) => this.inspect(c.Id)),
+      all
+        .filter((c) => c.Names.some((n) => n.replace(/^\//, "").startsWith(prefix)))
+        .map((c) => this.inspect(c.Id)),
     );
     return infos.filter((i): i is ContainerInfo => i !== null);
   }
@@ -152,7 +164,12 @@ export class DockerRuntime implements ContainerRuntime {
       return await op();
     } catch (err) {
       const code = (err as { code?: string }).code;
-      if (code === "ECONNREFUSED" || code === "ENOENT" || code === "EACCES" || code === "ECONNRESET") {
+      if (
+        code === "ECONNREFUSED" ||
+        code === "ENOENT" ||
+        code === "EACCES" ||
+        code === "ECONNRESET"
+      ) {
         throw new SandboxError(
           `cannot reach the Docker engine at ${this.where} (${code}) during ${what}: start it (e.g. \`sudo systemctl start docker\` or \`sudo dockerd &\`)${code === "EACCES" ? ", or add your user to the docker group" : ""}`,
           "CONNECTION_FAILED",
@@ -174,7 +191,9 @@ function messageOf(err: unknown): string {
 }
 
 function toInfo(c: Docker.ContainerInspectInfo): ContainerInfo {
-  const env = Object.fromEntries((c.Config.Env ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+  const env = Object.fromEntries(
+    (c.Config.Env ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
+  );
   const published = c.NetworkSettings.Ports?.[PORT_KEY]?.[0];
   const ip = Object.values(c.NetworkSettings.Networks ?? {}).find((n) => n.IPAddress)?.IPAddress;
   const socketDir = c.Mounts.find((m) => m.Destination === SOCKET_MOUNT)?.Source;

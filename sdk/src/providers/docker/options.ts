@@ -10,7 +10,10 @@ export const DockerProviderOptions = z.strictObject({
   socketPath: z.string().optional(),
   /** "auto" prefers Docker and, on macOS, uses Apple's `container` when Docker is absent. */
   runtime: z.enum(["auto", "docker", "apple"]).default("auto"),
-  containerPrefix: z.string().regex(/^[a-z0-9][a-z0-9_.-]{0,30}$/, "lower-case letters, digits, _ . -").default("sandpit"),
+  containerPrefix: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9_.-]{0,30}$/, "lower-case letters, digits, _ . -")
+    .default("sandpit"),
   bindHost: z.string().default("127.0.0.1"),
   basePort: z.number().int().min(1024).max(65000).default(28080),
   portRange: z.number().int().min(10).max(20000).default(2000),
@@ -23,7 +26,11 @@ export const DockerProviderOptions = z.strictObject({
   socketDir: z.string().default(join(tmpdir(), "sandpit-docker")),
   readOnlyRoot: z.boolean().default(true),
   /** Running containers idle this long are stopped (their data stays); 0 turns the reaper off. */
-  idleTimeoutMs: z.number().int().min(0).default(10 * 60_000),
+  idleTimeoutMs: z
+    .number()
+    .int()
+    .min(0)
+    .default(10 * 60_000),
   /** Blank containers kept running for new threads to claim without a cold start. */
   warm: z.number().int().min(0).max(100).default(0),
   startTimeoutMs: z.number().int().positive().default(60_000),

@@ -13,7 +13,6 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { chmod, mkdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { z } from "zod";
@@ -27,8 +26,13 @@ import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instanc
 import { PortForwarder } from "../../port-forward.ts";
 import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "../../types.ts";
 import { detectRuntime } from "./detect.ts";
-import { NameConflictError, PortConflictError, type ContainerInfo, type ContainerRuntime, type ContainerSpec } from "./runtime.ts";
-
+import {
+  NameConflictError,
+  PortConflictError,
+  type ContainerInfo,
+  type ContainerRuntime,
+  type ContainerSpec,
+} from "./runtime.ts";
 
 const LABEL = {
   managed: "sandpit.dev/managed",
@@ -70,7 +74,11 @@ class DockerSandbox implements SandboxdLifecycle {
   private async reconnect(): Promise<SandboxdClient> {
     const rt = await this.provider.runtime();
     let info = await rt.inspect(this.name);
-    if (!info) throw new SandboxError(`sandbox ${this.name} does not exist (its container was removed)`, "NOT_FOUND");
+    if (!info)
+      throw new SandboxError(
+        `sandbox ${this.name} does not exist (its container was removed)`,
+        "NOT_FOUND",
+      );
     if (!info.running) info = await rt.start(this.name);
     this.info = info;
     this.client = await this.provider.waitReady(info);
@@ -80,7 +88,12 @@ class DockerSandbox implements SandboxdLifecycle {
   async diagnose(err: SandboxError): Promise<SandboxError> {
     await this.dropClient();
     const info = await (await this.provider.runtime()).inspect(this.name).catch(() => undefined);
-    if (info === null) return new SandboxError(`sandbox ${this.name} is gone: its container was removed`, "NOT_FOUND", err);
+    if (info === null)
+      return new SandboxError(
+        `sandbox ${this.name} is gone: its container was removed`,
+        "NOT_FOUND",
+        err,
+      );
     if (info && !info.running) {
       return new SandboxError(
         `sandbox ${this.name}'s container stopped (${info.state}); the next call starts it again`,
@@ -117,7 +130,8 @@ class DockerSandbox implements SandboxdLifecycle {
       const bytes = await (await this.connect()).readFile(RECORD_PATH);
       const parsed = JSON.parse(new TextDecoder().decode(bytes)) as SandboxRecord;
       this.record = {
-        workingDirectory: typeof parsed.workingDirectory === "string" ? parsed.workingDirectory : undefined,
+        workingDirectory:
+          typeof parsed.workingDirectory === "string" ? parsed.workingDirectory : undefined,
         timeoutMs: typeof parsed.timeoutMs === "number" ? parsed.timeoutMs : undefined,
       };
     } catch {
@@ -152,7 +166,10 @@ export class DockerProvider implements SandboxProvider {
     const parsed = DockerProviderOptions.safeParse(options);
     if (!parsed.success) {
       const i = parsed.error.issues[0];
-      throw new SandboxError(`invalid docker provider options: ${i?.path.join(".")}: ${i?.message}`, "INVALID_ARGUMENT");
+      throw new SandboxError(
+        `invalid docker provider options: ${i?.path.join(".")}: ${i?.message}`,
+        "INVALID_ARGUMENT",
+      );
     }
     this.options = parsed.data;
     this.logger = logger;
@@ -213,7 +230,8 @@ export class DockerProvider implements SandboxProvider {
         sandbox.record = { workingDirectory: o.workingDirectory, timeoutMs: o.timeoutMs };
         await client.writeFile(RECORD_PATH, JSON.stringify(sandbox.record));
         if (o.workingDirectory) await client.mkdir(o.workingDirectory);
-        if (o.packages?.length) await client.installPackages({ language: o.language, packages: o.packages });
+        if (o.packages?.length)
+          await client.installPackages({ language: o.language, packages: o.packages });
       } catch (err) {
         await sandbox.kill().catch(() => undefined);
         throw err;
@@ -224,8 +242,15 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async resume(sandboxId: string): Promise<SandboxInstance> {
-    if (typeof sandboxId !== "string" || !sandboxId.startsWith(`${this.options.containerPrefix}-`) || !ID.test(sandboxId.replace(/\./g, "_"))) {
-      throw new SandboxError(`${JSON.stringify(sandboxId)} is not a docker sandbox ID`, "NOT_FOUND");
+    if (
+      typeof sandboxId !== "string" ||
+      !sandboxId.startsWith(`${this.options.containerPrefix}-`) ||
+      !ID.test(sandboxId.replace(/\./g, "_"))
+    ) {
+      throw new SandboxError(
+        `${JSON.stringify(sandboxId)} is not a docker sandbox ID`,
+        "NOT_FOUND",
+      );
     }
     const rt = await this.runtime();
     let pending = this.sandboxes.get(sandboxId);
@@ -267,12 +292,22 @@ export class DockerProvider implements SandboxProvider {
   async waitReady(info: ContainerInfo): Promise<SandboxdClient> {
     const deadline = Date.now() + this.options.startTimeoutMs;
     const token = info.env.SANDBOXD_TOKEN;
-    if (!token) throw new SandboxError(`container ${info.name} is not a Sandpit sandbox (no token)`, "INTERNAL");
+    if (!token)
+      throw new SandboxError(
+        `container ${info.name} is not a Sandpit sandbox (no token)`,
+        "INTERNAL",
+      );
     let current = info;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
       if (current.endpoint) {
-        const socketPath = current.endpoint.startsWith("unix:") ? current.endpoint.slice(5) : undefined;
-        const client = new SandboxdClient({ baseUrl: socketPath ? "http://sandboxd" : `http://${current.endpoint}`, socketPath, token });
+        const socketPath = current.endpoint.startsWith("unix:")
+          ? current.endpoint.slice(5)
+          : undefined;
+        const client = new SandboxdClient({
+          baseUrl: socketPath ? "http://sandboxd" : `http://${current.endpoint}`,
+          socketPath,
+          token,
+        });
         try {
           await client.health(2_000);
           return client;
@@ -283,21 +318,34 @@ export class DockerProvider implements SandboxProvider {
       await sleep(Math.min(10 * 2 ** attempt, 200));
       if (attempt % 5 === 4) {
         const again = await (await this.runtime()).inspect(info.name);
-        if (!again) throw new SandboxError(`container ${info.name} disappeared while starting`, "NOT_FOUND");
+        if (!again)
+          throw new SandboxError(`container ${info.name} disappeared while starting`, "NOT_FOUND");
         if (!again.running) {
-          throw new SandboxError(`container ${info.name} exited while starting (${again.state})`, "CONNECTION_FAILED");
+          throw new SandboxError(
+            `container ${info.name} exited while starting (${again.state})`,
+            "CONNECTION_FAILED",
+          );
         }
         current = again;
       }
     }
-    throw new SandboxError(`sandboxd in ${info.name} did not answer within ${this.options.startTimeoutMs} ms`, "CONNECTION_FAILED");
+    throw new SandboxError(
+      `sandboxd in ${info.name} did not answer within ${this.options.startTimeoutMs} ms`,
+      "CONNECTION_FAILED",
+    );
   }
 
   private adopt(info: ContainerInfo): DockerSandbox {
     return new DockerSandbox(this, info);
   }
 
-  private async startNew(rt: ContainerRuntime, name: string, userId: string, threadId: string, o: SandboxCreateOptions): Promise<DockerSandbox> {
+  private async startNew(
+    rt: ContainerRuntime,
+    name: string,
+    userId: string,
+    threadId: string,
+    o: SandboxCreateOptions,
+  ): Promise<DockerSandbox> {
     const labels = { [LABEL.managed]: "true", [LABEL.user]: userId, [LABEL.thread]: threadId };
     try {
       return this.adopt(await this.runWithPortRetry(rt, name, labels, o.envs ?? {}));
@@ -305,12 +353,22 @@ export class DockerProvider implements SandboxProvider {
       if (!(err instanceof NameConflictError)) throw err;
       // Another process created this thread's container first: adopt theirs.
       const theirs = await rt.inspect(name);
-      if (!theirs) throw new SandboxError(`container ${name} vanished while being adopted`, "CONNECTION_FAILED", err);
+      if (!theirs)
+        throw new SandboxError(
+          `container ${name} vanished while being adopted`,
+          "CONNECTION_FAILED",
+          err,
+        );
       return this.adopt(theirs);
     }
   }
 
-  private async runWithPortRetry(rt: ContainerRuntime, name: string, labels: Record<string, string>, envs: Record<string, string>): Promise<ContainerInfo> {
+  private async runWithPortRetry(
+    rt: ContainerRuntime,
+    name: string,
+    labels: Record<string, string>,
+    envs: Record<string, string>,
+  ): Promise<ContainerInfo> {
     const token = randomBytes(32).toString("hex");
     const tried: number[] = [];
     for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
@@ -339,7 +397,10 @@ export class DockerProvider implements SandboxProvider {
       } catch (err) {
         if (!(err instanceof PortConflictError) || hostPort === null) throw err;
         tried.push(hostPort);
-        this.logger?.info({ container: name, port: hostPort, attempt: attempt + 1 }, "host port taken; trying another");
+        this.logger?.info(
+          { container: name, port: hostPort, attempt: attempt + 1 },
+          "host port taken; trying another",
+        );
       }
     }
     throw new SandboxError(
@@ -375,11 +436,18 @@ export class DockerProvider implements SandboxProvider {
         return port;
       }
     }
-    throw new SandboxError(`all ${portRange} host ports from ${basePort} are in use by sandboxes`, "CAPACITY_EXCEEDED");
+    throw new SandboxError(
+      `all ${portRange} host ports from ${basePort} are in use by sandboxes`,
+      "CAPACITY_EXCEEDED",
+    );
   }
 
   /** Takes a blank warm container for a new thread, if one is ready; null otherwise. */
-  private async claimWarm(rt: ContainerRuntime, name: string, o: SandboxCreateOptions): Promise<DockerSandbox | null> {
+  private async claimWarm(
+    rt: ContainerRuntime,
+    name: string,
+    o: SandboxCreateOptions,
+  ): Promise<DockerSandbox | null> {
     if (this.options.warm === 0) return null;
     for (const candidate of await rt.list(`${this.options.containerPrefix}-warm-`)) {
       if (!candidate.running) continue;
@@ -404,10 +472,17 @@ export class DockerProvider implements SandboxProvider {
     this.warmFill ??= (async () => {
       const rt = await this.runtime();
       if (rt.kind !== "docker") return; // claiming a warm container needs rename
-      const have = (await rt.list(`${this.options.containerPrefix}-warm-`)).filter((c) => c.running).length;
+      const have = (await rt.list(`${this.options.containerPrefix}-warm-`)).filter(
+        (c) => c.running,
+      ).length;
       for (let i = have; i < this.options.warm; i++) {
         const name = `${this.options.containerPrefix}-warm-${randomBytes(6).toString("hex")}`;
-        const info = await this.runWithPortRetry(rt, name, { [LABEL.managed]: "true", [LABEL.warm]: "true" }, {});
+        const info = await this.runWithPortRetry(
+          rt,
+          name,
+          { [LABEL.managed]: "true", [LABEL.warm]: "true" },
+          {},
+        );
         await (await this.waitReady(info)).close();
       }
     })()
@@ -419,7 +494,13 @@ export class DockerProvider implements SandboxProvider {
   private startReaper(): void {
     if (this.reaper || this.options.idleTimeoutMs === 0) return;
     const every = Math.max(1_000, Math.min(60_000, Math.floor(this.options.idleTimeoutMs / 2)));
-    this.reaper = setInterval(() => void this.reapIdle().catch((err: unknown) => this.logger?.warn({ err }, "idle reaper failed")), every);
+    this.reaper = setInterval(
+      () =>
+        void this.reapIdle().catch((err: unknown) =>
+          this.logger?.warn({ err }, "idle reaper failed"),
+        ),
+      every,
+    );
     this.reaper.unref();
   }
 
@@ -428,7 +509,8 @@ export class DockerProvider implements SandboxProvider {
     const rt = await this.runtime();
     const stopped: string[] = [];
     for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
-      if (!c.running || !c.endpoint || c.name.startsWith(`${this.options.containerPrefix}-warm-`)) continue;
+      if (!c.running || !c.endpoint || c.name.startsWith(`${this.options.containerPrefix}-warm-`))
+        continue;
       const health = await this.health(c);
       if (health && health.idleMs >= this.options.idleTimeoutMs) {
         this.logger?.info({ container: c.name, idleMs: health.idleMs }, "stopping idle sandbox");
@@ -444,7 +526,11 @@ export class DockerProvider implements SandboxProvider {
   /** sandboxd's unauthenticated /healthz, over whichever endpoint the container has. */
   private async health(c: ContainerInfo): Promise<HealthResponse | null> {
     const socketPath = c.endpoint?.startsWith("unix:") ? c.endpoint.slice(5) : undefined;
-    const client = new SandboxdClient({ baseUrl: socketPath ? "http://sandboxd" : `http://${c.endpoint}`, socketPath, token: "-" });
+    const client = new SandboxdClient({
+      baseUrl: socketPath ? "http://sandboxd" : `http://${c.endpoint}`,
+      socketPath,
+      token: "-",
+    });
     try {
       return await client.health(2_000);
     } catch {
