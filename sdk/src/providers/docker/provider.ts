@@ -263,6 +263,12 @@ export class DockerProvider implements SandboxProvider {
       pending.catch(() => this.sandboxes.delete(sandboxId));
     }
     const sandbox = await pending;
+    try {
+      await sandbox.connect(); // NOT_FOUND when the container went away meanwhile
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === "NOT_FOUND") this.sandboxes.delete(sandboxId);
+      throw err;
+    }
     await sandbox.loadRecord();
     return this.instance(sandbox);
   }
@@ -320,7 +326,8 @@ export class DockerProvider implements SandboxProvider {
         const again = await (await this.runtime()).inspect(info.name);
         if (!again)
           throw new SandboxError(`container ${info.name} disappeared while starting`, "NOT_FOUND");
-        if (!again.running) {
+        // "created": another process is still starting it. Anything else not running is final.
+        if (!again.running && again.state !== "created") {
           throw new SandboxError(
             `container ${info.name} exited while starting (${again.state})`,
             "CONNECTION_FAILED",
@@ -347,20 +354,24 @@ export class DockerProvider implements SandboxProvider {
     o: SandboxCreateOptions,
   ): Promise<DockerSandbox> {
     const labels = { [LABEL.managed]: "true", [LABEL.user]: userId, [LABEL.thread]: threadId };
-    try {
-      return this.adopt(await this.runWithPortRetry(rt, name, labels, o.envs ?? {}));
-    } catch (err) {
-      if (!(err instanceof NameConflictError)) throw err;
-      // Another process created this thread's container first: adopt theirs.
+    let conflict: unknown;
+    for (let attempt = 0; attempt < 5; attempt++) {
+      try {
+        return this.adopt(await this.runWithPortRetry(rt, name, labels, o.envs ?? {}));
+      } catch (err) {
+        if (!(err instanceof NameConflictError)) throw err;
+        conflict = err;
+      }
+      // Another process holds this thread's name: adopt its container (connect waits for it to
+      // start). If it is gone again, that process's attempt failed and removed it: try again.
       const theirs = await rt.inspect(name);
-      if (!theirs)
-        throw new SandboxError(
-          `container ${name} vanished while being adopted`,
-          "CONNECTION_FAILED",
-          err,
-        );
-      return this.adopt(theirs);
+      if (theirs) return this.adopt(theirs);
     }
+    throw new SandboxError(
+      `could not create or adopt container ${name}: it kept appearing and vanishing`,
+      "CONNECTION_FAILED",
+      conflict,
+    );
   }
 
   private async runWithPortRetry(
