@@ -1,7 +1,7 @@
 /** Checks SandboxCreateOptions once, for every provider, before anything is created. */
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { z } from "zod";
-import { SandboxError } from "./errors.ts";
+import { parseOptions } from "./parse-options.ts";
 import type { SandboxCreateOptions } from "./types.ts";
 
 /** User and thread IDs end up in names and paths, so they are kept to a safe alphabet. */
@@ -21,13 +21,5 @@ const CreateOptions = z.object({
 
 /** Create options are checked before anything touches the disk. */
 export function validateCreate(options: SandboxCreateOptions): SandboxCreateOptions {
-  const r = CreateOptions.safeParse(options);
-  if (!r.success) {
-    const i = r.error.issues[0];
-    throw new SandboxError(
-      `invalid create options: ${i?.path.length ? i.path.join(".") + ": " : ""}${i?.message}`,
-      "INVALID_ARGUMENT",
-    );
-  }
-  return r.data;
+  return parseOptions(CreateOptions, options, "create options");
 }

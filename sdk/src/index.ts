@@ -12,7 +12,7 @@ import { FallbackProvider } from "./fallback.ts";
 import { getProvider, registerProvider } from "./registry.ts";
 import { LocalProvider, LocalProviderOptions } from "./providers/local.ts";
 import { registerRemoteProviders } from "./providers/remote.ts";
-import { SandboxError } from "./errors.ts";
+import { parseOptions } from "./parse-options.ts";
 import type { SandboxProvider } from "./types.ts";
 
 export * from "./types.ts";
@@ -57,15 +57,12 @@ export function createProvider(
     const def = getProvider(name);
     // A provider named in `use` with no section of its own gets its defaults, which fails
     // clearly when it has required options (an API key, say).
-    const options = def.options.safeParse(section[name] ?? {});
-    if (!options.success) {
-      const i = options.error.issues[0];
-      throw new SandboxError(
-        `invalid Sandpit config: sandbox.${name}${i?.path.length ? "." + i.path.join(".") : ""}: ${i?.message}`,
-        "INVALID_ARGUMENT",
-      );
-    }
-    return def.create(options.data, { logger: logger.child({ provider: name }) });
+    const options = parseOptions(
+      def.options,
+      section[name] ?? {},
+      `Sandpit config: sandbox.${name}`,
+    );
+    return def.create(options, { logger: logger.child({ provider: name }) });
   };
   if (typeof section.use === "string") return build(section.use);
   return new FallbackProvider(

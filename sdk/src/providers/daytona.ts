@@ -28,6 +28,7 @@ import { DaytonaProviderOptions } from "./daytona-options.ts";
 export { DaytonaProviderOptions };
 import { ID, validateCreate } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
+import { parseOptions } from "../parse-options.ts";
 import type {
   CodeExecutionOptions,
   CodeExecutionResult,
@@ -88,15 +89,7 @@ export class DaytonaProvider implements SandboxProvider {
   private readonly pending = new Map<string, Promise<DaytonaInstance>>();
 
   constructor(options: DaytonaProviderOptions, logger?: Logger) {
-    const parsed = DaytonaProviderOptions.safeParse(options);
-    if (!parsed.success) {
-      const i = parsed.error.issues[0];
-      throw new SandboxError(
-        `invalid daytona provider options: ${i?.path.join(".")}: ${i?.message}`,
-        "INVALID_ARGUMENT",
-      );
-    }
-    this.options = parsed.data;
+    this.options = parseOptions(DaytonaProviderOptions, options, "daytona provider options");
     this.logger = logger;
     // All three of apiKey/apiUrl/target are passed, so the SDK never reads DAYTONA_* from
     // the environment or a .env file in the working directory.

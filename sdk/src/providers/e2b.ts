@@ -23,6 +23,7 @@ export { E2BProviderOptions };
 import { parseOutput } from "@sandpit/sandboxd";
 import { ID, validateCreate } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
+import { parseOptions } from "../parse-options.ts";
 import type {
   CodeExecutionOptions,
   CodeExecutionResult,
@@ -74,15 +75,7 @@ export class E2BProvider implements SandboxProvider {
   private readonly pending = new Map<string, Promise<SandboxInstance>>();
 
   constructor(options: E2BProviderOptions, logger?: Logger) {
-    const parsed = E2BProviderOptions.safeParse(options);
-    if (!parsed.success) {
-      const i = parsed.error.issues[0];
-      throw new SandboxError(
-        `invalid e2b provider options: ${i?.path.join(".")}: ${i?.message}`,
-        "INVALID_ARGUMENT",
-      );
-    }
-    this.options = parsed.data;
+    this.options = parseOptions(E2BProviderOptions, options, "e2b provider options");
     this.logger = logger;
   }
 

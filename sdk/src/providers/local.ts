@@ -23,6 +23,7 @@ import { bwrapArgs, bwrapAvailable } from "./local-bwrap.ts";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { SandboxError } from "../errors.ts";
+import { parseOptions } from "../parse-options.ts";
 import { SandboxdClient } from "../sandboxd-client.ts";
 import { SandboxdInstance, type SandboxdLifecycle } from "../sandboxd-instance.ts";
 import { PortForwarder } from "../port-forward.ts";
@@ -170,15 +171,7 @@ export class LocalProvider implements SandboxProvider {
   isolation: "bwrap" | "none" | undefined;
 
   constructor(options: LocalProviderOptions = {}, logger?: Logger) {
-    const parsed = LocalProviderOptions.safeParse(options);
-    if (!parsed.success) {
-      const i = parsed.error.issues[0];
-      throw new SandboxError(
-        `invalid local provider options: ${i?.path.join(".")}: ${i?.message}`,
-        "INVALID_ARGUMENT",
-      );
-    }
-    this.options = parsed.data;
+    this.options = parseOptions(LocalProviderOptions, options, "local provider options");
     this.logger = logger;
   }
 

@@ -21,6 +21,7 @@ export { DockerProviderOptions };
 import { VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
 import { ID, validateCreate } from "../../create-options.ts";
 import { SandboxError } from "../../errors.ts";
+import { parseOptions } from "../../parse-options.ts";
 import { SandboxdClient } from "../../sandboxd-client.ts";
 import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
 import { PortForwarder } from "../../port-forward.ts";
@@ -163,15 +164,7 @@ export class DockerProvider implements SandboxProvider {
   private readonly recentPorts = new Set<number>();
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
-    const parsed = DockerProviderOptions.safeParse(options);
-    if (!parsed.success) {
-      const i = parsed.error.issues[0];
-      throw new SandboxError(
-        `invalid docker provider options: ${i?.path.join(".")}: ${i?.message}`,
-        "INVALID_ARGUMENT",
-      );
-    }
-    this.options = parsed.data;
+    this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
     this.logger = logger;
   }
 
