@@ -26,7 +26,7 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import { DaytonaProviderOptions } from "./daytona-options.ts";
 export { DaytonaProviderOptions };
-import { ID, validateCreate } from "../create-options.ts";
+import { ID } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
 import { parseOptions } from "../parse-options.ts";
 import type {
@@ -43,8 +43,8 @@ import type {
   SandboxProvider,
 } from "../types.ts";
 import {
+  createForThread,
   checkEnvs,
-  checkPackages,
   checkPort,
   DEFAULT_EXEC_TIMEOUT_MS,
   elapsed,
@@ -109,27 +109,10 @@ export class DaytonaProvider implements SandboxProvider {
     return seconds(this.options.timeoutMs);
   }
 
-  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
-    const o = validateCreate(options);
-    checkEnvs(o.envs);
-    if (o.packages) checkPackages(o.packages);
-    const workingDirectory = o.workingDirectory
-      ? virtualPath(o.workingDirectory)
-      : VIRTUAL_WORKSPACE;
-    const userId = o.userId ?? "default";
-    const threadId = o.threadId ?? randomUUID();
-    const key = `${userId}.${threadId}`;
-    const inFlight = this.pending.get(key);
-    if (inFlight) {
-      const inst = await inFlight;
-      await inst.setup(o.language, o.packages, workingDirectory);
-      return inst;
-    }
-    const p = this.findOrCreate(o, userId, threadId, workingDirectory).finally(() =>
-      this.pending.delete(key),
+  create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+    return createForThread(this.pending, options, (o, userId, threadId, workingDirectory) =>
+      this.findOrCreate(o, userId, threadId, workingDirectory),
     );
-    this.pending.set(key, p);
-    return p;
   }
 
   private async findOrCreate(

@@ -4,6 +4,9 @@
  * Neither service knows about /mnt/user-data, so these providers enforce it on the client
  * (lexically, with the same function sandboxd uses) before any request leaves.
  */
+import { randomUUID } from "node:crypto";
+import { validateCreate } from "../create-options.ts";
+import type { SandboxCreateOptions, SandboxLanguage } from "../types.ts";
 import {
   resolveVirtualPath,
   SandboxdError,
@@ -152,4 +155,45 @@ export function errorText(err: unknown): string {
 
 export function elapsed(started: number): number {
   return Math.max(0, Math.round(performance.now() - started));
+}
+
+/** What a remote sandbox does on every create: make the working directory, install packages. */
+export interface ThreadSandbox {
+  setup(
+    language: SandboxLanguage,
+    packages: string[] | undefined,
+    workingDirectory: string,
+  ): Promise<void>;
+}
+
+/**
+ * The create() both remote providers share: validate, then find or create the thread's sandbox,
+ * with concurrent creates for one (user, thread) in this process sharing one attempt.
+ */
+export async function createForThread<I extends ThreadSandbox>(
+  pending: Map<string, Promise<I>>,
+  options: SandboxCreateOptions,
+  findOrCreate: (
+    o: SandboxCreateOptions,
+    userId: string,
+    threadId: string,
+    workingDirectory: string,
+  ) => Promise<I>,
+): Promise<I> {
+  const o = validateCreate(options);
+  checkEnvs(o.envs);
+  if (o.packages) checkPackages(o.packages);
+  const workingDirectory = o.workingDirectory ? virtualPath(o.workingDirectory) : VIRTUAL_WORKSPACE;
+  const userId = o.userId ?? "default";
+  const threadId = o.threadId ?? randomUUID();
+  const key = `${userId}.${threadId}`;
+  const inFlight = pending.get(key);
+  if (inFlight) {
+    const inst = await inFlight;
+    await inst.setup(o.language, o.packages, workingDirectory);
+    return inst;
+  }
+  const p = findOrCreate(o, userId, threadId, workingDirectory).finally(() => pending.delete(key));
+  pending.set(key, p);
+  return p;
 }

@@ -13,7 +13,6 @@
  *    source, one kernel context per language and working directory;
  *  - packages are installed with pip / npm in the sandbox before `create` resolves.
  */
-import { randomUUID } from "node:crypto";
 import { Sandbox, type Context, type ConnectionOpts } from "@e2b/code-interpreter";
 import { CommandExitError, FileType, TimeoutError } from "e2b";
 import type { Logger } from "pino";
@@ -21,7 +20,7 @@ import { z } from "zod";
 import { E2BProviderOptions } from "./e2b-options.ts";
 export { E2BProviderOptions };
 import { parseOutput } from "@sandpit/sandboxd";
-import { ID, validateCreate } from "../create-options.ts";
+import { ID } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
 import { parseOptions } from "../parse-options.ts";
 import type {
@@ -38,8 +37,8 @@ import type {
   SandboxProvider,
 } from "../types.ts";
 import {
+  createForThread,
   checkEnvs,
-  checkPackages,
   checkPort,
   DEFAULT_EXEC_TIMEOUT_MS,
   elapsed,
@@ -72,7 +71,7 @@ export class E2BProvider implements SandboxProvider {
   readonly options: Options;
   private readonly logger: Logger | undefined;
   /** Creates in flight per thread, so two concurrent creates in one process share a sandbox. */
-  private readonly pending = new Map<string, Promise<SandboxInstance>>();
+  private readonly pending = new Map<string, Promise<E2BInstance>>();
 
   constructor(options: E2BProviderOptions, logger?: Logger) {
     this.options = parseOptions(E2BProviderOptions, options, "e2b provider options");
@@ -92,27 +91,10 @@ export class E2BProvider implements SandboxProvider {
     } as ConnectionOpts;
   }
 
-  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
-    const o = validateCreate(options);
-    checkEnvs(o.envs);
-    if (o.packages) checkPackages(o.packages);
-    const workingDirectory = o.workingDirectory
-      ? virtualPath(o.workingDirectory)
-      : VIRTUAL_WORKSPACE;
-    const userId = o.userId ?? "default";
-    const threadId = o.threadId ?? randomUUID();
-    const key = `${userId}.${threadId}`;
-    const inFlight = this.pending.get(key);
-    if (inFlight) {
-      const existing = await inFlight;
-      await (existing as E2BInstance).setup(o.language, o.packages, workingDirectory);
-      return existing;
-    }
-    const p = this.findOrCreate(o, userId, threadId, workingDirectory).finally(() =>
-      this.pending.delete(key),
+  create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+    return createForThread(this.pending, options, (o, userId, threadId, workingDirectory) =>
+      this.findOrCreate(o, userId, threadId, workingDirectory),
     );
-    this.pending.set(key, p);
-    return p;
   }
 
   private async findOrCreate(
