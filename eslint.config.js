@@ -4,7 +4,7 @@ import globals from "globals";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "**/dist/**", "charts/**", "crds/**"] },
+  { ignores: ["**/node_modules/**", "**/dist/**", "**/.venv/**", "charts/**", "crds/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
