@@ -17,6 +17,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
 import { promisify } from "node:util";
 import { discoverInterpreters, RUNNERS_DIR, scrubEnv, type Interpreters } from "@sandpit/sandboxd";
+import { systemMounts } from "../../sdk/src/providers/local-bwrap.ts";
 
 const run = promisify(execFile);
 
@@ -25,32 +26,6 @@ export const USER_DATA = "/mnt/user-data";
 const SHIM_MOUNT = "/opt/fake-image/bin";
 /** Where sandboxd's code runners are mounted (the fakes' kernels reuse them, read-only). */
 export const RUNNERS_MOUNT = "/opt/fake-image/runners";
-
-const ETC_ALLOW = [
-  "resolv.conf",
-  "hosts",
-  "nsswitch.conf",
-  "host.conf",
-  "gai.conf",
-  "services",
-  "protocols",
-  "ssl",
-  "ca-certificates",
-  "ca-certificates.conf",
-  "pki",
-  "pip.conf",
-  "npmrc",
-  "passwd",
-  "group",
-  "localtime",
-  "timezone",
-  "ld.so.cache",
-  "ld.so.conf",
-  "ld.so.conf.d",
-  "alternatives",
-  "mime.types",
-  "os-release",
-];
 
 export async function bwrapUsable(): Promise<boolean> {
   try {
@@ -295,22 +270,13 @@ export class FakeSandboxHost {
       "--unshare-cgroup-try",
       "--die-with-parent",
     ];
-    args.push("--ro-bind", "/usr", "/usr");
-    for (const top of ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]) {
-      const link = await fs.readlink(`/${top}`).catch(() => null);
-      if (link !== null) args.push("--symlink", link, `/${top}`);
-      else if (existsSync(`/${top}`)) args.push("--ro-bind", `/${top}`, `/${top}`);
-    }
-    for (const entry of ETC_ALLOW) args.push("--ro-bind-try", `/etc/${entry}`, `/etc/${entry}`);
-    const readOnly = new Set([dirname(dirname(interp.node)), interp.pythonPrefix]);
-    if (interp.npmCli) readOnly.add(dirname(dirname(interp.npmCli)));
-    for (const dir of readOnly)
-      if (dir !== "/usr" && !dir.startsWith("/usr/")) args.push("--ro-bind", dir, dir);
+    const readOnly = [dirname(dirname(interp.node)), interp.pythonPrefix];
+    if (interp.npmCli) readOnly.push(dirname(dirname(interp.npmCli)));
+    args.push(...(await systemMounts(readOnly)));
     // Wheels the host's pip config points at (offline installs), when present.
     if (process.env.PIP_FIND_LINKS?.startsWith("/"))
       args.push("--ro-bind-try", process.env.PIP_FIND_LINKS, process.env.PIP_FIND_LINKS);
     args.push("--ro-bind", shim, SHIM_MOUNT, "--ro-bind", RUNNERS_DIR, RUNNERS_MOUNT);
-    args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp");
     args.push("--bind", sbx.dataDir, USER_DATA, "--bind", sbx.homeDir, sbx.home);
     return args;
   }

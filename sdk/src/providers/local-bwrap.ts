@@ -53,10 +53,15 @@ export interface BwrapOptions {
   readOnly: string[];
 }
 
-export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
-  const args = ["--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"];
-  if (o.network) args.push("--share-net");
-  args.push("--ro-bind", "/usr", "/usr");
+/**
+ * The host's system as a sandbox sees it: /usr and its top-level links, the allowed /etc
+ * entries, a fresh /proc and /dev, a private /tmp, then `readOnly` host directories (Node,
+ * Python, Sandpit's code) at their own paths. Namespace flags and writable binds are the
+ * caller's. Order matters: bubblewrap mounts in argument order, so the /tmp tmpfs comes before
+ * binds that may live under /tmp (a checkout there, say).
+ */
+export async function systemMounts(readOnly: string[]): Promise<string[]> {
+  const args = ["--ro-bind", "/usr", "/usr"];
   // Merged-/usr systems have /bin -> usr/bin and friends: recreate the links, else bind.
   for (const top of ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]) {
     const link = await fs.readlink(`/${top}`).catch(() => null);
@@ -64,11 +69,18 @@ export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
     else if (existsSync(`/${top}`)) args.push("--ro-bind", `/${top}`, `/${top}`);
   }
   for (const entry of ETC_ALLOW) args.push("--ro-bind-try", `/etc/${entry}`, `/etc/${entry}`);
-  for (const dir of new Set(o.readOnly)) {
+  args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp");
+  for (const dir of new Set(readOnly)) {
     if (dir === "/usr" || dir.startsWith("/usr/")) continue;
     args.push("--ro-bind", dir, dir);
   }
-  args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp");
+  return args;
+}
+
+export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
+  const args = ["--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"];
+  if (o.network) args.push("--share-net");
+  args.push(...(await systemMounts(o.readOnly)));
   args.push(
     "--bind",
     o.dataDir,

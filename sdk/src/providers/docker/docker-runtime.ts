@@ -94,6 +94,8 @@ export class DockerRuntime implements ContainerRuntime {
     try {
       await this.call("start", () => container.start());
     } catch (err) {
+      // 304: a process adopting this container (it lost the name race) started it first.
+      if (statusOf(err) === 304) return (await this.inspect(spec.name))!;
       await container.remove({ force: true }).catch(() => undefined);
       if (/address already in use|port is already allocated/i.test(messageOf(err))) {
         throw new PortConflictError(`host port ${spec.hostPort} is taken`);
