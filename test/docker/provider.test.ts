@@ -138,6 +138,26 @@ describe("host ports", () => {
   }, 120_000);
 });
 
+describe("concurrency", () => {
+  it("twelve concurrent creates on one provider all succeed, on distinct ports", async () => {
+    const p = provider({}, `${PREFIX}-c`);
+    try {
+      const sandboxes = await Promise.all(
+        Array.from({ length: 12 }, (_, i) => p.create({ language: "python", threadId: `c${i}` })),
+      );
+      const outs = await Promise.all(sandboxes.map((s) => s.commands.run("echo up")));
+      expect(outs.every((o) => o.stdout === "up\n")).toBe(true);
+      const ports = await Promise.all(
+        sandboxes.map((s) => docker("port", s.sandboxId, "8080/tcp")),
+      );
+      expect(new Set(ports).size).toBe(12);
+    } finally {
+      await p.close();
+      await removeAll(`${PREFIX}-c`);
+    }
+  }, 180_000);
+});
+
 describe("warm pool and reuse", () => {
   it("hands a released sandbox back to its thread, files and all", async () => {
     const p = provider();

@@ -14,6 +14,7 @@ import {
   type ContainerInfo,
   type ContainerRuntime,
   type ContainerSpec,
+  type ContainerSummary,
 } from "./runtime.ts";
 
 const exec = promisify(execFile);
@@ -141,6 +142,14 @@ export class AppleContainerRuntime implements ContainerRuntime {
         "INVALID_ARGUMENT",
       ),
     );
+  }
+
+  async summaries(prefix: string): Promise<ContainerSummary[]> {
+    return (await this.list(prefix)).map(({ name, running, labels }) => ({
+      name,
+      running,
+      labels,
+    }));
   }
 
   async list(prefix: string): Promise<ContainerInfo[]> {

@@ -10,6 +10,7 @@ import {
   type ContainerInfo,
   type ContainerRuntime,
   type ContainerSpec,
+  type ContainerSummary,
 } from "./runtime.ts";
 
 const PORT_KEY = `${SANDBOXD_PORT}/tcp`;
@@ -146,6 +147,16 @@ export class DockerRuntime implements ContainerRuntime {
       if (statusOf(err) === 409) throw new NameConflictError(`container ${to} already exists`);
       throw err;
     }
+  }
+
+  async summaries(prefix: string): Promise<ContainerSummary[]> {
+    const all = await this.call("list", () =>
+      this.docker.listContainers({ all: true, filters: { name: [prefix] } }),
+    );
+    return all.flatMap((c) => {
+      const name = c.Names.map((n) => n.replace(/^\//, "")).find((n) => n.startsWith(prefix));
+      return name ? [{ name, running: c.State === "running", labels: c.Labels ?? {} }] : [];
+    });
   }
 
   async list(prefix: string): Promise<ContainerInfo[]> {

@@ -40,7 +40,13 @@ const LABEL = {
   user: "sandpit.dev/user",
   thread: "sandpit.dev/thread",
   warm: "sandpit.dev/warm",
+  /** The host port a container publishes, kept on it so listing ports needs no inspect. */
+  port: "sandpit.dev/port",
 } as const;
+/** How often waitReady asks sandboxd whether it is up (a fixed, short interval: no backoff). */
+const READY_POLL_MS = 10;
+/** A claimed warm container is replaced after this delay, not while its claimer runs its first command. */
+const REFILL_DELAY_MS = 250;
 const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
 const PORT_ATTEMPTS = 10;
 
@@ -69,6 +75,13 @@ class DockerSandbox implements SandboxdLifecycle {
     if (this.client) return Promise.resolve(this.client);
     this.connecting ??= this.reconnect().finally(() => (this.connecting = null));
     return this.connecting;
+  }
+
+  /** Uses a container known to answer (a claimed warm one) without another inspect. */
+  async connectReady(info: ContainerInfo): Promise<SandboxdClient> {
+    this.info = info;
+    this.client = await this.provider.waitReady(info);
+    return this.client;
   }
 
   /** Finds the container again, starting it when paused or stopped by the reaper. */
@@ -162,6 +175,11 @@ export class DockerProvider implements SandboxProvider {
   private warmFill: Promise<void> | null = null;
   /** Ports handed out by this process and not yet seen in use (they may still be starting). */
   private readonly recentPorts = new Set<number>();
+  /** The image was seen once; it is not looked up on every create. */
+  private imageChecked = false;
+  /** Warm containers this process started and nobody claimed yet (others are found by listing). */
+  private readonly warmNames: string[] = [];
+  private refill: NodeJS.Timeout | null = null;
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
@@ -186,7 +204,7 @@ export class DockerProvider implements SandboxProvider {
   async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
     const o = validateCreate(options);
     const rt = await this.runtime();
-    if (!(await rt.imageExists(this.options.image))) {
+    if (!this.imageChecked && !(this.imageChecked = await rt.imageExists(this.options.image))) {
       throw new SandboxError(
         `the sandbox image ${this.options.image} is not present: build it with \`node runtime/image/build.ts\``,
         "EXECUTION_FAILED",
@@ -221,7 +239,9 @@ export class DockerProvider implements SandboxProvider {
       try {
         const client = await sandbox.connect();
         sandbox.record = { workingDirectory: o.workingDirectory, timeoutMs: o.timeoutMs };
-        await client.writeFile(RECORD_PATH, JSON.stringify(sandbox.record));
+        if (o.workingDirectory || o.timeoutMs) {
+          await client.writeFile(RECORD_PATH, JSON.stringify(sandbox.record));
+        }
         if (o.workingDirectory) await client.mkdir(o.workingDirectory);
         if (o.packages?.length)
           await client.installPackages({ language: o.language, packages: o.packages });
@@ -229,7 +249,13 @@ export class DockerProvider implements SandboxProvider {
         await sandbox.kill().catch(() => undefined);
         throw err;
       }
-      this.fillWarmPool();
+      if (this.options.warm > 0 && !this.refill) {
+        this.refill = setTimeout(() => {
+          this.refill = null;
+          void this.fillWarmPool();
+        }, REFILL_DELAY_MS);
+        this.refill.unref();
+      }
     }
     return this.instance(sandbox);
   }
@@ -276,7 +302,8 @@ export class DockerProvider implements SandboxProvider {
   /** Stops the reaper and closes connections; containers keep running for the next process. */
   async close(): Promise<void> {
     if (this.reaper) clearInterval(this.reaper);
-    this.reaper = null;
+    if (this.refill) clearTimeout(this.refill);
+    this.reaper = this.refill = null;
     await this.warmFill?.catch(() => undefined);
     const all = await Promise.allSettled(this.sandboxes.values());
     await Promise.all(all.map((s) => (s.status === "fulfilled" ? s.value.release() : undefined)));
@@ -314,8 +341,8 @@ export class DockerProvider implements SandboxProvider {
           await client.close();
         }
       }
-      await sleep(Math.min(10 * 2 ** attempt, 200));
-      if (attempt % 5 === 4) {
+      await sleep(READY_POLL_MS);
+      if (attempt % 50 === 49) {
         const again = await (await this.runtime()).inspect(info.name);
         if (!again)
           throw new SandboxError(`container ${info.name} disappeared while starting`, "NOT_FOUND");
@@ -375,42 +402,50 @@ export class DockerProvider implements SandboxProvider {
   ): Promise<ContainerInfo> {
     const token = randomBytes(32).toString("hex");
     const tried: number[] = [];
-    for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
-      const hostPort = this.options.network ? await this.freePort(rt, tried) : null;
-      const socketDir = this.options.network ? null : await this.socketDirFor(name);
-      const spec: ContainerSpec = {
-        name,
-        image: this.options.image,
-        env: {
-          SANDBOXD_TOKEN: token,
-          // HOME on the volume: pip and npm caches survive pause/resume and a read-only root.
-          SANDBOXD_ENV: JSON.stringify({ HOME: `${VIRTUAL_ROOT}/.sandpit/home`, ...envs }),
-        },
-        labels,
-        volume: `${name}-data`,
-        hostPort,
-        bindHost: this.options.bindHost,
-        socketDir,
-        cpus: this.options.cpus,
-        memoryBytes: this.options.memoryMb * 1024 * 1024,
-        pids: this.options.pids,
-        readOnlyRoot: this.options.readOnlyRoot,
-      };
-      try {
-        return await rt.run(spec);
-      } catch (err) {
-        if (!(err instanceof PortConflictError) || hostPort === null) throw err;
-        tried.push(hostPort);
-        this.logger?.info(
-          { container: name, port: hostPort, attempt: attempt + 1 },
-          "host port taken; trying another",
-        );
+    try {
+      for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
+        const hostPort = this.options.network ? await this.freePort(rt, tried) : null;
+        const socketDir = this.options.network ? null : await this.socketDirFor(name);
+        const spec: ContainerSpec = {
+          name,
+          image: this.options.image,
+          env: {
+            SANDBOXD_TOKEN: token,
+            // HOME on the volume: pip and npm caches survive pause/resume and a read-only root.
+            SANDBOXD_ENV: JSON.stringify({ HOME: `${VIRTUAL_ROOT}/.sandpit/home`, ...envs }),
+          },
+          labels: hostPort === null ? labels : { ...labels, [LABEL.port]: String(hostPort) },
+          volume: `${name}-data`,
+          hostPort,
+          bindHost: this.options.bindHost,
+          socketDir,
+          cpus: this.options.cpus,
+          memoryBytes: this.options.memoryMb * 1024 * 1024,
+          pids: this.options.pids,
+          readOnlyRoot: this.options.readOnlyRoot,
+        };
+        try {
+          return await rt.run(spec);
+        } catch (err) {
+          if (!(err instanceof PortConflictError) || hostPort === null) throw err;
+          tried.push(hostPort);
+          this.logger?.info(
+            { container: name, port: hostPort, attempt: attempt + 1 },
+            "host port taken; trying another",
+          );
+        }
       }
+      throw new SandboxError(
+        `no free host port for ${name} after ${PORT_ATTEMPTS} attempts (tried ${tried.join(", ")}); widen portRange or free some ports`,
+        "CAPACITY_EXCEEDED",
+      );
+    } catch (err) {
+      // The volume was made for a container that never came to be; a name conflict means the
+      // container (and volume) belong to the process that won, so those stay.
+      if (!(err instanceof NameConflictError))
+        await rt.remove(name, `${name}-data`).catch(() => undefined);
+      throw err;
     }
-    throw new SandboxError(
-      `no free host port for ${name} after ${PORT_ATTEMPTS} attempts (tried ${tried.join(", ")}); widen portRange or free some ports`,
-      "CAPACITY_EXCEEDED",
-    );
   }
 
   /** A directory the container's user (uid 1000) can create its socket in. */
@@ -425,12 +460,17 @@ export class DockerProvider implements SandboxProvider {
     await rm(join(this.options.socketDir, name), { recursive: true, force: true });
   }
 
-  /** The next port in the range not used by a Sandpit container nor tried already. */
+  /**
+   * The next port in the range that no Sandpit container holds (running or stopped: a stopped
+   * one takes its port back on start), that this process has not just handed out, and that this
+   * attempt has not tried. Chosen and reserved with no await in between, so concurrent creates
+   * in one process never pick the same port.
+   */
   private async freePort(rt: ContainerRuntime, tried: number[]): Promise<number> {
-    const used = new Set<number>([...tried, ...this.recentPorts]);
-    for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
-      if (c.endpoint && !c.endpoint.startsWith("unix:")) used.add(Number(c.endpoint.split(":")[1]));
-    }
+    const held = (await rt.summaries(`${this.options.containerPrefix}-`))
+      .map((c) => Number(c.labels[LABEL.port]))
+      .filter((p) => p > 0);
+    const used = new Set<number>([...held, ...tried, ...this.recentPorts]);
     const { basePort, portRange } = this.options;
     for (let i = 0; i < portRange; i++) {
       const port = basePort + i;
@@ -446,48 +486,55 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
-  /** Takes a blank warm container for a new thread, if one is ready; null otherwise. */
+  /**
+   * Takes a blank warm container for a new thread, if one is ready; null otherwise. Ours come
+   * from memory; others' (started by another process) from one listing. Claiming is a rename,
+   * one inspect, and sandboxd's /v1/init with the thread's environment (the token stays).
+   */
   private async claimWarm(
     rt: ContainerRuntime,
     name: string,
     o: SandboxCreateOptions,
   ): Promise<DockerSandbox | null> {
     if (this.options.warm === 0) return null;
-    for (const candidate of await rt.list(`${this.options.containerPrefix}-warm-`)) {
-      if (!candidate.running) continue;
+    const candidates = this.warmNames.splice(0);
+    if (candidates.length === 0) {
+      const prefix = `${this.options.containerPrefix}-warm-`;
+      candidates.push(...(await rt.summaries(prefix)).filter((c) => c.running).map((c) => c.name));
+    }
+    for (const [i, candidate] of candidates.entries()) {
       try {
-        await rt.rename(candidate.name, name);
+        await rt.rename(candidate, name);
       } catch {
         continue; // claimed by another process meanwhile
       }
+      this.warmNames.push(...candidates.slice(i + 1)); // the rest stay warm
       const info = await rt.inspect(name);
       if (!info) continue;
       const sandbox = this.adopt(info);
-      // Adoption: the thread's environment goes in through /v1/init (the token stays).
-      await (await sandbox.connect()).init({ token: info.env.SANDBOXD_TOKEN!, env: o.envs ?? {} });
+      const client = await sandbox.connectReady(info);
+      await client.init({ token: info.env.SANDBOXD_TOKEN!, env: o.envs ?? {} });
       return sandbox;
     }
     return null;
   }
 
-  /** Tops the warm pool up to `warm` blank containers, in the background. */
+  /** Tops the warm pool up to `warm` blank containers, each answering and warmed up. */
   fillWarmPool(): Promise<void> {
     if (this.options.warm === 0) return Promise.resolve();
     this.warmFill ??= (async () => {
       const rt = await this.runtime();
       if (rt.kind !== "docker") return; // claiming a warm container needs rename
-      const have = (await rt.list(`${this.options.containerPrefix}-warm-`)).filter(
-        (c) => c.running,
-      ).length;
+      const prefix = `${this.options.containerPrefix}-warm-`;
+      const have = (await rt.summaries(prefix)).filter((c) => c.running).length;
       for (let i = have; i < this.options.warm; i++) {
-        const name = `${this.options.containerPrefix}-warm-${randomBytes(6).toString("hex")}`;
-        const info = await this.runWithPortRetry(
-          rt,
-          name,
-          { [LABEL.managed]: "true", [LABEL.warm]: "true" },
-          {},
-        );
-        await (await this.waitReady(info)).close();
+        const name = `${prefix}${randomBytes(6).toString("hex")}`;
+        const labels = { [LABEL.managed]: "true", [LABEL.warm]: "true" };
+        const client = await this.waitReady(await this.runWithPortRetry(rt, name, labels, {}));
+        // One command first: a fresh sandboxd's first command pays for JIT warm-up, not the claimer.
+        await client.runCommand({ command: "true" });
+        await client.close();
+        this.warmNames.push(name);
       }
     })()
       .catch((err: unknown) => this.logger?.warn({ err }, "could not fill the warm pool"))

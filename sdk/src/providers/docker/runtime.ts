@@ -40,6 +40,12 @@ export interface ContainerInfo {
   state: string;
 }
 
+export interface ContainerSummary {
+  name: string;
+  running: boolean;
+  labels: Record<string, string>;
+}
+
 /** Thrown by `run` when the host port is taken, so the caller can retry on another port. */
 export class PortConflictError extends Error {
   override readonly name = "PortConflictError";
@@ -63,6 +69,8 @@ export interface ContainerRuntime {
   rename(from: string, to: string): Promise<void>;
   /** Containers whose name starts with `prefix`. */
   list(prefix: string): Promise<ContainerInfo[]>;
+  /** The same, cheaply: names, labels and whether they run, in one engine call. */
+  summaries(prefix: string): Promise<ContainerSummary[]>;
   imageExists(image: string): Promise<boolean>;
 }
 
