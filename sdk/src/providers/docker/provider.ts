@@ -531,8 +531,9 @@ export class DockerProvider implements SandboxProvider {
         const name = `${prefix}${randomBytes(6).toString("hex")}`;
         const labels = { [LABEL.managed]: "true", [LABEL.warm]: "true" };
         const client = await this.waitReady(await this.runWithPortRetry(rt, name, labels, {}));
-        // One command first: a fresh sandboxd's first command pays for JIT warm-up, not the claimer.
-        await client.runCommand({ command: "true" });
+        // A few commands first: a fresh sandboxd's first commands pay for JIT warm-up and
+        // connection set-up; the claimer should not.
+        for (let n = 0; n < 5; n++) await client.runCommand({ command: "true" });
         await client.close();
         this.warmNames.push(name);
       }
