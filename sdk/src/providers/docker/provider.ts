@@ -383,9 +383,13 @@ export class DockerProvider implements SandboxProvider {
         conflict = err;
       }
       // Another process holds this thread's name: adopt its container (connect waits for it to
-      // start). If it is gone again, that process's attempt failed and removed it: try again.
-      const theirs = await rt.inspect(name);
-      if (theirs) return this.adopt(theirs);
+      // start). The engine reserves a name before the container is visible, so look for a
+      // while; if it never shows, that process's attempt failed and removed it: try again.
+      for (let look = 0; look < 50; look++) {
+        const theirs = await rt.inspect(name);
+        if (theirs) return this.adopt(theirs);
+        await sleep(100);
+      }
     }
     throw new SandboxError(
       `could not create or adopt container ${name}: it kept appearing and vanishing`,
