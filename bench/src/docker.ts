@@ -27,7 +27,6 @@ import {
 } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import * as fs from "node:fs/promises";
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
@@ -36,6 +35,7 @@ import { promisify } from "node:util";
 import type { SandboxInstance } from "@sandpit/sdk";
 import { DockerProvider } from "@sandpit/sdk/docker";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
+import { writeResults } from "./report.ts";
 import { median, summarize, type Summary } from "./stats.ts";
 
 const IMAGE = "sandpit-sandbox:latest";
@@ -934,40 +934,32 @@ async function main(): Promise<void> {
         .join(""),
   );
 
-  await fs.mkdir(dirname(RESULTS_FILE), { recursive: true });
-  await fs.writeFile(
-    RESULTS_FILE,
-    JSON.stringify(
-      {
-        date: started.toISOString(),
-        commit,
-        elapsedS,
-        machine,
-        parameters: {
-          image: IMAGE,
-          floorCommand: `docker ${FLOOR_ARGS.join(" ")}`,
-          execFloorCommand: "docker exec <container> true",
-          coldRuns: COLD_RUNS,
-          diagnosticRuns: DIAG_RUNS,
-          warmRuns: WARM_RUNS,
-          rttWarmup: RTT_WARMUP,
-          rttRuns: RTT_RUNS,
-          execFloorRuns: EXEC_FLOOR_RUNS,
-          concurrent: CONCURRENT,
-          peerRuns: PEER_RUNS,
-          percentiles: "nearest-rank",
-        },
-        goals: {
-          coldOverFloorP50: GOAL_COLD_RATIO,
-          warmAcquireP50Ms: GOAL_WARM_P50_MS,
-          roundTripP50Ms: GOAL_RTT_P50_MS,
-        },
-        results,
-      },
-      null,
-      2,
-    ) + "\n",
-  );
+  await writeResults(RESULTS_FILE, {
+    date: started.toISOString(),
+    commit,
+    elapsedS,
+    machine,
+    parameters: {
+      image: IMAGE,
+      floorCommand: `docker ${FLOOR_ARGS.join(" ")}`,
+      execFloorCommand: "docker exec <container> true",
+      coldRuns: COLD_RUNS,
+      diagnosticRuns: DIAG_RUNS,
+      warmRuns: WARM_RUNS,
+      rttWarmup: RTT_WARMUP,
+      rttRuns: RTT_RUNS,
+      execFloorRuns: EXEC_FLOOR_RUNS,
+      concurrent: CONCURRENT,
+      peerRuns: PEER_RUNS,
+      percentiles: "nearest-rank",
+    },
+    goals: {
+      coldOverFloorP50: GOAL_COLD_RATIO,
+      warmAcquireP50Ms: GOAL_WARM_P50_MS,
+      roundTripP50Ms: GOAL_RTT_P50_MS,
+    },
+    results,
+  });
   log(`wrote ${RESULTS_FILE}`);
 }
 

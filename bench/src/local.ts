@@ -22,6 +22,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { LocalProvider, type SandboxInstance } from "@sandpit/sdk";
+import { writeResults } from "./report.ts";
 import { median, summarize, type Summary } from "./stats.ts";
 
 type Mode = "none" | "bwrap";
@@ -422,31 +423,23 @@ async function main(): Promise<void> {
       `${md}\n`,
   );
 
-  await fs.mkdir(dirname(RESULTS_FILE), { recursive: true });
-  await fs.writeFile(
-    RESULTS_FILE,
-    JSON.stringify(
-      {
-        date: started.toISOString(),
-        commit,
-        elapsedS,
-        machine,
-        parameters: {
-          createRuns: CREATE_RUNS,
-          rttWarmup: RTT_WARMUP,
-          rttRuns: RTT_RUNS,
-          files: FILE_CASES,
-          percentiles: "nearest-rank",
-          mb: 1e6,
-        },
-        goals: { roundTripOverFloorP50: GOAL_RTT_RATIO, fileThroughputOverPlain: GOAL_FILE_RATIO },
-        skipped,
-        results,
-      },
-      null,
-      2,
-    ) + "\n",
-  );
+  await writeResults(RESULTS_FILE, {
+    date: started.toISOString(),
+    commit,
+    elapsedS,
+    machine,
+    parameters: {
+      createRuns: CREATE_RUNS,
+      rttWarmup: RTT_WARMUP,
+      rttRuns: RTT_RUNS,
+      files: FILE_CASES,
+      percentiles: "nearest-rank",
+      mb: 1e6,
+    },
+    goals: { roundTripOverFloorP50: GOAL_RTT_RATIO, fileThroughputOverPlain: GOAL_FILE_RATIO },
+    skipped,
+    results,
+  });
   log(`wrote ${RESULTS_FILE}`);
 }
 
