@@ -6,6 +6,7 @@
 import express, { type NextFunction, type Request, type Response } from "express";
 import type { Logger } from "pino";
 import { z } from "zod";
+import { aioRouter } from "./aio.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
 import type { TokenGate } from "./token-gate.ts";
@@ -185,6 +186,9 @@ export function createApp(opts: ServerOptions): express.Express {
     await jail.remove(jail.resolve(req.query.path), recursive);
     res.status(204).end();
   });
+
+  // DeerFlow / AIO compatibility routes, behind the same token.
+  app.use(aioRouter(jail, executor, VERSION));
 
   app.use((_req, _res, next) => next(new SandboxdError("NOT_FOUND", "no such route")));
 
