@@ -109,7 +109,6 @@ describe("Apple container runtime", () => {
       name: "sandpit-0123456789abcdef",
       running: true,
       endpoint: "127.0.0.1:28080",
-      ip: "192.168.64.5",
       volume: "sandpit-0123456789abcdef-data",
       env: { SANDBOXD_TOKEN: "abc" },
     });

@@ -219,7 +219,6 @@ function toInfo(name: string, c: AppleContainer): ContainerInfo {
     labels: cfg.labels ?? {},
     env,
     endpoint: running ? endpoint : null,
-    ip: running ? ip : null,
     volume: mount?.source ?? null,
     state: c.status ?? "unknown",
   };

@@ -208,7 +208,6 @@ function toInfo(c: Docker.ContainerInspectInfo): ContainerInfo {
     (c.Config.Env ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
   );
   const published = c.NetworkSettings.Ports?.[PORT_KEY]?.[0];
-  const ip = Object.values(c.NetworkSettings.Networks ?? {}).find((n) => n.IPAddress)?.IPAddress;
   const socketDir = c.Mounts.find((m) => m.Destination === SOCKET_MOUNT)?.Source;
   const endpoint = socketDir
     ? `unix:${socketDir}/sandboxd.sock`
@@ -222,7 +221,6 @@ function toInfo(c: Docker.ContainerInspectInfo): ContainerInfo {
     labels: c.Config.Labels ?? {},
     env,
     endpoint: c.State.Running ? endpoint : null,
-    ip: c.State.Running ? (ip ?? null) : null,
     volume: c.Mounts.find((m) => m.Destination === DATA_MOUNT)?.Name ?? null,
     state: c.State.OOMKilled ? "OOMKilled" : c.State.Status,
   };

@@ -32,8 +32,6 @@ export interface ContainerInfo {
   env: Record<string, string>;
   /** Where sandboxd answers: "host:port" (published port) or "unix:/path/to/socket". */
   endpoint: string | null;
-  /** The container's own address on its network (servers inside listen there). */
-  ip: string | null;
   /** Name of the volume at /mnt/user-data. */
   volume: string | null;
   /** Exit details when not running, e.g. "OOMKilled". */
