@@ -1,0 +1,347 @@
+/**
+ * The `sandpit.dev/v1alpha1` API (DESIGN §3): the one source of truth for the Sandbox and
+ * SandboxPool types. The CRDs in crds/ are generated from these schemas (`npm run crds`), with
+ * every description, default and CEL rule, and a test fails when the two drift apart.
+ */
+import { z } from "zod";
+
+export const GROUP = "sandpit.dev";
+export const VERSION = "v1alpha1";
+
+/** A CEL rule checked by the API server; messages are what a user sees on a rejected apply. */
+const cel = (rule: string, message: string) => ({ rule, message });
+
+const ID = /^[A-Za-z0-9_-]{1,64}$/;
+const quantity = (what: string) =>
+  z
+    .string()
+    .regex(
+      /^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/,
+      `${what} is a Kubernetes quantity such as 500m, 1, 512Mi or 2Gi`,
+    )
+    .describe(`${what}, as a Kubernetes quantity (for example 500m, 1, 512Mi, 2Gi).`);
+
+export const Package = z
+  .strictObject({
+    name: z
+      .string()
+      .min(1)
+      .max(200)
+      .describe("Package name, installed with pip (python) or npm (typescript)."),
+    version: z
+      .string()
+      .min(1)
+      .max(100)
+      .optional()
+      .describe("Version or version range; latest when omitted."),
+  })
+  .describe("A package installed into the sandbox before it reports Ready.");
+
+export const EnvVar = z
+  .strictObject({
+    name: z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are [A-Za-z_][A-Za-z0-9_]*")
+      .describe("Variable name."),
+    value: z.string().max(32768).describe("Variable value."),
+  })
+  .describe("An environment variable every process in the sandbox sees.");
+
+export const Resources = z
+  .strictObject({
+    cpu: quantity("CPU limit").optional(),
+    memory: quantity("Memory limit").optional(),
+    ephemeralStorage: quantity(
+      "Ephemeral storage limit (root filesystem, /tmp and logs)",
+    ).optional(),
+  })
+  .describe(
+    "Resource limits of the sandbox container; the operator's defaults apply to what is omitted.",
+  );
+
+export const Storage = z
+  .strictObject({
+    size: quantity("Size of the volume mounted at /mnt/user-data").default("1Gi"),
+    storageClassName: z
+      .string()
+      .max(253)
+      .optional()
+      .describe("StorageClass of the volume; the cluster's default class when omitted."),
+  })
+  .describe(
+    "The PersistentVolumeClaim (<name>-data) mounted at /mnt/user-data; it outlives suspension.",
+  );
+
+export const AllowRule = z
+  .strictObject({
+    cidr: z
+      .string()
+      .regex(/^[0-9a-fA-F:.]+\/[0-9]{1,3}$/, "cidr is an address range such as 203.0.113.0/24")
+      .describe("Destination address range, for example 203.0.113.0/24."),
+    ports: z
+      .array(z.number().int().min(1).max(65535).describe("A TCP port."))
+      .max(64)
+      .optional()
+      .describe("TCP ports allowed to that range; all ports when omitted."),
+  })
+  .describe("One egress destination allowed under egress: Allowlist.");
+
+export const Network = z
+  .strictObject({
+    egress: z
+      .enum(["Deny", "Internet", "Allowlist"])
+      .default("Internet")
+      .describe(
+        "Outbound traffic: Deny (none but DNS), Internet (public addresses only: private ranges and cloud metadata stay blocked), or Allowlist (only `allow`).",
+      ),
+    allow: z
+      .array(AllowRule)
+      .max(64)
+      .optional()
+      .describe("Destinations allowed when egress is Allowlist."),
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      cel(
+        "self.egress == 'Allowlist' ? has(self.allow) && size(self.allow) > 0 : !has(self.allow) || size(self.allow) == 0",
+        "network.allow lists destinations exactly when network.egress is Allowlist",
+      ),
+    ],
+  })
+  .describe("Network policy of the sandbox. Ingress is always limited to the provisioner.");
+
+export const Lifecycle = z
+  .strictObject({
+    ttlSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(30 * 24 * 3600)
+      .optional()
+      .describe(
+        "Lifetime from Ready; the sandbox is deleted after it. The operator's default lifetime applies when omitted.",
+      ),
+    idleTimeoutSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(30 * 24 * 3600)
+      .optional()
+      .describe(
+        "The sandbox is suspended after this long without activity (data kept, resumable).",
+      ),
+    suspended: z
+      .boolean()
+      .default(false)
+      .describe("true stops the sandbox's Pod and keeps its data; false runs it."),
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      cel(
+        "!has(self.ttlSeconds) || !has(self.idleTimeoutSeconds) || self.idleTimeoutSeconds <= self.ttlSeconds",
+        "lifecycle.idleTimeoutSeconds cannot be longer than lifecycle.ttlSeconds",
+      ),
+    ],
+  })
+  .describe("When the sandbox runs, sleeps and ends.");
+
+/** The fields a Sandbox and a pool's template share. */
+const templateFields = {
+  image: z
+    .string()
+    .min(1)
+    .max(512)
+    .optional()
+    .describe("Sandbox image; the operator's default image when omitted."),
+  language: z
+    .enum(["python", "typescript"])
+    .default("python")
+    .describe("Language packages are installed for."),
+  packages: z
+    .array(Package)
+    .max(200)
+    .optional()
+    .describe("Packages installed before the sandbox is Ready."),
+  env: z
+    .array(EnvVar)
+    .max(1000)
+    .optional()
+    .describe("Environment of every process in the sandbox."),
+  resources: Resources.optional(),
+  storage: Storage.optional(),
+  network: Network.optional(),
+  lifecycle: Lifecycle.optional(),
+  runtimeClassName: z
+    .string()
+    .max(253)
+    .optional()
+    .describe("RuntimeClass of the Pod, for stronger isolation (gVisor, Kata)."),
+};
+
+export const SandboxSpec = z
+  .strictObject({
+    poolRef: z
+      .string()
+      .max(253)
+      .optional()
+      .describe(
+        "SandboxPool (same namespace) this sandbox belongs to: its template, cap and warm sandboxes apply.",
+      ),
+    ...templateFields,
+    threadId: z
+      .string()
+      .regex(ID)
+      .optional()
+      .describe("Conversation this sandbox serves (1-64 of [A-Za-z0-9_-])."),
+    userId: z
+      .string()
+      .regex(ID)
+      .optional()
+      .describe("User owning the thread (1-64 of [A-Za-z0-9_-])."),
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      cel(
+        "!has(oldSelf.poolRef) || has(self.poolRef) && self.poolRef == oldSelf.poolRef",
+        "spec.poolRef cannot be changed",
+      ),
+      cel(
+        "!has(oldSelf.threadId) || has(self.threadId) && self.threadId == oldSelf.threadId",
+        "spec.threadId cannot be changed",
+      ),
+    ],
+  })
+  .describe("What the sandbox should be.");
+
+export const Condition = z
+  .strictObject({
+    type: z
+      .string()
+      .max(316)
+      .describe(
+        "Condition type: Ready, PodScheduled, Suspended, Evicted, Expired, CapacityExceeded, ...",
+      ),
+    status: z.enum(["True", "False", "Unknown"]).describe("Whether the condition holds."),
+    observedGeneration: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe("The .metadata.generation this condition was set for."),
+    lastTransitionTime: z.iso.datetime().describe("When the status last changed."),
+    reason: z.string().max(1024).describe("Machine-readable CamelCase reason."),
+    message: z.string().max(32768).describe("Human-readable detail."),
+  })
+  .describe("A metav1.Condition.");
+
+/** One condition per type, merged by type under server-side apply. */
+const Conditions = z
+  .array(Condition)
+  .max(32)
+  .optional()
+  .meta({ "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"] })
+  .describe("Current conditions, one per type.");
+
+const timestamp = (what: string) => z.iso.datetime().optional().describe(what);
+
+export const SandboxStatus = z
+  .strictObject({
+    phase: z
+      .enum(["Pending", "Starting", "Ready", "Suspended", "Failed", "Terminating"])
+      .optional()
+      .describe(
+        "Summary of the conditions: Pending, Starting, Ready, Suspended, Failed or Terminating.",
+      ),
+    conditions: Conditions,
+    observedGeneration: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe("The .metadata.generation last acted on."),
+    podName: z.string().optional().describe("The sandbox's Pod."),
+    serviceName: z.string().optional().describe("The sandbox's ClusterIP Service."),
+    endpoint: z.string().optional().describe("In-cluster address of sandboxd (host:port)."),
+    tokenSecretRef: z.string().optional().describe("Secret holding the sandbox's bearer token."),
+    startedAt: timestamp("When the current Pod started."),
+    readyAt: timestamp("When the sandbox last became Ready."),
+    lastActivityTime: timestamp(
+      "Last activity reported by the provisioner (written at most every 15 s).",
+    ),
+    expiresAt: timestamp("When the TTL ends the sandbox."),
+  })
+  .describe("What the sandbox is, as observed by the operator.");
+
+export const SandboxPoolSpec = z
+  .strictObject({
+    template: z
+      .strictObject(templateFields)
+      .describe("Spec fields every sandbox of the pool starts from."),
+    maxActive: z
+      .number()
+      .int()
+      .min(1)
+      .max(10000)
+      .describe("The most Ready sandboxes the pool runs at once."),
+    warm: z
+      .number()
+      .int()
+      .min(0)
+      .max(1000)
+      .default(0)
+      .describe("Idle pre-started sandboxes kept ready to be claimed."),
+    evictionPolicy: z
+      .enum(["LRU", "Reject"])
+      .default("LRU")
+      .describe(
+        "At maxActive: LRU suspends the least recently active sandbox; Reject keeps new ones waiting.",
+      ),
+    defaultIdleTimeoutSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .optional()
+      .describe("Idle timeout for sandboxes that set none."),
+    defaultTtlSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .optional()
+      .describe("Lifetime for sandboxes that set none."),
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      cel("self.warm <= self.maxActive", "warm cannot exceed maxActive"),
+    ],
+  })
+  .describe("A pool of sandboxes sharing a template, a cap and warm capacity.");
+
+export const SandboxPoolStatus = z
+  .strictObject({
+    active: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe("Ready sandboxes counted against maxActive."),
+    warmReady: z.number().int().min(0).optional().describe("Warm sandboxes ready to be claimed."),
+    evictions: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe("Sandboxes suspended by LRU eviction so far."),
+    conditions: Conditions,
+    observedGeneration: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe("The .metadata.generation last acted on."),
+  })
+  .describe("What the pool is, as observed by the operator.");
+
+export type SandboxSpec = z.infer<typeof SandboxSpec>;
+export type SandboxStatus = z.infer<typeof SandboxStatus>;
+export type SandboxPoolSpec = z.infer<typeof SandboxPoolSpec>;
+export type SandboxPoolStatus = z.infer<typeof SandboxPoolStatus>;
