@@ -25,7 +25,6 @@ import { parseOutput, RUNNERS_DIR } from "@sandpit/sandboxd";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { DaytonaProviderOptions } from "./daytona-options.ts";
-export { DaytonaProviderOptions };
 import { ID } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
 import { parseOptions } from "../parse-options.ts";
@@ -59,6 +58,9 @@ import {
   virtualPath,
 } from "./e2b-daytona-common.ts";
 import { fromDaytona } from "./daytona-errors.ts";
+
+/** Re-exported so the provider's entry point carries its options schema. */
+export { DaytonaProviderOptions };
 
 type Options = z.output<typeof DaytonaProviderOptions>;
 

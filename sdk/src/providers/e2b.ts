@@ -18,7 +18,6 @@ import { CommandExitError, FileType, TimeoutError } from "e2b";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { E2BProviderOptions } from "./e2b-options.ts";
-export { E2BProviderOptions };
 import { parseOutput } from "@sandpit/sandboxd";
 import { ID } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
@@ -54,6 +53,9 @@ import {
   virtualPath,
 } from "./e2b-daytona-common.ts";
 import { fromE2B } from "./e2b-errors.ts";
+
+/** Re-exported so the provider's entry point carries its options schema. */
+export { E2BProviderOptions };
 
 type Options = z.output<typeof E2BProviderOptions>;
 

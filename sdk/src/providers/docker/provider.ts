@@ -17,7 +17,6 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
-export { DockerProviderOptions };
 import { VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
 import { ID, validateCreate } from "../../create-options.ts";
 import { SandboxError } from "../../errors.ts";
@@ -34,6 +33,9 @@ import {
   type ContainerRuntime,
   type ContainerSpec,
 } from "./runtime.ts";
+
+/** Re-exported so the provider's entry point carries its options schema. */
+export { DockerProviderOptions };
 
 const LABEL = {
   managed: "sandpit.dev/managed",
