@@ -14,7 +14,12 @@ export default defineConfig({
         test: {
           name: "core",
           include: ["{runtime,sdk,test,operator,provisioner}/**/*.test.ts"],
-          exclude: ["**/node_modules/**", "test/docker/**", "test/contract/docker.test.ts"],
+          exclude: [
+            "**/node_modules/**",
+            "test/docker/**",
+            "test/contract/docker.test.ts",
+            "test/cluster/**",
+          ],
         },
       },
       {
@@ -24,6 +29,15 @@ export default defineConfig({
           include: ["test/docker/**/*.test.ts", "test/contract/docker.test.ts"],
           globalSetup: ["test/docker/global-setup.ts"],
           // Image builds and container starts are slow; the cold first build takes minutes.
+          hookTimeout: 900_000,
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: "cluster",
+          include: ["test/cluster/**/*.test.ts"],
+          globalSetup: ["test/cluster/global-setup.ts"],
           hookTimeout: 900_000,
         },
       },

@@ -98,6 +98,24 @@ targets=(
   "helm|$tools/helm|helm.sh/helm/v4/cmd/helm|CGO_ENABLED=0|-X helm.sh/helm/v4/internal/version.version=${helm_version} -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 )
 
+# kube-router (the NetworkPolicy enforcer) has a module and cache key of its own, so changing it
+# never rebuilds Kubernetes; it is linked into the same bin directory.
+kube_router() {
+  local dir="$tools/kube-router" version hash out
+  version="$(modver "$dir/go.mod" github.com/cloudnativelabs/kube-router/v2)"
+  hash="$({ echo "$recipe"; cat "$dir/go.mod" "$dir/go.sum"; } | sha256sum | cut -c1-12)"
+  out="$cache_root/kube-router-${version}_${go_version}_${goos}-${goarch}_${hash}/kube-router"
+  if [[ ! -x "$out" ]]; then
+    mkdir -p "$(dirname "$out")"
+    log "building kube-router $version"
+    (cd "$dir" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -p "$jobs" -ldflags "-s -w" \
+      -o "$out.tmp" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router) || die "go build of kube-router failed"
+    mv -f "$out.tmp" "$out"
+  fi
+  mkdir -p "$bin"
+  ln -sfn "$out" "$bin/kube-router"
+}
+
 missing=()
 for t in "${targets[@]}"; do
   name="${t%%|*}"
@@ -106,6 +124,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   log "warm: all ${#targets[@]} binaries cached for $key"
+  kube_router
   echo "$bin"
   exit 0
 fi
@@ -152,4 +171,5 @@ total="$(secs "$total_start" "$(now)")"
   printf '  %s\n' "${report[@]}"
   echo "  total ${total}s"
 } >&2
+kube_router
 echo "$bin"
