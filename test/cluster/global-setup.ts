@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { TestProject } from "vitest/node";
-import { ensureSandboxImage } from "../../runtime/image/build.ts";
+import { ensureTestImage } from "../docker/test-image.ts";
 import { ensureDocker } from "../docker/dockerd.ts";
 
 declare module "vitest" {
@@ -43,7 +43,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
 
   // The sandbox image goes into the cluster's containerd without a registry.
   const engine = await ensureDocker({ log });
-  const { tag } = await ensureSandboxImage({ log });
+  const { tag } = await ensureTestImage({ log });
   const local = `sandpit.local/sandbox:${tag.split(":")[1]}`;
   const ctr = ["--address", join(STATE, "containerd", "containerd.sock"), "-n", "k8s.io"];
   const { stdout: images } = await run("ctr", [...ctr, "images", "ls", "-q"]);

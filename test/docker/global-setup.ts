@@ -10,10 +10,9 @@
  * The image trusts this machine's CA store, so pip and npm inside sandboxes work behind a
  * TLS-inspecting proxy.
  */
-import { existsSync } from "node:fs";
 import Docker from "dockerode";
 import type { TestProject } from "vitest/node";
-import { ensureSandboxImage } from "../../runtime/image/build.ts";
+import { ensureTestImage } from "./test-image.ts";
 import { ensureDocker } from "./dockerd.ts";
 
 declare module "vitest" {
@@ -23,15 +22,12 @@ declare module "vitest" {
   }
 }
 
-const MACHINE_TRUST_STORE = "/etc/ssl/certs/ca-certificates.crt";
-
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const log = (line: string) => process.stderr.write(`[docker setup] ${line}\n`);
   const engine = await ensureDocker({ log });
   try {
-    const image = await ensureSandboxImage({
+    const image = await ensureTestImage({
       docker: new Docker({ socketPath: engine.socketPath }),
-      ...(existsSync(MACHINE_TRUST_STORE) ? { caBundle: MACHINE_TRUST_STORE } : {}),
       log,
     });
     log(`${image.built ? "built" : "using"} ${image.tag} (${image.seconds.toFixed(1)} s)`);
