@@ -98,22 +98,28 @@ targets=(
   "helm|$tools/helm|helm.sh/helm/v4/cmd/helm|CGO_ENABLED=0|-X helm.sh/helm/v4/internal/version.version=${helm_version} -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 )
 
-# kube-router (the NetworkPolicy enforcer) has a module and cache key of its own, so changing it
-# never rebuilds Kubernetes; it is linked into the same bin directory.
-kube_router() {
-  local dir="$tools/kube-router" version hash out
-  version="$(modver "$dir/go.mod" github.com/cloudnativelabs/kube-router/v2)"
+# kube-router (the NetworkPolicy enforcer) and CoreDNS each have a module and cache key of
+# their own, so changing them never rebuilds Kubernetes; they are linked into the same bin dir.
+# extra NAME MODULE PACKAGE
+extra() {
+  local name=$1 module=$2 pkg=$3 dir="$tools/$1" version hash out
+  version="$(modver "$dir/go.mod" "$module")"
   hash="$({ echo "$recipe"; cat "$dir/go.mod" "$dir/go.sum"; } | sha256sum | cut -c1-12)"
-  out="$cache_root/kube-router-${version}_${go_version}_${goos}-${goarch}_${hash}/kube-router"
+  out="$cache_root/${name}-${version}_${go_version}_${goos}-${goarch}_${hash}/$name"
   if [[ ! -x "$out" ]]; then
     mkdir -p "$(dirname "$out")"
-    log "building kube-router $version"
+    log "building $name $version"
     (cd "$dir" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -p "$jobs" -ldflags "-s -w" \
-      -o "$out.tmp" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router) || die "go build of kube-router failed"
+      -o "$out.tmp" "$pkg") || die "go build of $name failed"
     mv -f "$out.tmp" "$out"
   fi
   mkdir -p "$bin"
-  ln -sfn "$out" "$bin/kube-router"
+  ln -sfn "$out" "$bin/$name"
+}
+
+extras() {
+  extra kube-router github.com/cloudnativelabs/kube-router/v2 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+  extra coredns github.com/coredns/coredns github.com/coredns/coredns
 }
 
 missing=()
@@ -124,7 +130,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   log "warm: all ${#targets[@]} binaries cached for $key"
-  kube_router
+  extras
   echo "$bin"
   exit 0
 fi
@@ -171,5 +177,5 @@ total="$(secs "$total_start" "$(now)")"
   printf '  %s\n' "${report[@]}"
   echo "  total ${total}s"
 } >&2
-kube_router
+extras
 echo "$bin"

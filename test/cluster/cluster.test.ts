@@ -141,6 +141,12 @@ describe("the local cluster", () => {
     expect(res.status).toBe(401);
   });
 
+  it("resolves Service names inside the cluster", async () => {
+    const r = await runPod("dns", `curl -fsS -m 5 http://sandboxd.${ns}.svc.cluster.local/healthz`);
+    expect(r.ok, r.log).toBe(true);
+    expect(r.log).toContain('"ok":true');
+  });
+
   it("enforces NetworkPolicy: default deny blocks pod-to-pod, an allow rule lets it through", async () => {
     const server = await core.readNamespacedPod({ name: "server", namespace: ns });
     const ip = server.status!.podIP!;
