@@ -27,7 +27,6 @@ import {
 } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import os from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -35,7 +34,7 @@ import { promisify } from "node:util";
 import type { SandboxInstance } from "@sandpit/sdk";
 import { DockerProvider } from "@sandpit/sdk/docker";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
-import { writeResults } from "./report.ts";
+import { commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { median, summarize, type Summary } from "./stats.ts";
 
 const IMAGE = "sandpit-sandbox:latest";
@@ -754,11 +753,7 @@ async function machineInfo() {
     MemTotal?: number;
   };
   return {
-    cpus: os.cpus().length,
-    cpuModel: os.cpus()[0]?.model ?? "unknown",
-    totalMemBytes: os.totalmem(),
-    node: process.version,
-    platform: `${os.platform()} ${os.release()} ${os.arch()}`,
+    ...hostInfo(),
     docker: {
       client: version.Client?.Version ?? null,
       server: version.Server?.Version ?? null,
@@ -896,14 +891,7 @@ async function main(): Promise<void> {
     await cleanup();
   }
   const elapsedS = (Date.now() - started.getTime()) / 1000;
-  const git = spawnSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" });
-  const dirty = spawnSync("git", ["status", "--porcelain", "--", "runtime", "sdk"], {
-    encoding: "utf8",
-  });
-  const commit =
-    git.status === 0
-      ? `${git.stdout.trim()}${dirty.stdout.trim() ? " (runtime/ or sdk/ modified)" : ""}`
-      : null;
+  const commit = commitMeasured();
 
   const md = table(results);
   const b = results.cold.breakdownP50;

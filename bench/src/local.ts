@@ -22,7 +22,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { LocalProvider, type SandboxInstance } from "@sandpit/sdk";
-import { writeResults } from "./report.ts";
+import { commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { median, summarize, type Summary } from "./stats.ts";
 
 type Mode = "none" | "bwrap";
@@ -400,21 +400,10 @@ async function main(): Promise<void> {
   const elapsedS = (Date.now() - started.getTime()) / 1000;
 
   const machine = {
-    cpus: os.cpus().length,
-    cpuModel: os.cpus()[0]?.model ?? "unknown",
-    totalMemBytes: os.totalmem(),
-    node: process.version,
-    platform: `${os.platform()} ${os.release()} ${os.arch()}`,
+    ...hostInfo(),
     bwrap: bwrap.version,
   };
-  const git = spawnSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" });
-  const dirty = spawnSync("git", ["status", "--porcelain", "--", "runtime", "sdk"], {
-    encoding: "utf8",
-  });
-  const commit =
-    git.status === 0
-      ? `${git.stdout.trim()}${dirty.stdout.trim() ? " (runtime/ or sdk/ modified)" : ""}`
-      : null;
+  const commit = commitMeasured();
   const md = table(results, skipped);
   process.stdout.write(
     `## Local provider (${started.toISOString()})\n\n` +

@@ -23,7 +23,7 @@ import {
   ServerWebSocket,
 } from "./http.ts";
 import { listEntries, permissions, statEntry, writeFileAtomic, type Entry } from "./files.ts";
-import { FakeSandboxHost, type FakeSandbox } from "./sandbox-host.ts";
+import { FakeSandboxHost, userPipEnv, type FakeSandbox } from "./sandbox-host.ts";
 
 export const DAYTONA_FAKE_API_KEY = "dtn_fake_key";
 const HOME = "/home/daytona";
@@ -55,11 +55,7 @@ const data = (s: FakeSandbox) => s.data as unknown as DaytonaData;
 export class FakeDaytona {
   readonly host = new FakeSandboxHost({
     home: HOME,
-    imageEnv: (s) => ({
-      PIP_USER: "1",
-      PYTHONUSERBASE: `${s.home}/.local`,
-      PIP_BREAK_SYSTEM_PACKAGES: "1",
-    }),
+    imageEnv: userPipEnv,
   });
   readonly server: FakeServer;
   url = "";

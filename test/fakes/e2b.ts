@@ -16,7 +16,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { join, posix } from "node:path";
 import { FakeServer, parseMultipart, readBody, readJson, sendEmpty, sendJson } from "./http.ts";
 import { listEntries, permissions, statEntry, writeFileAtomic, type Entry } from "./files.ts";
-import { FakeSandboxHost, RUNNERS_MOUNT, type FakeSandbox } from "./sandbox-host.ts";
+import { FakeSandboxHost, RUNNERS_MOUNT, userPipEnv, type FakeSandbox } from "./sandbox-host.ts";
 
 export const E2B_FAKE_API_KEY = `e2b_${"0".repeat(40)}`;
 const ENVD_PORT = "49983";
@@ -39,13 +39,7 @@ const data = (s: FakeSandbox) => s.data as unknown as E2BData;
 export class FakeE2B {
   readonly host = new FakeSandboxHost({
     home: HOME,
-    // The fake image's pip installs into the user's site (as E2B's image lets the user do).
-    imageEnv: (s) => ({
-      PIP_USER: "1",
-      PYTHONUSERBASE: `${s.home}/.local`,
-      PIP_BREAK_SYSTEM_PACKAGES: "1",
-      NO_COLOR: "1",
-    }),
+    imageEnv: (s) => ({ ...userPipEnv(s), NO_COLOR: "1" }),
   });
   readonly server: FakeServer;
   url = "";

@@ -162,6 +162,11 @@ export interface FakeSandboxHostOptions {
   imageEnv?: (sandbox: FakeSandbox) => Record<string, string>;
 }
 
+/** Both services' images let the user `pip install` into their own site-packages. */
+export function userPipEnv(sbx: FakeSandbox): Record<string, string> {
+  return { PIP_USER: "1", PYTHONUSERBASE: `${sbx.home}/.local`, PIP_BREAK_SYSTEM_PACKAGES: "1" };
+}
+
 export class FakeSandboxHost {
   private readonly sandboxes = new Map<string, FakeSandbox>();
   private readonly options: FakeSandboxHostOptions;

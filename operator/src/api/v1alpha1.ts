@@ -242,6 +242,13 @@ const Conditions = z
   .meta({ "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"] })
   .describe("Current conditions, one per type.");
 
+const observedGeneration = z
+  .number()
+  .int()
+  .min(0)
+  .optional()
+  .describe("The .metadata.generation last acted on.");
+
 const timestamp = (what: string) => z.iso.datetime().optional().describe(what);
 
 export const SandboxStatus = z
@@ -253,12 +260,7 @@ export const SandboxStatus = z
         "Summary of the conditions: Pending, Starting, Ready, Suspended, Failed or Terminating.",
       ),
     conditions: Conditions,
-    observedGeneration: z
-      .number()
-      .int()
-      .min(0)
-      .optional()
-      .describe("The .metadata.generation last acted on."),
+    observedGeneration,
     podName: z.string().optional().describe("The sandbox's Pod."),
     serviceName: z.string().optional().describe("The sandbox's ClusterIP Service."),
     endpoint: z.string().optional().describe("In-cluster address of sandboxd (host:port)."),
@@ -332,12 +334,7 @@ export const SandboxPoolStatus = z
       .optional()
       .describe("Sandboxes suspended by LRU eviction so far."),
     conditions: Conditions,
-    observedGeneration: z
-      .number()
-      .int()
-      .min(0)
-      .optional()
-      .describe("The .metadata.generation last acted on."),
+    observedGeneration,
   })
   .describe("What the pool is, as observed by the operator.");
 
