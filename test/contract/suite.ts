@@ -4,6 +4,7 @@
  * then runs against it unchanged.
  */
 import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { createServer, type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance, type SandboxProvider } from "@sandpit/sdk";
 
@@ -398,7 +399,9 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
 
     describe("getHost", () => {
       it("reaches a server started inside the sandbox", async () => {
-        const port = 20000 + Math.floor(Math.random() * 20000);
+        // A port free on this host: providers that share the host's network (local, the fakes)
+        // would otherwise collide with whatever else runs here, containers' published ports included.
+        const port = await freeHostPort();
         await sbx.filesystem.write("www/index.html", "served from the sandbox");
         await sbx.commands.run(
           `cd www && (python3 -m http.server ${port} --bind 127.0.0.1 > /dev/null 2>&1 &)`,
@@ -406,9 +409,10 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
         const host = await sbx.getHost(port);
         expect(host).toMatch(/^[^/]+:\d+$/);
         let body = "";
-        for (let i = 0; i < 50 && !body; i++) {
+        // The server starts in the background; on a loaded machine that can take seconds.
+        for (let i = 0; i < 150 && !body; i++) {
           body = await fetch(`http://${host}/index.html`).then(
-            (r) => r.text(),
+            (r) => (r.ok ? r.text() : ""),
             () => "",
           );
           if (!body) await new Promise((r) => setTimeout(r, 100));
@@ -420,6 +424,18 @@ export function contractSuite(name: string, setup: () => Promise<ContractTarget>
         await expectSandboxError(sbx.getHost(0), "INVALID_ARGUMENT");
         await expectSandboxError(sbx.getHost(70000), "INVALID_ARGUMENT");
       });
+    });
+  });
+}
+
+/** A TCP port nothing listens on right now (the OS picks it). */
+function freeHostPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
     });
   });
 }
