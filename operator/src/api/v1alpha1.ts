@@ -119,7 +119,7 @@ export const Lifecycle = z
       .max(30 * 24 * 3600)
       .optional()
       .describe(
-        "Lifetime from Ready; the sandbox is deleted after it. The operator's default lifetime applies when omitted.",
+        "Lifetime from creation; the sandbox is deleted after it. The pool's, then the operator's default lifetime applies when omitted.",
       ),
     idleTimeoutSeconds: z
       .number()
@@ -128,7 +128,7 @@ export const Lifecycle = z
       .max(30 * 24 * 3600)
       .optional()
       .describe(
-        "The sandbox is suspended after this long without activity (data kept, resumable).",
+        "The sandbox is suspended after this long without activity (data kept); activity reported after that resumes it.",
       ),
     suspended: z
       .boolean()
@@ -271,6 +271,21 @@ export const SandboxStatus = z
       "Last activity reported by the provisioner (written at most every 15 s).",
     ),
     expiresAt: timestamp("When the TTL ends the sandbox."),
+    recreations: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe(
+        "Pods recreated after failing or vanishing since the sandbox was last Ready; at the operator's limit the sandbox is Failed.",
+      ),
+    initializedFor: z
+      .string()
+      .max(128)
+      .optional()
+      .describe(
+        "The Pod UID and container restart count sandboxd was last initialised for (token, environment, packages).",
+      ),
   })
   .describe("What the sandbox is, as observed by the operator.");
 

@@ -1,0 +1,175 @@
+/**
+ * A cache of one kind of object kept current by list+watch (client-node's ListWatch), made to
+ * survive what a long-running operator meets:
+ * - ListWatch stops for good on any error but 410 and timeouts (an API server restart, a
+ *   refused connection, a failed list); this restarts it from the last resourceVersion with
+ *   jittered exponential backoff, 0.5 s → 30 s, reset by the next event;
+ * - a watchdog restarts it when no event, bookmark or reconnect has been seen for too long;
+ * - `synced` resolves once the first list is in the cache, so controllers never act on a
+ *   partial view.
+ * Handlers get the cached object: never mutate it.
+ */
+import {
+  type KubernetesListObject,
+  type KubernetesObject,
+  ListWatch,
+  Watch,
+} from "@kubernetes/client-node";
+import type { Logger } from "pino";
+import { informerRestarts } from "../metrics.ts";
+import { type KObject, type Kube, type Resource, resourcePath } from "./client.ts";
+
+export type Handler<T> = (obj: T) => void;
+
+export interface InformerOptions {
+  resource: Resource;
+  /** Watch one namespace; all namespaces when omitted. */
+  namespace?: string;
+  labelSelector?: string;
+  logger: Logger;
+  /** Restart when nothing has been heard for this long (ms). */
+  staleAfterMs?: number;
+}
+
+const MIN_BACKOFF_MS = 500;
+const MAX_BACKOFF_MS = 30_000;
+
+export class Informer<T extends KObject> {
+  readonly resource: Resource;
+  readonly synced: Promise<void>;
+  // ListWatch's types say timestamps are Dates; on the wire (and so here) they are strings.
+  readonly #lw: ListWatch<KubernetesObject>;
+  readonly #log: Logger;
+  readonly #staleAfterMs: number;
+  #markSynced!: () => void;
+  #isSynced = false;
+  #stopped = true;
+  #failures = 0;
+  #lastHeard = performance.now();
+  #lastRv = "";
+  #restartTimer: NodeJS.Timeout | undefined;
+  #quietUntil = 0;
+  #watchdog: NodeJS.Timeout | undefined;
+
+  constructor(kube: Kube, opts: InformerOptions) {
+    this.resource = opts.resource;
+    this.#log = opts.logger.child({ informer: opts.resource.plural });
+    this.#staleAfterMs = opts.staleAfterMs ?? 5 * 60_000;
+    this.synced = new Promise((resolve) => (this.#markSynced = resolve));
+    const path = resourcePath(opts.resource, opts.namespace);
+    const list = async () => {
+      const result = await kube.list<T>(opts.resource, opts.namespace, {
+        ...(opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
+      });
+      // ListWatch fills its cache right after this promise resolves, in the same tick.
+      setImmediate(() => {
+        this.#isSynced = true;
+        this.#markSynced();
+      });
+      for (const item of result.items) {
+        item.apiVersion ??= result.apiVersion;
+        item.kind ??= result.kind?.replace(/List$/, "");
+      }
+      return result as unknown as KubernetesListObject<KubernetesObject>;
+    };
+    // Bookmarks move the resourceVersion along on quiet watches, so a reconnect never relists.
+    this.#lw = new ListWatch<KubernetesObject>(
+      `${path}?allowWatchBookmarks=true`,
+      new Watch(kube.config),
+      list,
+      false,
+      opts.labelSelector,
+    );
+    const heard = () => {
+      this.#lastHeard = performance.now();
+      this.#failures = 0;
+    };
+    this.#lw.on("add", heard);
+    this.#lw.on("update", heard);
+    this.#lw.on("delete", heard);
+    this.#lw.on("connect", () => (this.#lastHeard = performance.now()));
+    this.#lw.on("error", (err) => this.#onError(err));
+  }
+
+  get isSynced(): boolean {
+    return this.#isSynced;
+  }
+
+  on(event: "add" | "update" | "delete", handler: Handler<T>): void {
+    this.#lw.on(event, handler as unknown as (obj: KubernetesObject) => void);
+  }
+
+  get(name: string, namespace?: string): T | undefined {
+    return this.#lw.get(name, namespace) as T | undefined;
+  }
+
+  list(namespace?: string): T[] {
+    return this.#lw.list(namespace) as unknown as T[];
+  }
+
+  start(): void {
+    if (!this.#stopped) return; // never two watches for one informer
+    this.#stopped = false;
+    void this.#lw.start();
+    this.#watchdog = setInterval(
+      () => this.#checkStale(),
+      Math.min(30_000, this.#staleAfterMs / 4),
+    );
+    this.#watchdog.unref();
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    clearTimeout(this.#restartTimer);
+    clearInterval(this.#watchdog);
+    void this.#lw.stop();
+  }
+
+  #onError(err: unknown): void {
+    if (this.#stopped || this.#quietUntil > performance.now()) return;
+    const delay = Math.min(MIN_BACKOFF_MS * 2 ** this.#failures, MAX_BACKOFF_MS);
+    const jittered = Math.round(delay * (0.8 + Math.random() * 0.4));
+    this.#failures++;
+    informerRestarts.inc({ resource: this.resource.plural, cause: "error" });
+    this.#log.warn(
+      { err: (err as Error)?.message ?? String(err), retryInMs: jittered },
+      "watch or list failed; restarting",
+    );
+    // ListWatch has already stopped itself; starting it again resumes from the last
+    // resourceVersion (or relists after a 410) and keeps the cache.
+    this.#schedule(jittered, () => void this.#lw.start().catch((e: unknown) => this.#onError(e)));
+  }
+
+  #checkStale(): void {
+    const rv = this.#lw.latestResourceVersion();
+    if (rv !== this.#lastRv) {
+      this.#lastRv = rv; // a bookmark or event moved it: the watch is alive
+      this.#lastHeard = performance.now();
+      return;
+    }
+    if (performance.now() - this.#lastHeard < this.#staleAfterMs || this.#restartTimer) return;
+    informerRestarts.inc({ resource: this.resource.plural, cause: "stale" });
+    this.#log.warn(
+      { silentForMs: Math.round(performance.now() - this.#lastHeard) },
+      "watch went quiet; restarting it",
+    );
+    this.#lastHeard = performance.now();
+    this.#restart();
+  }
+
+  /** Tears down a live but silent watch, then starts again once the old request has ended. */
+  #restart(): void {
+    this.#quietUntil = performance.now() + 1_000; // the aborted request reports an error: not ours
+    void this.#lw.stop();
+    this.#schedule(1_000, () => void this.#lw.start().catch((e: unknown) => this.#onError(e)));
+  }
+
+  #schedule(afterMs: number, fn: () => void): void {
+    clearTimeout(this.#restartTimer);
+    this.#restartTimer = setTimeout(() => {
+      this.#restartTimer = undefined;
+      if (!this.#stopped) fn();
+    }, afterMs);
+    this.#restartTimer.unref();
+  }
+}

@@ -1,0 +1,251 @@
+/**
+ * Wires the operator together, as controller-runtime's manager does: informers start at once on
+ * every replica (a standby keeps warm caches, so a failover starts from a synced view), the
+ * controllers start only on the leader, /healthz /readyz /metrics answer throughout, and stop()
+ * drains the work in flight and hands the lease back.
+ */
+import { createServer, type Server } from "node:http";
+import type { Logger } from "pino";
+import type { OperatorConfig } from "./config.ts";
+import {
+  type Caches,
+  type Ctx,
+  Expectations,
+  type Pod,
+  type Sandbox,
+  type SandboxPool,
+  keyOf,
+} from "./context.ts";
+import { Controller } from "./controller/controller.ts";
+import { type KObject, Kube, loadKubeConfig } from "./kube/client.ts";
+import { EventRecorder } from "./kube/events.ts";
+import { Informer } from "./kube/informer.ts";
+import { LeaderElector } from "./kube/leader-election.ts";
+import {
+  NETWORK_POLICIES,
+  PODS,
+  POOLS,
+  PVCS,
+  SANDBOXES,
+  SECRETS,
+  SERVICES,
+} from "./kube/resources.ts";
+import { registry } from "./metrics.ts";
+import { PoolAdmission } from "./pool/admission.ts";
+import { reconcilePool } from "./pool/reconciler.ts";
+import { LABEL, MANAGED_BY } from "./sandbox/children.ts";
+import { reconcileSandbox } from "./sandbox/reconciler.ts";
+
+const CACHE_SYNC_TIMEOUT_MS = 120_000;
+
+export class Manager {
+  readonly ctx: Ctx;
+  readonly #cfg: OperatorConfig;
+  readonly #log: Logger;
+  readonly #informers: Informer<KObject>[];
+  readonly #sandboxes: Controller;
+  readonly #pools: Controller;
+  readonly #elector: LeaderElector | undefined;
+  #server: Server | undefined;
+  #leading = false;
+  #stopping: Promise<void> | undefined;
+  /** Resolves with why the manager ended on its own (leadership lost). */
+  readonly done: Promise<string>;
+  #end!: (why: string) => void;
+
+  constructor(cfg: OperatorConfig, log: Logger) {
+    this.#cfg = cfg;
+    this.#log = log;
+    this.done = new Promise((resolve) => (this.#end = resolve));
+    const kube = new Kube(loadKubeConfig(cfg.kubeconfig));
+    const ns = cfg.watchNamespace;
+    const owned = `${LABEL.managedBy}=${MANAGED_BY}`;
+    const informer = <T extends KObject>(resource: typeof PODS, labelSelector?: string) =>
+      new Informer<T>(kube, {
+        resource,
+        logger: log,
+        ...(ns ? { namespace: ns } : {}),
+        ...(labelSelector ? { labelSelector } : {}),
+      });
+    const caches: Caches = {
+      sandboxes: informer<Sandbox>(SANDBOXES),
+      pools: informer<SandboxPool>(POOLS),
+      pods: informer<Pod>(PODS, owned),
+      claims: informer(PVCS, owned),
+      services: informer(SERVICES, owned),
+      secrets: informer(SECRETS, owned),
+      networkPolicies: informer(NETWORK_POLICIES, owned),
+    };
+    this.#informers = Object.values(caches) as Informer<KObject>[];
+    this.#sandboxes = new Controller({
+      name: "sandbox",
+      logger: log,
+      workers: cfg.sandboxWorkers,
+      reconcile: (key, signal) => reconcileSandbox(this.ctx, key, signal),
+    });
+    this.#pools = new Controller({
+      name: "sandboxpool",
+      logger: log,
+      workers: cfg.poolWorkers,
+      reconcile: (key) => reconcilePool(this.ctx, key),
+    });
+    const identity = cfg.leaderElection.identity;
+    this.ctx = {
+      kube,
+      cfg,
+      log,
+      events: new EventRecorder(kube, identity, log),
+      caches,
+      admission: new PoolAdmission(),
+      podExpectations: new Expectations(),
+      claiming: new Set(),
+      enqueueSandbox: (key, afterMs) => this.#sandboxes.enqueue(key, afterMs),
+      enqueuePool: (key, afterMs) => this.#pools.enqueue(key, afterMs),
+    };
+    if (cfg.leaderElection.enabled) {
+      this.#elector = new LeaderElector(kube, { ...cfg.leaderElection, logger: log });
+    }
+    this.#wireEvents(caches);
+  }
+
+  get isLeader(): boolean {
+    return this.#leading;
+  }
+
+  /** Starts probes and informers, then campaigns for leadership and runs the controllers. */
+  async start(): Promise<void> {
+    this.#server = await this.#serveProbes();
+    for (const i of this.#informers) i.start();
+    const synced = Promise.all(this.#informers.map((i) => i.synced));
+    const timeout = new Promise<never>((_, reject) =>
+      setTimeout(
+        () => reject(new Error(`caches did not sync within ${CACHE_SYNC_TIMEOUT_MS / 1000}s`)),
+        CACHE_SYNC_TIMEOUT_MS,
+      ).unref(),
+    );
+    await Promise.race([synced, timeout]);
+    this.#log.info("caches synced");
+    void this.#lead();
+  }
+
+  async #lead(): Promise<void> {
+    if (this.#elector && !(await this.#elector.acquire())) return;
+    if (this.#stopping) return;
+    this.#leading = true;
+    this.#sandboxes.start();
+    this.#pools.start();
+    // Everything is reconciled once on taking over: nothing that changed meanwhile is missed.
+    for (const s of this.ctx.caches.sandboxes.list()) this.#sandboxes.enqueue(keyOf(s));
+    for (const p of this.ctx.caches.pools.list()) this.#pools.enqueue(keyOf(p));
+    this.#log.info({ sandboxes: this.ctx.caches.sandboxes.list().length }, "controllers started");
+    if (this.#elector && (await this.#elector.holdUntilLost()) === "lost") {
+      // Another replica may already act: stop at once, without draining (controller-runtime exits too).
+      this.#leading = false;
+      this.#end("leadership lost");
+    }
+  }
+
+  /** Graceful shutdown: finish the reconciles in flight, release the lease, stop watching. */
+  stop(): Promise<void> {
+    this.#stopping ??= (async () => {
+      this.#log.info("shutting down");
+      await Promise.all([this.#sandboxes.stop(), this.#pools.stop()]);
+      await this.#elector?.release();
+      this.#leading = false;
+      for (const i of this.#informers) i.stop();
+      await new Promise<void>((resolve) =>
+        this.#server ? this.#server.close(() => resolve()) : resolve(),
+      );
+    })();
+    return this.#stopping;
+  }
+
+  #wireEvents(c: Caches): void {
+    const sandboxKeyOf = (o: KObject) => {
+      const name = o.metadata.labels?.[LABEL.sandbox];
+      return name ? `${o.metadata.namespace}/${name}` : undefined;
+    };
+    const poolKeyOf = (o: KObject) => {
+      const name = o.metadata.labels?.[LABEL.pool];
+      return name ? `${o.metadata.namespace}/${name}` : undefined;
+    };
+    const onSandbox = (s: Sandbox) => {
+      this.#sandboxes.enqueue(keyOf(s));
+      if (s.spec.poolRef) this.#pools.enqueue(`${s.metadata.namespace}/${s.spec.poolRef}`);
+    };
+    c.sandboxes.on("add", onSandbox);
+    c.sandboxes.on("update", onSandbox);
+    c.sandboxes.on("delete", (s) => {
+      if (!s.spec.poolRef) return;
+      const poolKey = `${s.metadata.namespace}/${s.spec.poolRef}`;
+      for (const k of this.ctx.admission.release(poolKey, keyOf(s))) this.#sandboxes.enqueue(k);
+      this.ctx.admission.evicted(keyOf(s));
+      this.#pools.enqueue(poolKey);
+    });
+    const onPool = (p: SandboxPool) => {
+      this.#pools.enqueue(keyOf(p));
+      // Members wait on their pool (PoolNotFound, a raised maxActive, a new template).
+      for (const s of c.sandboxes.list(p.metadata.namespace)) {
+        if (s.spec.poolRef === p.metadata.name) this.#sandboxes.enqueue(keyOf(s));
+      }
+    };
+    c.pools.on("add", onPool);
+    c.pools.on("update", onPool);
+    c.pools.on("delete", (p) => this.#pools.enqueue(keyOf(p)));
+    const onChild = (o: KObject) => {
+      const s = sandboxKeyOf(o);
+      if (s) this.#sandboxes.enqueue(s);
+      const p = poolKeyOf(o);
+      if (p) this.#pools.enqueue(p);
+    };
+    for (const informer of [
+      c.pods,
+      c.claims,
+      c.services,
+      c.secrets,
+      c.networkPolicies,
+    ] as Informer<KObject>[]) {
+      informer.on("add", onChild);
+      informer.on("update", onChild);
+      informer.on("delete", onChild);
+    }
+    c.pods.on("add", (p) => this.ctx.podExpectations.observed(keyOf(p)));
+  }
+
+  #serveProbes(): Promise<Server> {
+    const [host, port] = splitAddress(this.#cfg.probeAddress);
+    const server = createServer((req, res) => {
+      const reply = (code: number, body: string, type = "text/plain") => {
+        res.writeHead(code, { "content-type": type }).end(body);
+      };
+      if (req.url === "/healthz") {
+        return this.#elector && !this.#elector.healthy()
+          ? reply(500, "leader lease not renewed\n")
+          : reply(200, "ok\n");
+      }
+      if (req.url === "/readyz") {
+        const waiting = this.#informers.filter((i) => !i.isSynced).map((i) => i.resource.plural);
+        return waiting.length
+          ? reply(503, `caches not synced: ${waiting.join(", ")}\n`)
+          : reply(200, "ok\n");
+      }
+      if (req.url === "/metrics") {
+        registry.metrics().then(
+          (text) => reply(200, text, registry.contentType),
+          (err: unknown) => reply(500, String(err)),
+        );
+        return;
+      }
+      reply(404, "not found\n");
+    });
+    return new Promise((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(port, host, () => resolve(server));
+    });
+  }
+}
+
+function splitAddress(address: string): [string, number] {
+  const i = address.lastIndexOf(":");
+  return [address.slice(0, i) || "0.0.0.0", Number(address.slice(i + 1))];
+}

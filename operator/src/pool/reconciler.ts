@@ -1,0 +1,277 @@
+/**
+ * The SandboxPool reconciler: keeps `warm` claimable pods (rolling them over when the template
+ * changes, never dropping below what is ready), holds the pool within maxActive when the cap is
+ * lowered, and reports the pool's counts.
+ */
+import { randomBytes } from "node:crypto";
+import type { ReconcileResult } from "../controller/controller.ts";
+import { type Ctx, type Pod, type SandboxPool, keyOf, splitKey } from "../context.ts";
+import { type Condition, setCondition } from "../kube/conditions.ts";
+import { isAlreadyExists } from "../kube/client.ts";
+import { NETWORK_POLICIES, PODS, POOLS, PVCS, SECRETS } from "../kube/resources.ts";
+import {
+  ANNOTATION,
+  LABEL,
+  dataClaim,
+  effectiveSpec,
+  networkPolicy,
+  newToken,
+  pod as podManifest,
+  tokenSecret,
+} from "../sandbox/children.ts";
+import { podReady, restartCount } from "../sandbox/pod-state.ts";
+import { poolView } from "../sandbox/reconciler.ts";
+import { init, packageSpecs } from "../sandbox/sandboxd.ts";
+import { claimable, shapeHash, templateHash, warmPods, warmSecretName, warmToken } from "./warm.ts";
+
+export async function reconcilePool(ctx: Ctx, key: string): Promise<ReconcileResult | void> {
+  const [ns, name] = splitKey(key);
+  const pool = ctx.caches.pools.get(name, ns);
+  if (!pool || pool.metadata.deletionTimestamp) {
+    ctx.admission.forgetPool(key); // its warm pods go with it (ownerReferences)
+    return;
+  }
+  const template = effectiveSpec({}, pool.spec, ctx.cfg);
+  const hash = templateHash(ctx, pool);
+  const shape = shapeHash(template);
+  const meta = (n: string, extra: Record<string, string> = {}) => ({
+    name: n,
+    namespace: ns,
+    owner: pool,
+    labels: { [LABEL.pool]: name, ...extra },
+  });
+
+  // A lowered maxActive takes effect now, least recently active first.
+  for (const victim of ctx.admission.trim(key, poolView(ctx, pool))) ctx.enqueueSandbox(victim);
+
+  if (pool.spec.warm > 0 || warmPods(ctx, pool).length > 0) {
+    await ensureWarmSecret(ctx, pool, meta(warmSecretName(pool)));
+    const np = networkPolicy(
+      meta(`${name}-warm`),
+      { [LABEL.pool]: name, [LABEL.warm]: "true" },
+      template.network,
+      ctx.cfg,
+    );
+    const current = ctx.caches.networkPolicies.get(`${name}-warm`, ns);
+    if (
+      current?.metadata.annotations?.[ANNOTATION.specHash] !==
+      np.metadata.annotations?.[ANNOTATION.specHash]
+    ) {
+      await ctx.kube.apply(NETWORK_POLICIES, np);
+    }
+  }
+
+  const pods = warmPods(ctx, pool);
+  const fresh = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] === hash);
+  const stale = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] !== hash);
+  const want = pool.spec.warm;
+
+  await installTemplatePackages(ctx, pool, fresh);
+
+  // Fill up with pods of the current template.
+  const creates: Promise<void>[] = [];
+  for (let i = fresh.length; i < want; i++) {
+    const podName = `${name}-${randomBytes(3).toString("hex")}`;
+    creates.push(createWarmPod(ctx, pool, podName, hash, shape));
+  }
+  await Promise.all(creates);
+
+  // Too many fresh ones (warm lowered): drop the ones not ready first.
+  const surplus = fresh.length - want;
+  const deletions: Pod[] = [];
+  if (surplus > 0) {
+    deletions.push(
+      ...[...fresh].sort((a, b) => Number(podReady(a)) - Number(podReady(b))).slice(0, surplus),
+    );
+  }
+  // Rolling replacement: an old pod goes only when enough new ones are ready to stand in for it.
+  const readyFresh = fresh.filter((p) => claimable(pool, p, shape)).length;
+  const readyStale = stale.filter((p) => claimable(pool, p, shape));
+  let removable = Math.max(0, readyFresh + readyStale.length - want);
+  const unready = stale.filter((p) => !claimable(pool, p, shape));
+  deletions.push(
+    ...unready.filter(
+      (p) => p.metadata.annotations?.[ANNOTATION.shapeHash] !== shape || readyFresh >= want,
+    ),
+  );
+  for (const p of readyStale) {
+    if (removable-- <= 0) break;
+    deletions.push(p);
+  }
+  await Promise.all(
+    deletions.map((p) => ctx.kube.delete(PODS, ns, p.metadata.name, { uid: p.metadata.uid! })),
+  );
+
+  await writePoolStatus(ctx, pool, {
+    warmReady: pods.filter((p) => !deletions.includes(p) && claimable(pool, p, shape)).length,
+    rolling: stale.length > 0,
+  });
+  const settling = pods.some((p) => !podReady(p)) || stale.length > 0;
+  return settling ? { requeueAfterMs: 5_000 } : undefined;
+}
+
+async function ensureWarmSecret(
+  ctx: Ctx,
+  pool: SandboxPool,
+  m: Parameters<typeof tokenSecret>[0],
+): Promise<void> {
+  if (warmToken(ctx, pool)) return;
+  try {
+    await ctx.kube.create(SECRETS, tokenSecret(m, newToken()));
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+  }
+}
+
+async function createWarmPod(
+  ctx: Ctx,
+  pool: SandboxPool,
+  podName: string,
+  hash: string,
+  shape: string,
+): Promise<void> {
+  const ns = pool.metadata.namespace!;
+  const e = effectiveSpec({}, pool.spec, ctx.cfg);
+  const labels = { [LABEL.pool]: pool.metadata.name };
+  await ctx.kube.create(
+    PVCS,
+    dataClaim({ name: `${podName}-data`, namespace: ns, owner: pool, labels }, e),
+  );
+  await ctx.kube.apply(
+    PODS,
+    podManifest(
+      { name: podName, namespace: ns, owner: pool, labels: { ...labels, [LABEL.warm]: "true" } },
+      e,
+      {
+        tokenSecret: warmSecretName(pool),
+        claimName: `${podName}-data`,
+        annotations: { [ANNOTATION.templateHash]: hash, [ANNOTATION.shapeHash]: shape },
+      },
+      ctx.cfg,
+    ),
+  );
+}
+
+/** Warm pods install the template's packages once they serve, then are marked claimable. */
+async function installTemplatePackages(ctx: Ctx, pool: SandboxPool, pods: Pod[]): Promise<void> {
+  const packages = pool.spec.template.packages ?? [];
+  const token = warmToken(ctx, pool);
+  if (!packages.length || !token) return;
+  const language = pool.spec.template.language ?? "python";
+  await Promise.all(
+    pods
+      .filter((p) => podReady(p) && p.status?.podIP)
+      .filter(
+        (p) =>
+          p.metadata.annotations?.[ANNOTATION.packagesReady] !==
+          `${p.metadata.uid}/${restartCount(p)}`,
+      )
+      .map(async (p) => {
+        await init(
+          p.status!.podIP!,
+          [token],
+          { token, packages: packageSpecs(language, packages), language },
+          600_000,
+        );
+        await ctx.kube.patch(PODS, p.metadata.namespace, p.metadata.name, "merge", {
+          metadata: {
+            annotations: { [ANNOTATION.packagesReady]: `${p.metadata.uid}/${restartCount(p)}` },
+          },
+        });
+      }),
+  );
+}
+
+async function writePoolStatus(
+  ctx: Ctx,
+  pool: SandboxPool,
+  s: { warmReady: number; rolling: boolean },
+): Promise<void> {
+  const key = keyOf(pool);
+  const now = new Date().toISOString();
+  const active = ctx.admission.activeCount(key) ?? poolView(ctx, pool).running().length;
+  const evictions = ctx.caches.sandboxes
+    .list(pool.metadata.namespace)
+    .filter((sb) => sb.spec.poolRef === pool.metadata.name)
+    .filter((sb) => sb.status?.conditions?.some((c) => c.type === "Evicted")).length;
+  let conditions = (pool.status?.conditions ?? []) as Condition[];
+  const gen = pool.metadata.generation;
+  conditions = setCondition(
+    conditions,
+    s.warmReady >= pool.spec.warm
+      ? {
+          type: "Ready",
+          status: "True",
+          reason: "WarmPoolFilled",
+          message: `${s.warmReady} warm sandboxes ready`,
+        }
+      : {
+          type: "Ready",
+          status: "False",
+          reason: "WarmingUp",
+          message: `${s.warmReady} of ${pool.spec.warm} warm sandboxes ready`,
+        },
+    gen,
+    now,
+  );
+  conditions = setCondition(
+    conditions,
+    s.rolling
+      ? {
+          type: "Progressing",
+          status: "True",
+          reason: "ReplacingWarm",
+          message: "replacing warm sandboxes made from an older template",
+        }
+      : {
+          type: "Progressing",
+          status: "False",
+          reason: "UpToDate",
+          message: "every warm sandbox is made from the current template",
+        },
+    gen,
+    now,
+  );
+  conditions = setCondition(
+    conditions,
+    active >= pool.spec.maxActive
+      ? {
+          type: "AtCapacity",
+          status: "True",
+          reason: "MaxActiveReached",
+          message: `${active} of ${pool.spec.maxActive} sandboxes active`,
+        }
+      : {
+          type: "AtCapacity",
+          status: "False",
+          reason: "BelowMaxActive",
+          message: `${active} of ${pool.spec.maxActive} sandboxes active`,
+        },
+    gen,
+    now,
+  );
+  const status = {
+    active,
+    warmReady: s.warmReady,
+    evictions: Math.max(evictions, pool.status?.evictions ?? 0),
+    conditions,
+    observedGeneration: gen,
+  };
+  const sorted = (c: Condition[] | undefined) =>
+    JSON.stringify([...(c ?? [])].sort((a, b) => a.type.localeCompare(b.type)));
+  const before = pool.status ?? {};
+  if (
+    before.active === status.active &&
+    before.warmReady === status.warmReady &&
+    before.evictions === status.evictions &&
+    before.observedGeneration === status.observedGeneration &&
+    sorted(before.conditions as Condition[]) === sorted(conditions)
+  ) {
+    return;
+  }
+  await ctx.kube.apply(
+    POOLS,
+    { metadata: { name: pool.metadata.name, namespace: pool.metadata.namespace! }, status },
+    "status",
+  );
+}

@@ -1,0 +1,72 @@
+/** Reading a Pod's status the way a user would want it explained. */
+import type { Pod } from "../context.ts";
+
+export function podReady(pod: Pod): boolean {
+  return pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
+}
+
+export function restartCount(pod: Pod): number {
+  return pod.status?.containerStatuses?.[0]?.restartCount ?? 0;
+}
+
+export function containerRunning(pod: Pod): boolean {
+  return Boolean(pod.status?.containerStatuses?.[0]?.state?.running);
+}
+
+/** Waiting reasons that need a person (or a fix), not patience. */
+const STUCK = new Set([
+  "ErrImagePull",
+  "ImagePullBackOff",
+  "ErrImageNeverPull",
+  "InvalidImageName",
+  "CreateContainerConfigError",
+  "CreateContainerError",
+  "CrashLoopBackOff",
+  "RunContainerError",
+]);
+
+export interface PodProblem {
+  /** Pending: not on a node yet; Starting: on a node, not serving yet. */
+  phase: "Pending" | "Starting";
+  reason: string;
+  message: string;
+  stuck: boolean;
+}
+
+/** Why a pod is not serving yet, in the pod's own words. */
+export function podProblem(pod: Pod): PodProblem {
+  const scheduled = pod.status?.conditions?.find((c) => c.type === "PodScheduled");
+  if (scheduled?.status === "False") {
+    return {
+      phase: "Pending",
+      reason: scheduled.reason ?? "Unschedulable",
+      message: scheduled.message ?? "the pod cannot be scheduled",
+      stuck: scheduled.reason === "Unschedulable",
+    };
+  }
+  const cs = pod.status?.containerStatuses?.[0];
+  const waiting = cs?.state?.waiting;
+  if (waiting?.reason) {
+    return {
+      phase: "Starting",
+      reason: waiting.reason,
+      message: waiting.message ?? `container is ${waiting.reason}`,
+      stuck: STUCK.has(waiting.reason),
+    };
+  }
+  if (cs?.state?.terminated) {
+    const t = cs.state.terminated;
+    return {
+      phase: "Starting",
+      reason: "ContainerTerminated",
+      message: `sandboxd exited (${t.reason ?? "exit code " + t.exitCode}); the kubelet restarts it`,
+      stuck: false,
+    };
+  }
+  return {
+    phase: "Starting",
+    reason: "ContainerCreating",
+    message: "the pod is starting",
+    stuck: false,
+  };
+}

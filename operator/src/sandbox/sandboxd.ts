@@ -1,0 +1,79 @@
+/**
+ * The two sandboxd calls the operator makes on a pod's own address: the health probe that
+ * decides Ready (faster than waiting a kubelet probe period), and /v1/init, which hands a warm
+ * pod its new owner's token, environment and packages without restarting anything.
+ */
+import { request } from "undici";
+import { SANDBOXD_PORT } from "./children.ts";
+
+export async function healthy(ip: string, timeoutMs = 1_000): Promise<boolean> {
+  try {
+    const res = await request(`http://${ip}:${SANDBOXD_PORT}/healthz`, {
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    });
+    await res.body.dump();
+    return res.statusCode === 200;
+  } catch {
+    return false;
+  }
+}
+
+/** Polls /healthz until it answers or `withinMs` passes. */
+export async function waitHealthy(
+  ip: string,
+  withinMs: number,
+  signal: AbortSignal,
+): Promise<boolean> {
+  const until = performance.now() + withinMs;
+  for (let delay = 10; !signal.aborted; delay = Math.min(delay * 2, 100)) {
+    if (await healthy(ip)) return true;
+    if (performance.now() + delay > until) return false;
+    await new Promise((r) => setTimeout(r, delay));
+  }
+  return false;
+}
+
+export interface InitBody {
+  token: string;
+  env?: Record<string, string>;
+  packages?: string[];
+  language?: "python" | "typescript";
+}
+
+/**
+ * Initialises sandboxd, authenticating with the first of `tokens` it accepts (the warm pod's
+ * token the first time, the sandbox's own when a previous attempt already switched it).
+ */
+export async function init(
+  ip: string,
+  tokens: string[],
+  body: InitBody,
+  timeoutMs: number,
+): Promise<void> {
+  let last = "";
+  for (const token of tokens) {
+    const res = await request(`http://${ip}:${SANDBOXD_PORT}/v1/init`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    });
+    const text = await res.body.text();
+    if (res.statusCode === 200) return;
+    last = `HTTP ${res.statusCode}: ${text.slice(0, 500)}`;
+    if (res.statusCode !== 401) break;
+  }
+  throw new Error(`sandboxd /v1/init failed: ${last}`);
+}
+
+/** `name==version` (pip) or `name@version` (npm), as sandboxd's installer takes them. */
+export function packageSpecs(
+  language: "python" | "typescript",
+  packages: { name: string; version?: string | undefined }[],
+): string[] {
+  return packages.map((p) =>
+    p.version ? `${p.name}${language === "python" ? "==" : "@"}${p.version}` : p.name,
+  );
+}

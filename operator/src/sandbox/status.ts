@@ -1,0 +1,97 @@
+/**
+ * A Sandbox's status, built up during a reconcile from what it was, and written with one
+ * server-side apply only when it changed. lastActivityTime is not ours (the provisioner reports
+ * it under its own field manager), so it is never part of what the operator applies.
+ */
+import type { SandboxStatus } from "../api/v1alpha1.ts";
+import type { Ctx, Sandbox } from "../context.ts";
+import {
+  type Condition,
+  type ConditionInput,
+  findCondition,
+  setCondition,
+} from "../kube/conditions.ts";
+import { SANDBOXES } from "../kube/resources.ts";
+
+type Phase = NonNullable<SandboxStatus["phase"]>;
+type Owned = Omit<SandboxStatus, "lastActivityTime">;
+
+export class SandboxStatusBuilder {
+  readonly sandbox: Sandbox;
+  readonly now: string;
+  #next: Owned;
+  readonly #before: string;
+
+  constructor(sandbox: Sandbox, now: Date) {
+    this.sandbox = sandbox;
+    this.now = now.toISOString();
+    const { lastActivityTime: _ignored, ...owned } = sandbox.status ?? {};
+    this.#next = structuredClone(owned);
+    this.#before = JSON.stringify(normalize(this.#next));
+  }
+
+  get current(): Readonly<Owned> {
+    return this.#next;
+  }
+
+  get phase(): Phase | undefined {
+    return this.#next.phase;
+  }
+
+  set(fields: Partial<Owned>): this {
+    for (const [k, v] of Object.entries(fields)) {
+      if (v === undefined) delete (this.#next as Record<string, unknown>)[k];
+      else (this.#next as Record<string, unknown>)[k] = v;
+    }
+    return this;
+  }
+
+  condition(input: ConditionInput): this {
+    this.#next.conditions = setCondition(
+      (this.#next.conditions ?? []) as Condition[],
+      input,
+      this.sandbox.metadata.generation,
+      this.now,
+    );
+    return this;
+  }
+
+  /** The Ready condition and the phase move together. */
+  phaseIs(phase: Phase, reason: string, message: string): this {
+    this.#next.phase = phase;
+    return this.condition({
+      type: "Ready",
+      status: phase === "Ready" ? "True" : "False",
+      reason,
+      message,
+    });
+  }
+
+  conditionOf(type: string): Condition | undefined {
+    return findCondition(this.#next.conditions as Condition[] | undefined, type);
+  }
+
+  get changed(): boolean {
+    return JSON.stringify(normalize(this.#next)) !== this.#before;
+  }
+
+  async write(ctx: Ctx): Promise<void> {
+    this.#next.observedGeneration = this.sandbox.metadata.generation;
+    if (!this.changed) return;
+    await ctx.kube.apply(
+      SANDBOXES,
+      {
+        metadata: { name: this.sandbox.metadata.name, namespace: this.sandbox.metadata.namespace! },
+        status: this.#next,
+      },
+      "status",
+    );
+  }
+}
+
+function normalize(s: Owned): Owned {
+  const conditions = [...(s.conditions ?? [])].sort((a, b) => a.type.localeCompare(b.type));
+  return Object.fromEntries(
+    Object.entries({ ...s, conditions }).sort(([a], [b]) => a.localeCompare(b)),
+  ) as Owned;
+}
