@@ -117,9 +117,27 @@ extra() {
   ln -sfn "$out" "$bin/$name"
 }
 
+# own NAME: a program of this repository's own, the main package of the module tools/NAME. It
+# has no upstream version, so its key hashes its Go sources along with go.mod and go.sum.
+own() {
+  local name=$1 dir="$tools/$1" hash out
+  hash="$({ echo "$recipe"; cat "$dir/go.mod" "$dir/go.sum" "$dir"/*.go; } | sha256sum | cut -c1-12)"
+  out="$cache_root/${name}_${go_version}_${goos}-${goarch}_${hash}/$name"
+  if [[ ! -x "$out" ]]; then
+    mkdir -p "$(dirname "$out")"
+    log "building $name"
+    (cd "$dir" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -p "$jobs" -ldflags "-s -w" \
+      -o "$out.tmp" .) || die "go build of $name failed"
+    mv -f "$out.tmp" "$out"
+  fi
+  mkdir -p "$bin"
+  ln -sfn "$out" "$bin/$name"
+}
+
 extras() {
   extra kube-router github.com/cloudnativelabs/kube-router/v2 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
   extra coredns github.com/coredns/coredns github.com/coredns/coredns
+  own hostpath-provisioner
 }
 
 missing=()

@@ -4,6 +4,8 @@
  * Security admission, all through the API server with a client's credentials.
  */
 import { randomBytes } from "node:crypto";
+import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import {
   AppsV1Api,
@@ -183,45 +185,135 @@ describe("the local cluster", () => {
     expect((await runPod("not-a-client", probe, { role: "other" })).ok).toBe(false);
   }, 180_000);
 
-  it("binds a PVC dynamically, and its data survives the pod", async () => {
-    await core.createNamespacedPersistentVolumeClaim({
-      namespace: ns,
+  it("has room for 250 pods on its node", async () => {
+    const nodeName = await waitFor("server scheduled", async () => {
+      const p = await core.readNamespacedPod({ name: "server", namespace: ns });
+      return p.spec?.nodeName;
+    });
+    const node = await core.readNode({ name: nodeName });
+    expect(node.status?.allocatable?.pods).toBe("250");
+  });
+
+  it("gives a non-root, restricted sandboxd pod a writable PVC whose data outlives the pod and goes with the claim", async () => {
+    // As the operator runs sandboxd: uid/gid 1000, read-only root, /tmp an emptyDir, the claim
+    // at /mnt/user-data, in a namespace that enforces the restricted Pod Security profile.
+    const restricted = `${ns}-pvc`;
+    await core.createNamespace({
       body: {
-        metadata: { name: "data" },
-        spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: "64Mi" } } },
+        metadata: {
+          name: restricted,
+          labels: { "pod-security.kubernetes.io/enforce": "restricted" },
+        },
       },
     });
-    const volume = { volumes: [{ name: "data", persistentVolumeClaim: { claimName: "data" } }] };
-    // The hostPath provisioner makes root-owned directories, so these two pods run as root.
-    const mount = (spec: NonNullable<V1Pod["spec"]>) => {
-      spec.containers[0]!.volumeMounts = [{ name: "data", mountPath: "/mnt/user-data" }];
-      spec.securityContext = { runAsUser: 0, runAsNonRoot: false };
-      return spec;
+    const sandbox: V1Pod = {
+      metadata: { name: "sandbox" },
+      spec: {
+        automountServiceAccountToken: false,
+        securityContext: {
+          runAsNonRoot: true,
+          runAsUser: 1000,
+          runAsGroup: 1000,
+          fsGroup: 1000,
+          seccompProfile: { type: "RuntimeDefault" },
+        },
+        containers: [
+          {
+            name: "sandboxd",
+            image,
+            imagePullPolicy: "Never",
+            env: [{ name: "SANDBOXD_TOKEN", value: token }],
+            readinessProbe: { httpGet: { path: "/healthz", port: 8080 }, periodSeconds: 1 },
+            securityContext: {
+              allowPrivilegeEscalation: false,
+              readOnlyRootFilesystem: true,
+              capabilities: { drop: ["ALL"] },
+            },
+            volumeMounts: [
+              { name: "data", mountPath: "/mnt/user-data" },
+              { name: "tmp", mountPath: "/tmp" },
+            ],
+          },
+        ],
+        volumes: [
+          { name: "data", persistentVolumeClaim: { claimName: "data" } },
+          { name: "tmp", emptyDir: {} },
+        ],
+      },
     };
-    const write = mount({
-      ...container("c", ["sh", "-c", "echo kept > /mnt/user-data/proof.txt"])!,
-      ...volume,
-    });
-    await core.createNamespacedPod({
-      namespace: ns,
-      body: { metadata: { name: "writer" }, spec: write },
-    });
-    await waitFor("writer done", async () =>
-      (await podPhase("writer")) === "Succeeded" ? true : undefined,
-    );
-    const pvc = await core.readNamespacedPersistentVolumeClaim({ name: "data", namespace: ns });
-    expect(pvc.status?.phase).toBe("Bound");
-    await core.deleteNamespacedPod({ name: "writer", namespace: ns });
-    const read = mount({ ...container("c", ["cat", "/mnt/user-data/proof.txt"])!, ...volume });
-    await core.createNamespacedPod({
-      namespace: ns,
-      body: { metadata: { name: "reader" }, spec: read },
-    });
-    await waitFor("reader done", async () =>
-      (await podPhase("reader")) === "Succeeded" ? true : undefined,
-    );
-    expect(await core.readNamespacedPodLog({ name: "reader", namespace: ns })).toBe("kept\n");
-  }, 120_000);
+    /** Starts the pod, waits for sandboxd to be Ready, and runs COMMAND through its API. */
+    const runInSandbox = async (command: string) => {
+      await core.createNamespacedPod({ namespace: restricted, body: sandbox });
+      const ip = await waitFor("sandboxd Ready", async () => {
+        const p = await core.readNamespacedPod({ name: "sandbox", namespace: restricted });
+        const ready = p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");
+        return ready ? p.status?.podIP : undefined;
+      });
+      const res = await fetch(`http://${ip}:8080/v1/commands/run`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ command }),
+        signal: AbortSignal.timeout(30_000),
+      });
+      expect(res.status).toBe(200);
+      return (await res.json()) as { exitCode: number; stdout: string; stderr: string };
+    };
+    const deletePod = async () => {
+      await core.deleteNamespacedPod({ name: "sandbox", namespace: restricted });
+      await waitFor("pod gone", () =>
+        core.readNamespacedPod({ name: "sandbox", namespace: restricted }).then(
+          () => undefined,
+          (e: { code?: number }) => (e.code === 404 ? true : undefined),
+        ),
+      );
+    };
+    try {
+      await core.createNamespacedPersistentVolumeClaim({
+        namespace: restricted,
+        body: {
+          metadata: { name: "data" },
+          spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: "64Mi" } } },
+        },
+      });
+      const pvName = await waitFor("claim Bound", async () => {
+        const pvc = await core.readNamespacedPersistentVolumeClaim({
+          name: "data",
+          namespace: restricted,
+        });
+        return pvc.status?.phase === "Bound" ? pvc.spec?.volumeName : undefined;
+      });
+      const pv = await core.readPersistentVolume({ name: pvName });
+      expect(pv.spec?.storageClassName).toBe("standard");
+      expect(pv.metadata?.annotations?.["pv.kubernetes.io/provisioned-by"]).toBe(
+        "sandpit.dev/host-path",
+      );
+      // The cluster runs on this machine, so its hostPath volumes are directories right here.
+      const dir = pv.spec!.hostPath!.path;
+      expect(statSync(dir).mode & 0o777).toBe(0o777);
+
+      const wrote = await runInSandbox("id -u && echo kept > /mnt/user-data/proof.txt");
+      expect(wrote, JSON.stringify(wrote)).toMatchObject({ exitCode: 0, stdout: "1000\n" });
+      expect(statSync(join(dir, "proof.txt")).uid).toBe(1000);
+
+      // The same pod deleted and created again on the same claim finds the file.
+      await deletePod();
+      const read = await runInSandbox("cat /mnt/user-data/proof.txt");
+      expect(read, JSON.stringify(read)).toMatchObject({ exitCode: 0, stdout: "kept\n" });
+      await deletePod();
+
+      // reclaimPolicy Delete: deleting the claim removes the volume and its directory.
+      await core.deleteNamespacedPersistentVolumeClaim({ name: "data", namespace: restricted });
+      await waitFor("volume deleted", () =>
+        core.readPersistentVolume({ name: pvName }).then(
+          () => undefined,
+          (e: { code?: number }) => (e.code === 404 ? true : undefined),
+        ),
+      );
+      expect(existsSync(dir)).toBe(false);
+    } finally {
+      await core.deleteNamespace({ name: restricted }).catch(() => undefined);
+    }
+  }, 180_000);
 
   it("garbage-collects the dependents of a deleted owner", async () => {
     const owner = await apps.createNamespacedDeployment({
