@@ -96,6 +96,11 @@ export interface Ctx {
   admission: PoolAdmission;
   /** Pods created but not yet seen in the cache, by namespace/name. */
   podExpectations: Expectations;
+  /**
+   * Sandbox key -> adopted warm pod, remembered until the sandbox goes: the caches may not show
+   * the adoption yet, and a sandbox must never adopt twice.
+   */
+  adoptedPods: Map<string, string>;
   /** UIDs of warm pods a reconcile is claiming right now. */
   claiming: Set<string>;
   enqueueSandbox: (key: string, afterMs?: number) => void;

@@ -58,6 +58,10 @@ export class Manager {
     this.#log = log;
     this.done = new Promise((resolve) => (this.#end = resolve));
     const kube = new Kube(loadKubeConfig(cfg.kubeconfig));
+    if (log.isLevelEnabled("debug")) {
+      kube.onResponse = (method, path, status, ms) =>
+        log.debug({ method, path, status, ms: Math.round(ms) }, "api request");
+    }
     const ns = cfg.watchNamespace;
     const owned = `${LABEL.managedBy}=${MANAGED_BY}`;
     const informer = <T extends KObject>(resource: typeof PODS, labelSelector?: string) =>
@@ -98,6 +102,7 @@ export class Manager {
       caches,
       admission: new PoolAdmission(),
       podExpectations: new Expectations(),
+      adoptedPods: new Map(),
       claiming: new Set(),
       enqueueSandbox: (key, afterMs) => this.#sandboxes.enqueue(key, afterMs),
       enqueuePool: (key, afterMs) => this.#pools.enqueue(key, afterMs),
@@ -176,6 +181,7 @@ export class Manager {
     c.sandboxes.on("add", onSandbox);
     c.sandboxes.on("update", onSandbox);
     c.sandboxes.on("delete", (s) => {
+      this.ctx.adoptedPods.delete(keyOf(s));
       if (!s.spec.poolRef) return;
       const poolKey = `${s.metadata.namespace}/${s.spec.poolRef}`;
       for (const k of this.ctx.admission.release(poolKey, keyOf(s))) this.#sandboxes.enqueue(k);

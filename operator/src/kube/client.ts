@@ -105,6 +105,8 @@ export interface RequestOptions {
 export class Kube {
   readonly config: KubeConfig;
   readonly server: string;
+  /** Sees every request's outcome (the manager logs them at debug level). */
+  onResponse: ((method: string, path: string, status: number, ms: number) => void) | undefined;
 
   constructor(config: KubeConfig) {
     this.config = config;
@@ -121,6 +123,7 @@ export class Kube {
     const headers: Record<string, string> = { ...ctx.getHeaders(), accept: "application/json" };
     if (opts.body !== undefined) headers["content-type"] = opts.contentType ?? "application/json";
     const timeout = AbortSignal.timeout(opts.timeoutMs ?? 30_000);
+    const started = performance.now();
     const res = await fetch(url, {
       method,
       headers,
@@ -130,6 +133,7 @@ export class Kube {
     });
     const text = await res.text();
     restRequests.inc({ method, code: String(res.status) });
+    this.onResponse?.(method, path, res.status, performance.now() - started);
     if (!res.ok) {
       let reason: string | undefined;
       let message = `${method} ${path}: HTTP ${res.status}`;

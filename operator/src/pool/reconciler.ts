@@ -7,6 +7,7 @@ import { randomBytes } from "node:crypto";
 import type { ReconcileResult } from "../controller/controller.ts";
 import { type Ctx, type Pod, type SandboxPool, keyOf, splitKey } from "../context.ts";
 import { type Condition, setCondition } from "../kube/conditions.ts";
+import { canonical } from "../kube/canonical.ts";
 import { isAlreadyExists } from "../kube/client.ts";
 import { NETWORK_POLICIES, PODS, POOLS, PVCS, SECRETS } from "../kube/resources.ts";
 import {
@@ -257,21 +258,11 @@ async function writePoolStatus(
     conditions,
     observedGeneration: gen,
   };
-  const sorted = (c: Condition[] | undefined) =>
-    JSON.stringify([...(c ?? [])].sort((a, b) => a.type.localeCompare(b.type)));
-  const before = pool.status ?? {};
-  if (
-    before.active === status.active &&
-    before.warmReady === status.warmReady &&
-    before.evictions === status.evictions &&
-    before.observedGeneration === status.observedGeneration &&
-    sorted(before.conditions as Condition[]) === sorted(conditions)
-  ) {
-    return;
-  }
+  if (canonical(pool.status ?? {}) === canonical(status)) return;
+  const { name, namespace, resourceVersion } = pool.metadata;
   await ctx.kube.apply(
     POOLS,
-    { metadata: { name: pool.metadata.name, namespace: pool.metadata.namespace! }, status },
+    { metadata: { name, namespace: namespace!, resourceVersion }, status },
     "status",
   );
 }

@@ -21,6 +21,7 @@ import {
 } from "../sandbox/children.ts";
 import { podReady, restartCount } from "../sandbox/pod-state.ts";
 import { init, packageSpecs } from "../sandbox/sandboxd.ts";
+import { READY_MESSAGE, READY_REASON } from "../sandbox/reconciler.ts";
 import type { SandboxStatusBuilder } from "../sandbox/status.ts";
 
 export const warmSecretName = (pool: SandboxPool) => `${pool.metadata.name}-warm-token`;
@@ -126,6 +127,7 @@ export async function tryAdopt(
         ),
       ]);
       const ip = claimed.status!.podIP!;
+      ctx.adoptedPods.set(`${ns}/${sbx.metadata.name}`, candidate.metadata.name);
       ctx.events.record(
         sbx,
         "Normal",
@@ -140,11 +142,7 @@ export async function tryAdopt(
         endpoint: `${ip}:8080`,
         initializedFor: `${uid}/${restartCount(claimed)}`,
       });
-      st.phaseIs(
-        "Ready",
-        "AdoptedWarm",
-        `adopted warm pod ${candidate.metadata.name}; sandboxd serves with this sandbox's token`,
-      );
+      st.phaseIs("Ready", READY_REASON, READY_MESSAGE);
       ctx.enqueuePool(`${ns}/${pool.metadata.name}`); // replace the warm pod just taken
       return true;
     } finally {

@@ -31,6 +31,8 @@ import { containerRunning, podProblem, restartCount } from "./pod-state.ts";
 import { init, packageSpecs, waitHealthy } from "./sandboxd.ts";
 import { SandboxStatusBuilder } from "./status.ts";
 
+export const READY_REASON = "SandboxdServing";
+export const READY_MESSAGE = "sandboxd answers on its endpoint";
 /** Starting is reported in status only once it has taken this long (saves writes). */
 const QUIET_START_MS = 3_000;
 /** Pods recreated after failing wait 1 s, 2 s, 4 s ... up to this. */
@@ -79,15 +81,15 @@ export async function reconcileSandbox(
   st.set({ expiresAt: new Date(expiresAt).toISOString() });
   if (st.current.observedGeneration !== sbx.metadata.generation) st.set({ recreations: undefined });
 
-  const podName = st.current.podName ?? adoptedPodName(ctx, sbx) ?? name;
+  const podName =
+    st.current.podName ?? ctx.adoptedPods.get(key) ?? adoptedPodName(ctx, sbx) ?? name;
   const token = await ensureTokenSecret(ctx, sbx);
   st.set({ serviceName: name, tokenSecretRef: `${name}-token`, podName });
   await Promise.all([
     ensureService(ctx, sbx),
     ensureNetworkPolicy(ctx, sbx, eff),
-    podName === name
-      ? ensureClaim(ctx, sbx, eff, `${name}-data`)
-      : ensureAdoptedClaim(ctx, sbx, `${podName}-data`),
+    // A cold sandbox's own volume is made with its pod (an adopted one brings its own).
+    podName === name ? undefined : ensureAdoptedClaim(ctx, sbx, `${podName}-data`),
   ]);
 
   const result = await runState(ctx, sbx, pool, eff, st, { token, podName, expiresAt, signal });
@@ -120,12 +122,12 @@ async function runState(
   const suspension = suspensionOf(ctx, sbx, eff, st, now);
   if (suspension) {
     if (poolKey) for (const k of ctx.admission.release(poolKey, key)) ctx.enqueueSandbox(k);
-    ctx.admission.evicted(key);
     if (pod && !pod.metadata.deletionTimestamp) {
       await ctx.kube.delete(PODS, ns, a.podName, { uid: pod.metadata.uid! });
     }
     if (st.phase !== "Suspended") {
-      ctx.events.record(sbx, "Normal", suspension.reason, "Suspend", suspension.message);
+      const reason = suspension.reason === "UserRequested" ? "Suspended" : suspension.reason;
+      ctx.events.record(sbx, "Normal", reason, "Suspend", suspension.message);
       sandboxTransitions.inc({ reason: suspension.reason });
     }
     st.phaseIs("Suspended", suspension.reason, suspension.message)
@@ -196,7 +198,7 @@ async function runState(
 
   if (!pod && ctx.podExpectations.pending(`${ns}/${a.podName}`)) return; // created; its event is coming
 
-  if (!pod && pool && !st.current.podName && !st.current.readyAt) {
+  if (!pod && pool && !sbx.status?.podName && !sbx.status?.readyAt && !ctx.adoptedPods.has(key)) {
     const adopted = await tryAdopt(ctx, sbx, pool, eff, a.token, st);
     if (adopted) {
       sandboxReadySeconds.observe(
@@ -280,7 +282,7 @@ async function runState(
     );
     st.set({ readyAt: st.now, recreations: undefined });
   }
-  st.phaseIs("Ready", "SandboxdServing", "sandboxd answers on its endpoint").set({
+  st.phaseIs("Ready", READY_REASON, READY_MESSAGE).set({
     endpoint: `${ip}:${SANDBOXD_PORT}`,
     startedAt:
       st.current.startedAt ?? pod.status?.containerStatuses?.[0]?.state?.running?.startedAt,
@@ -331,6 +333,7 @@ async function createPod(
   }
 
   const claimName = `${a.podName}-data`;
+  await ensureClaim(ctx, sbx, eff, claimName);
   const claim = ctx.caches.claims.get(claimName, ns);
   if (claim?.status?.phase !== "Bound") {
     const age = now - Date.parse(claim?.metadata.creationTimestamp ?? st.now);
@@ -427,6 +430,9 @@ function suspensionOf(
   }
   const lastActivity = Date.parse(sbx.status?.lastActivityTime ?? "") || 0;
   const suspended = st.conditionOf("Suspended");
+  // The eviction is durable once the cache shows it; until then the ledger's mark stands, so a
+  // reconcile on a stale cache cannot take the slot back.
+  if (suspended?.status === "True" && suspended.reason === "Evicted") ctx.admission.evicted(key);
   if (
     suspended?.status === "True" &&
     (suspended.reason === "IdleTimeout" || suspended.reason === "Evicted")

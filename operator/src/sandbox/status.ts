@@ -11,6 +11,7 @@ import {
   findCondition,
   setCondition,
 } from "../kube/conditions.ts";
+import { canonical } from "../kube/canonical.ts";
 import { SANDBOXES } from "../kube/resources.ts";
 
 type Phase = NonNullable<SandboxStatus["phase"]>;
@@ -27,7 +28,7 @@ export class SandboxStatusBuilder {
     this.now = now.toISOString();
     const { lastActivityTime: _ignored, ...owned } = sandbox.status ?? {};
     this.#next = structuredClone(owned);
-    this.#before = JSON.stringify(normalize(this.#next));
+    this.#before = canonical(this.#next);
   }
 
   get current(): Readonly<Owned> {
@@ -72,26 +73,22 @@ export class SandboxStatusBuilder {
   }
 
   get changed(): boolean {
-    return JSON.stringify(normalize(this.#next)) !== this.#before;
+    return canonical(this.#next) !== this.#before;
   }
 
+  /**
+   * Applies the status if it changed. The resourceVersion makes it conditional: a status
+   * computed from a cache that has not seen the last write is refused (409) and recomputed,
+   * instead of undoing that write.
+   */
   async write(ctx: Ctx): Promise<void> {
     this.#next.observedGeneration = this.sandbox.metadata.generation;
     if (!this.changed) return;
+    const { name, namespace, resourceVersion } = this.sandbox.metadata;
     await ctx.kube.apply(
       SANDBOXES,
-      {
-        metadata: { name: this.sandbox.metadata.name, namespace: this.sandbox.metadata.namespace! },
-        status: this.#next,
-      },
+      { metadata: { name, namespace: namespace!, resourceVersion }, status: this.#next },
       "status",
     );
   }
-}
-
-function normalize(s: Owned): Owned {
-  const conditions = [...(s.conditions ?? [])].sort((a, b) => a.type.localeCompare(b.type));
-  return Object.fromEntries(
-    Object.entries({ ...s, conditions }).sort(([a], [b]) => a.localeCompare(b)),
-  ) as Owned;
 }
