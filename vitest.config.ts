@@ -19,6 +19,7 @@ export default defineConfig({
             "test/docker/**",
             "test/contract/docker.test.ts",
             "test/cluster/**",
+            "test/operator/**",
           ],
         },
       },
@@ -36,7 +37,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "cluster",
-          include: ["test/cluster/**/*.test.ts"],
+          include: ["test/cluster/**/*.test.ts", "test/operator/**/*.test.ts"],
           globalSetup: ["test/cluster/global-setup.ts"],
           hookTimeout: 900_000,
         },
