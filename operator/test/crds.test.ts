@@ -48,7 +48,9 @@ describe("CRDs", () => {
   });
 
   it("accepts a minimal Sandbox and fills defaults; rejects what users get wrong with readable messages", () => {
-    expect(SandboxSpec.parse({})).toMatchObject({ language: "python" });
+    expect(SandboxSpec.parse({ lifecycle: {} })).toMatchObject({ lifecycle: { suspended: false } });
+    // Fields a pool's template can supply have no schema default, or it would hide the pool's.
+    expect(SandboxSpec.parse({ storage: {} })).toEqual({ storage: {} });
     const bad = SandboxSpec.safeParse({ resources: { memory: "lots" }, threadId: "../x" });
     expect(bad.success).toBe(false);
     const messages = bad.error!.issues.map((i) => i.message).join("\n");

@@ -61,7 +61,12 @@ export const Resources = z
 
 export const Storage = z
   .strictObject({
-    size: quantity("Size of the volume mounted at /mnt/user-data").default("1Gi"),
+    // No schema default, as for language: a Sandbox setting only the class keeps the pool's size.
+    size: quantity("Size of the volume mounted at /mnt/user-data")
+      .optional()
+      .describe(
+        "Size of the volume mounted at /mnt/user-data, as a Kubernetes quantity (for example 512Mi, 10Gi); 1Gi when neither the sandbox nor its pool sets one.",
+      ),
     storageClassName: z
       .string()
       .max(253)
@@ -153,10 +158,13 @@ const templateFields = {
     .max(512)
     .optional()
     .describe("Sandbox image; the operator's default image when omitted."),
+  // No schema default: the API server would fill it in on every Sandbox and hide the pool's.
   language: z
     .enum(["python", "typescript"])
-    .default("python")
-    .describe("Language packages are installed for."),
+    .optional()
+    .describe(
+      "Language packages are installed for; python when neither the sandbox nor its pool sets one.",
+    ),
   packages: z
     .array(Package)
     .max(200)

@@ -114,8 +114,11 @@ export class WorkQueue {
 
   /** The next key, or undefined once the queue shuts down. The caller must call done(key). */
   get(): Promise<string | undefined> {
+    // Shut down means no more keys, even queued ones: a stopping (or deposed) leader must not
+    // start new reconciles while it waits for the ones in flight.
+    if (this.#shuttingDown) return Promise.resolve(undefined);
     const key = this.#take();
-    if (key !== undefined || this.#shuttingDown) return Promise.resolve(key);
+    if (key !== undefined) return Promise.resolve(key);
     return new Promise((resolve) => this.#waiters.push(resolve));
   }
 

@@ -80,13 +80,17 @@ export class LeaderElector {
     );
   }
 
-  /** Resolves once this process holds the lease (or never, if stop() comes first). */
+  /** Resolves true once this process holds the lease, false if release() comes first. */
   async acquire(): Promise<boolean> {
     let logged = false;
     while (!this.#stopped) {
       if (await this.#tryAcquireOrRenew()) {
         this.#becomeLeader();
-        return true;
+        if (!this.#stopped) return true;
+        // release() came while the winning write was in flight: hand the lease straight back
+        // rather than leave a standby waiting for it to expire.
+        await this.release();
+        return false;
       }
       if (!logged) {
         this.#log.info("waiting to become leader");

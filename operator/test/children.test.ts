@@ -1,0 +1,398 @@
+/** The objects a sandbox is made of: effective spec precedence, secure Pod, NetworkPolicy. */
+import { describe, expect, it } from "vitest";
+import { SandboxPoolSpec, SandboxSpec } from "../src/api/v1alpha1.ts";
+import { readConfig } from "../src/config.ts";
+import type { KObject } from "../src/kube/client.ts";
+import {
+  ANNOTATION,
+  BLOCKED_CIDRS,
+  DATA_MOUNT,
+  LABEL,
+  SANDBOXD_PORT,
+  dataClaim,
+  effectiveSpec,
+  networkPolicy,
+  pod,
+  service,
+  tokenSecret,
+} from "../src/sandbox/children.ts";
+
+const cfg = readConfig({
+  SANDPIT_SANDBOX_IMAGE: "registry.example/sandbox:1",
+  SANDPIT_DEFAULT_TTL_SECONDS: "3600",
+  SANDPIT_DEFAULT_CPU: "2",
+  SANDPIT_DEFAULT_MEMORY: "2Gi",
+  SANDPIT_DEFAULT_EPHEMERAL_STORAGE: "4Gi",
+  SANDPIT_SYSTEM_NAMESPACE: "sandpit-system",
+  SANDPIT_DNS_CIDRS: "10.96.0.10/32",
+});
+
+const owner: KObject = {
+  apiVersion: "sandpit.dev/v1alpha1",
+  kind: "Sandbox",
+  metadata: { name: "sbx-1", namespace: "team-a", uid: "uid-1" },
+};
+const meta = { name: "sbx-1", namespace: "team-a", owner, labels: { [LABEL.sandbox]: "sbx-1" } };
+
+/** Specs as the API server stores them: parsed through the CRD's own schema, defaults applied. */
+const sandbox = (spec: unknown) => SandboxSpec.parse(spec);
+const poolOf = (spec: unknown) => SandboxPoolSpec.parse(spec);
+
+/** Navigation into the plain JSON objects the builders return. */
+const at = (o: unknown, ...path: (string | number)[]): unknown =>
+  path.reduce<unknown>((v, k) => (v as Record<string, unknown> | undefined)?.[k], o);
+
+describe("effectiveSpec", () => {
+  it("falls back to the operator's defaults", () => {
+    const e = effectiveSpec(sandbox({}), undefined, cfg);
+    expect(e).toMatchObject({
+      image: "registry.example/sandbox:1",
+      language: "python",
+      packages: [],
+      env: {},
+      limits: { cpu: "2", memory: "2Gi", ephemeralStorage: "4Gi" },
+      storage: { size: "1Gi" },
+      network: { egress: "Internet" },
+      ttlSeconds: 3600,
+      idleTimeoutSeconds: undefined,
+      suspended: false,
+      runtimeClassName: undefined,
+    });
+  });
+
+  const pool = poolOf({
+    maxActive: 3,
+    defaultTtlSeconds: 7200,
+    defaultIdleTimeoutSeconds: 600,
+    template: {
+      image: "pool-image:2",
+      language: "typescript",
+      packages: [{ name: "zod" }],
+      env: [
+        { name: "A", value: "pool" },
+        { name: "B", value: "pool" },
+      ],
+      resources: { cpu: "500m", memory: "1Gi" },
+      storage: { size: "10Gi", storageClassName: "fast" },
+      network: { egress: "Deny" },
+      runtimeClassName: "gvisor",
+    },
+  });
+
+  it("takes the pool template over the operator's defaults", () => {
+    const e = effectiveSpec(sandbox({ poolRef: "p" }), pool, cfg);
+    expect(e).toMatchObject({
+      image: "pool-image:2",
+      language: "typescript",
+      packages: [{ name: "zod" }],
+      env: { A: "pool", B: "pool" },
+      limits: { cpu: "500m", memory: "1Gi", ephemeralStorage: "4Gi" },
+      storage: { size: "10Gi", storageClassName: "fast" },
+      network: { egress: "Deny" },
+      ttlSeconds: 7200,
+      idleTimeoutSeconds: 600,
+      runtimeClassName: "gvisor",
+    });
+  });
+
+  it("takes the sandbox's own spec over the pool template, field by field", () => {
+    const e = effectiveSpec(
+      sandbox({
+        poolRef: "p",
+        image: "own:3",
+        language: "python",
+        packages: [{ name: "numpy", version: "2" }],
+        env: [
+          { name: "B", value: "own" },
+          { name: "C", value: "own" },
+        ],
+        resources: { memory: "3Gi" },
+        storage: { storageClassName: "slow" },
+        network: { egress: "Allowlist", allow: [{ cidr: "203.0.113.0/24", ports: [443] }] },
+        lifecycle: { ttlSeconds: 120, idleTimeoutSeconds: 60, suspended: true },
+        runtimeClassName: "kata",
+      }),
+      pool,
+      cfg,
+    );
+    expect(e).toMatchObject({
+      image: "own:3",
+      language: "python",
+      packages: [{ name: "numpy", version: "2" }],
+      env: { A: "pool", B: "own", C: "own" }, // merged by name, the sandbox's value wins
+      limits: { cpu: "500m", memory: "3Gi", ephemeralStorage: "4Gi" },
+      storage: { size: "10Gi", storageClassName: "slow" },
+      network: { egress: "Allowlist", allow: [{ cidr: "203.0.113.0/24", ports: [443] }] },
+      ttlSeconds: 120,
+      idleTimeoutSeconds: 60,
+      suspended: true,
+      runtimeClassName: "kata",
+    });
+  });
+
+  it("takes TTL and idle timeout from the template's lifecycle, then the pool's defaults, then the operator's", () => {
+    const withLifecycle = poolOf({
+      maxActive: 1,
+      defaultTtlSeconds: 7200,
+      defaultIdleTimeoutSeconds: 600,
+      template: { lifecycle: { ttlSeconds: 900, idleTimeoutSeconds: 300 } },
+    });
+    expect(effectiveSpec(sandbox({}), withLifecycle, cfg)).toMatchObject({
+      ttlSeconds: 900,
+      idleTimeoutSeconds: 300,
+    });
+    const defaultsOnly = poolOf({ maxActive: 1, defaultTtlSeconds: 7200, template: {} });
+    expect(effectiveSpec(sandbox({}), defaultsOnly, cfg)).toMatchObject({
+      ttlSeconds: 7200,
+      idleTimeoutSeconds: undefined,
+    });
+    const bare = poolOf({ maxActive: 1, template: {} });
+    expect(effectiveSpec(sandbox({}), bare, cfg).ttlSeconds).toBe(3600);
+  });
+});
+
+describe("pod", () => {
+  const e = effectiveSpec(
+    sandbox({
+      runtimeClassName: "gvisor",
+      resources: { cpu: "1500m" },
+      env: [{ name: "K", value: "v" }],
+    }),
+    undefined,
+    cfg,
+  );
+  const p = pod(meta, e, { tokenSecret: "sbx-1-token", claimName: "sbx-1-data" }, cfg);
+  const container = at(p, "spec", "containers", 0);
+
+  it("runs restricted: non-root uid 1000, seccomp RuntimeDefault, no capabilities, read-only root", () => {
+    expect(at(p, "spec", "securityContext")).toMatchObject({
+      runAsNonRoot: true,
+      runAsUser: 1000,
+      runAsGroup: 1000,
+      fsGroup: 1000,
+      seccompProfile: { type: "RuntimeDefault" },
+    });
+    expect(at(container, "securityContext")).toEqual({
+      allowPrivilegeEscalation: false,
+      privileged: false,
+      readOnlyRootFilesystem: true,
+      runAsNonRoot: true,
+      capabilities: { drop: ["ALL"] },
+    });
+    expect(at(p, "spec", "automountServiceAccountToken")).toBe(false);
+    expect(at(p, "spec", "hostNetwork")).toBeUndefined();
+    expect(at(p, "spec", "hostPID")).toBeUndefined();
+  });
+
+  it("is limited in CPU, memory and ephemeral storage", () => {
+    expect(at(container, "resources", "limits")).toEqual({
+      cpu: "1500m",
+      memory: "2Gi",
+      "ephemeral-storage": "4Gi",
+    });
+    expect(at(container, "resources", "requests")).toEqual({ cpu: "50m", memory: "64Mi" });
+  });
+
+  it("reads its token from the Secret and gets the environment, never the token in plain text", () => {
+    const env = at(container, "env") as { name: string; value?: string; valueFrom?: unknown }[];
+    expect(env.find((v) => v.name === "SANDBOXD_TOKEN")).toEqual({
+      name: "SANDBOXD_TOKEN",
+      valueFrom: { secretKeyRef: { name: "sbx-1-token", key: "token" } },
+    });
+    expect(JSON.parse(env.find((v) => v.name === "SANDBOXD_ENV")!.value!)).toEqual({ K: "v" });
+  });
+
+  it("mounts the PVC at /mnt/user-data and a writable /tmp", () => {
+    expect(DATA_MOUNT).toBe("/mnt/user-data");
+    expect(at(container, "volumeMounts")).toContainEqual({
+      name: "data",
+      mountPath: "/mnt/user-data",
+    });
+    expect(at(p, "spec", "volumes")).toContainEqual({
+      name: "data",
+      persistentVolumeClaim: { claimName: "sbx-1-data" },
+    });
+    expect(at(container, "volumeMounts")).toContainEqual({ name: "tmp", mountPath: "/tmp" });
+  });
+
+  it("passes runtimeClassName through, and sets none when none is asked for", () => {
+    expect(at(p, "spec", "runtimeClassName")).toBe("gvisor");
+    const plain = pod(
+      meta,
+      effectiveSpec(sandbox({}), undefined, cfg),
+      { tokenSecret: "t", claimName: "c" },
+      cfg,
+    );
+    expect(at(plain, "spec")).not.toHaveProperty("runtimeClassName");
+  });
+
+  it("serves sandboxd on 8080 with probes, and carries labels and a controller ownerReference", () => {
+    expect(at(container, "ports")).toEqual([
+      { name: "sandboxd", containerPort: SANDBOXD_PORT, protocol: "TCP" },
+    ]);
+    expect(at(container, "readinessProbe", "httpGet")).toEqual({ path: "/healthz", port: 8080 });
+    expect(p.metadata.labels).toMatchObject({
+      "app.kubernetes.io/managed-by": "sandpit-operator",
+      [LABEL.sandbox]: "sbx-1",
+    });
+    expect(p.metadata.ownerReferences).toEqual([
+      {
+        apiVersion: "sandpit.dev/v1alpha1",
+        kind: "Sandbox",
+        name: "sbx-1",
+        uid: "uid-1",
+        controller: true,
+        blockOwnerDeletion: true,
+      },
+    ]);
+  });
+
+  it("applies the operator's node selector and tolerations", () => {
+    const placed = readConfig({
+      SANDPIT_POD_NODE_SELECTOR: '{"pool":"sandboxes"}',
+      SANDPIT_POD_TOLERATIONS: '[{"key":"sandbox","operator":"Exists","effect":"NoSchedule"}]',
+    });
+    const q = pod(meta, e, { tokenSecret: "t", claimName: "c" }, placed);
+    expect(at(q, "spec", "nodeSelector")).toEqual({ pool: "sandboxes" });
+    expect(at(q, "spec", "tolerations")).toEqual([
+      { key: "sandbox", operator: "Exists", effect: "NoSchedule" },
+    ]);
+    expect(at(p, "spec")).not.toHaveProperty("tolerations");
+  });
+});
+
+describe("service, claim and secret", () => {
+  it("makes a ClusterIP Service to sandboxd, never a NodePort", () => {
+    const s = service(meta, { [LABEL.sandbox]: "sbx-1" });
+    expect(at(s, "spec", "type")).toBe("ClusterIP");
+    expect(at(s, "spec", "ports")).toEqual([
+      { name: "sandboxd", port: 8080, targetPort: 8080, protocol: "TCP" },
+    ]);
+    expect(at(s, "spec", "ports", 0)).not.toHaveProperty("nodePort");
+  });
+
+  it("makes the PVC with the effective size and class", () => {
+    const e = effectiveSpec(
+      sandbox({ storage: { size: "5Gi", storageClassName: "x" } }),
+      undefined,
+      cfg,
+    );
+    const c = dataClaim({ ...meta, name: "sbx-1-data" }, e);
+    expect(c.spec).toEqual({
+      accessModes: ["ReadWriteOnce"],
+      resources: { requests: { storage: "5Gi" } },
+      storageClassName: "x",
+    });
+    const noClass = dataClaim(meta, effectiveSpec(sandbox({}), undefined, cfg));
+    expect(noClass.spec).not.toHaveProperty("storageClassName");
+  });
+
+  it("keeps the token base64-encoded in an immutable Secret", () => {
+    const s = tokenSecret(meta, "s3cret");
+    expect(s.immutable).toBe(true);
+    expect(Buffer.from(at(s, "data", "token") as string, "base64").toString()).toBe("s3cret");
+  });
+});
+
+describe("networkPolicy", () => {
+  const selector = { [LABEL.sandbox]: "sbx-1" };
+  const policy = (network: unknown) =>
+    networkPolicy(meta, selector, effectiveSpec(sandbox({ network }), undefined, cfg).network, cfg);
+  const dnsRule = {
+    to: [
+      {
+        namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } },
+        podSelector: { matchLabels: { "k8s-app": "kube-dns" } },
+      },
+      { ipBlock: { cidr: "10.96.0.10/32" } },
+    ],
+    ports: [
+      { protocol: "UDP", port: 53 },
+      { protocol: "TCP", port: 53 },
+    ],
+  };
+
+  it("selects the sandbox's pods and governs both directions", () => {
+    const np = policy({ egress: "Deny" });
+    expect(at(np, "spec", "podSelector")).toEqual({ matchLabels: selector });
+    expect(at(np, "spec", "policyTypes")).toEqual(["Ingress", "Egress"]);
+  });
+
+  it("accepts ingress only from the provisioner and operator pods of the system namespace, on 8080", () => {
+    const np = policy({ egress: "Internet" });
+    expect(at(np, "spec", "ingress")).toEqual([
+      {
+        from: [
+          {
+            namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "sandpit-system" } },
+            podSelector: {
+              matchExpressions: [
+                {
+                  key: "app.kubernetes.io/name",
+                  operator: "In",
+                  values: ["sandpit-provisioner", "sandpit-operator"],
+                },
+              ],
+            },
+          },
+        ],
+        ports: [{ protocol: "TCP", port: 8080 }],
+      },
+    ]);
+  });
+
+  it("Deny allows nothing out but DNS on port 53 to the cluster's resolvers", () => {
+    expect(at(policy({ egress: "Deny" }), "spec", "egress")).toEqual([dnsRule]);
+  });
+
+  it("Internet allows every address except private ranges and cloud metadata", () => {
+    const egress = at(policy({ egress: "Internet" }), "spec", "egress");
+    expect(egress).toHaveLength(2);
+    expect(at(egress, 0)).toEqual(dnsRule);
+    expect(at(egress, 1)).toEqual({
+      to: [{ ipBlock: { cidr: "0.0.0.0/0", except: BLOCKED_CIDRS } }],
+    });
+    for (const cidr of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"]) {
+      expect(BLOCKED_CIDRS).toContain(cidr);
+    }
+    // The default is Internet, with the same blocks.
+    expect(at(policy(undefined), "spec", "egress")).toEqual(egress);
+  });
+
+  it("Allowlist allows exactly the listed ranges, on their ports (all ports when none are listed)", () => {
+    const egress = at(
+      policy({
+        egress: "Allowlist",
+        allow: [{ cidr: "203.0.113.0/24", ports: [443, 8443] }, { cidr: "198.51.100.7/32" }],
+      }),
+      "spec",
+      "egress",
+    );
+    expect(egress).toEqual([
+      dnsRule,
+      {
+        to: [{ ipBlock: { cidr: "203.0.113.0/24" } }],
+        ports: [
+          { protocol: "TCP", port: 443 },
+          { protocol: "TCP", port: 8443 },
+        ],
+      },
+      { to: [{ ipBlock: { cidr: "198.51.100.7/32" } }] },
+    ]);
+  });
+
+  it("changes its spec hash when the network spec changes, and only then", () => {
+    const hash = (network: unknown) => policy(network).metadata.annotations?.[ANNOTATION.specHash];
+    const deny = hash({ egress: "Deny" });
+    expect(deny).toMatch(/^[0-9a-f]{16}$/);
+    expect(hash({ egress: "Deny" })).toBe(deny);
+    expect(hash({ egress: "Internet" })).not.toBe(deny);
+    const allow443 = hash({
+      egress: "Allowlist",
+      allow: [{ cidr: "203.0.113.0/24", ports: [443] }],
+    });
+    const allow80 = hash({ egress: "Allowlist", allow: [{ cidr: "203.0.113.0/24", ports: [80] }] });
+    expect(allow443).not.toBe(allow80);
+    expect(allow443).not.toBe(deny);
+  });
+});

@@ -1,0 +1,122 @@
+/** Explaining why a pod does not serve yet. */
+import { describe, expect, it } from "vitest";
+import type { Pod } from "../src/context.ts";
+import { containerRunning, podProblem, podReady, restartCount } from "../src/sandbox/pod-state.ts";
+
+const pod = (status: Pod["status"]): Pod => ({ metadata: { name: "p" }, status });
+
+describe("podProblem", () => {
+  it("reports an unschedulable pod as Pending and stuck, in the scheduler's words", () => {
+    const p = pod({
+      phase: "Pending",
+      conditions: [
+        {
+          type: "PodScheduled",
+          status: "False",
+          reason: "Unschedulable",
+          message: "0/3 nodes are available: 3 Insufficient memory.",
+        },
+      ],
+    });
+    expect(podProblem(p)).toEqual({
+      phase: "Pending",
+      reason: "Unschedulable",
+      message: "0/3 nodes are available: 3 Insufficient memory.",
+      stuck: true,
+    });
+  });
+
+  it("reports an image that cannot be pulled as Starting and stuck", () => {
+    const p = pod({
+      phase: "Pending",
+      conditions: [{ type: "PodScheduled", status: "True" }],
+      containerStatuses: [
+        {
+          restartCount: 0,
+          state: {
+            waiting: { reason: "ImagePullBackOff", message: 'Back-off pulling image "nope:1"' },
+          },
+        },
+      ],
+    });
+    expect(podProblem(p)).toEqual({
+      phase: "Starting",
+      reason: "ImagePullBackOff",
+      message: 'Back-off pulling image "nope:1"',
+      stuck: true,
+    });
+  });
+
+  it("reports a container being created as Starting, not stuck", () => {
+    const creating = pod({
+      phase: "Pending",
+      conditions: [{ type: "PodScheduled", status: "True" }],
+      containerStatuses: [{ restartCount: 0, state: { waiting: { reason: "ContainerCreating" } } }],
+    });
+    expect(podProblem(creating)).toEqual({
+      phase: "Starting",
+      reason: "ContainerCreating",
+      message: "container is ContainerCreating",
+      stuck: false,
+    });
+    // Scheduled, no container status yet: still being created.
+    expect(podProblem(pod({ conditions: [{ type: "PodScheduled", status: "True" }] }))).toEqual({
+      phase: "Starting",
+      reason: "ContainerCreating",
+      message: "the pod is starting",
+      stuck: false,
+    });
+    expect(podProblem(pod(undefined)).reason).toBe("ContainerCreating");
+  });
+
+  it("counts a crash loop as stuck and a terminated container as restarting", () => {
+    const crash = pod({
+      containerStatuses: [
+        {
+          restartCount: 4,
+          state: { waiting: { reason: "CrashLoopBackOff", message: "back-off" } },
+        },
+      ],
+    });
+    expect(podProblem(crash)).toMatchObject({ reason: "CrashLoopBackOff", stuck: true });
+    const exited = pod({
+      containerStatuses: [{ restartCount: 1, state: { terminated: { exitCode: 137 } } }],
+    });
+    expect(podProblem(exited)).toMatchObject({
+      phase: "Starting",
+      reason: "ContainerTerminated",
+      stuck: false,
+    });
+    expect(podProblem(exited).message).toContain("exit code 137");
+  });
+
+  it("does not call a pod waiting for scheduling for another reason stuck", () => {
+    const p = pod({
+      conditions: [{ type: "PodScheduled", status: "False", reason: "SchedulingGated" }],
+    });
+    expect(podProblem(p)).toMatchObject({
+      phase: "Pending",
+      reason: "SchedulingGated",
+      stuck: false,
+    });
+  });
+});
+
+describe("pod status helpers", () => {
+  it("reads readiness, restarts and whether the container runs", () => {
+    const ready = pod({
+      conditions: [{ type: "Ready", status: "True" }],
+      containerStatuses: [
+        { restartCount: 2, state: { running: { startedAt: "2025-01-01T00:00:00Z" } } },
+      ],
+    });
+    expect(podReady(ready)).toBe(true);
+    expect(restartCount(ready)).toBe(2);
+    expect(containerRunning(ready)).toBe(true);
+    const fresh = pod({ conditions: [{ type: "Ready", status: "False" }] });
+    expect(podReady(fresh)).toBe(false);
+    expect(restartCount(fresh)).toBe(0);
+    expect(containerRunning(fresh)).toBe(false);
+    expect(podReady(pod(undefined))).toBe(false);
+  });
+});
