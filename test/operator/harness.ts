@@ -1,0 +1,361 @@
+/**
+ * What the operator suites share: the operator started as a real process out of cluster (each
+ * test file watches only its own namespace and holds its own Lease, so files run side by side),
+ * typed access to Sandboxes and their children, bounded waits, and sandboxd calls.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import {
+  ApiextensionsV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubeConfig,
+  KubernetesObjectApi,
+  NetworkingV1Api,
+  PatchStrategy,
+  setHeaderOptions,
+} from "@kubernetes/client-node";
+import { parseAllDocuments } from "yaml";
+import { type KObject, Kube, type Resource } from "../../operator/src/kube/client.ts";
+
+const CRDS: Resource = {
+  group: "apiextensions.k8s.io",
+  version: "v1",
+  plural: "customresourcedefinitions",
+  kind: "CustomResourceDefinition",
+};
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+export const GROUP = "sandpit.dev";
+export const VERSION = "v1alpha1";
+
+export interface Clients {
+  kc: KubeConfig;
+  core: CoreV1Api;
+  custom: CustomObjectsApi;
+  net: NetworkingV1Api;
+  objects: KubernetesObjectApi;
+}
+
+export function clients(kubeconfig: string): Clients {
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  return {
+    kc,
+    core: kc.makeApiClient(CoreV1Api),
+    custom: kc.makeApiClient(CustomObjectsApi),
+    net: kc.makeApiClient(NetworkingV1Api),
+    objects: KubernetesObjectApi.makeApiClient(kc),
+  };
+}
+
+/**
+ * Applies crds/ (server-side, idempotent) and waits until both are Established. The operator's
+ * raw JSON client does the apply: client-node's typed models would drop schema fields
+ * (enum, x-kubernetes-validations) on the way.
+ */
+export async function ensureCrds(c: Clients): Promise<void> {
+  const ext = c.kc.makeApiClient(ApiextensionsV1Api);
+  const kube = new Kube(c.kc);
+  const dir = join(ROOT, "crds");
+  for (const file of readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
+    for (const doc of parseAllDocuments(readFileSync(join(dir, file), "utf8"))) {
+      await kube.apply(CRDS, doc.toJS() as KObject);
+    }
+  }
+  for (const name of ["sandboxes.sandpit.dev", "sandboxpools.sandpit.dev"]) {
+    await waitFor(`CRD ${name} Established`, 30_000, async () => {
+      const crd = await ext.readCustomResourceDefinition({ name });
+      return crd.status?.conditions?.some((x) => x.type === "Established" && x.status === "True");
+    });
+  }
+}
+
+export async function createNamespace(c: Clients, prefix: string): Promise<string> {
+  const name = `${prefix}-${Math.random().toString(36).slice(2, 7)}`;
+  await c.core.createNamespace({
+    body: { metadata: { name, labels: { "sandpit.dev/test": "operator" } } },
+  });
+  return name;
+}
+
+export async function deleteNamespace(c: Clients, name: string): Promise<void> {
+  await c.core.deleteNamespace({ name }).catch(() => undefined);
+}
+
+/** Polls `check` until it returns a truthy value; API errors count as "not yet". */
+export async function waitFor<T>(
+  what: string,
+  timeoutMs: number,
+  check: () => Promise<T | undefined | false | null>,
+  everyMs = 100,
+): Promise<T> {
+  const until = performance.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await check();
+      if (v) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (performance.now() > until) {
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ""}`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export interface OperatorProcess {
+  proc: ChildProcess;
+  probePort: number;
+  identity: string;
+  logs: () => string;
+  /** SIGKILL, no cleanup: what a crash looks like. */
+  kill9: () => Promise<void>;
+  /** SIGTERM and wait: a graceful shutdown. */
+  stop: () => Promise<void>;
+  metrics: () => Promise<string>;
+}
+
+export interface OperatorOptions {
+  kubeconfig: string;
+  namespace: string;
+  image: string;
+  leaseName?: string;
+  identity?: string;
+  env?: Record<string, string>;
+}
+
+export async function startOperator(o: OperatorOptions): Promise<OperatorProcess> {
+  const probePort = await freePort();
+  const identity = o.identity ?? `op-${Math.random().toString(36).slice(2, 8)}`;
+  const proc = spawn(process.execPath, [join(ROOT, "operator/src/main.ts")], {
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? "/root",
+      SANDPIT_KUBECONFIG: o.kubeconfig,
+      SANDPIT_WATCH_NAMESPACE: o.namespace,
+      SANDPIT_SYSTEM_NAMESPACE: o.namespace,
+      SANDPIT_LEADER_ELECTION_NAMESPACE: o.namespace,
+      SANDPIT_LEASE_NAME: o.leaseName ?? "sandpit-operator",
+      SANDPIT_IDENTITY: identity,
+      SANDPIT_SANDBOX_IMAGE: o.image,
+      SANDPIT_IMAGE_PULL_POLICY: "IfNotPresent",
+      // The test cluster's resolver runs on the node address, not in a pod.
+      SANDPIT_DNS_CIDRS: "10.244.0.1/32",
+      SANDPIT_PROBE_ADDRESS: `127.0.0.1:${probePort}`,
+      SANDPIT_CPU_REQUEST: "10m",
+      SANDPIT_LOG_LEVEL: "info",
+      ...o.env,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  const keep = (b: Buffer) => {
+    out += b.toString();
+    if (out.length > 2_000_000) out = out.slice(-1_000_000);
+  };
+  proc.stdout!.on("data", keep);
+  proc.stderr!.on("data", keep);
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  const metrics = async () => (await fetch(`http://127.0.0.1:${probePort}/metrics`)).text();
+  await waitFor("the operator's /readyz", 60_000, async () => {
+    if (proc.exitCode !== null)
+      throw new Error(`operator exited ${proc.exitCode}:\n${out.slice(-3000)}`);
+    return (await fetch(`http://127.0.0.1:${probePort}/readyz`)).ok;
+  });
+  return {
+    proc,
+    probePort,
+    identity,
+    logs: () => out,
+    metrics,
+    kill9: async () => {
+      if (proc.exitCode === null) proc.kill("SIGKILL");
+      await exited;
+    },
+    stop: async () => {
+      if (proc.exitCode === null) proc.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+export interface SandboxObject {
+  metadata: {
+    name: string;
+    namespace?: string;
+    uid?: string;
+    creationTimestamp?: string;
+    resourceVersion?: string;
+  };
+  spec: Record<string, unknown>;
+  status?: {
+    phase?: string;
+    podName?: string;
+    endpoint?: string;
+    readyAt?: string;
+    expiresAt?: string;
+    lastActivityTime?: string;
+    conditions?: {
+      type: string;
+      status: string;
+      reason: string;
+      message: string;
+      lastTransitionTime: string;
+    }[];
+  };
+}
+
+export const sandboxes = {
+  create: (c: Clients, namespace: string, name: string, spec: Record<string, unknown>) =>
+    c.custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: "sandboxes",
+      fieldValidation: "Strict",
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: "Sandbox", metadata: { name }, spec },
+    }) as Promise<SandboxObject>,
+  get: (c: Clients, namespace: string, name: string) =>
+    c.custom.getNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: "sandboxes",
+      name,
+    }) as Promise<SandboxObject>,
+  list: async (c: Clients, namespace: string) =>
+    (
+      (await c.custom.listNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: "sandboxes",
+      })) as { items: SandboxObject[] }
+    ).items,
+  patchSpec: (c: Clients, namespace: string, name: string, spec: Record<string, unknown>) =>
+    c.custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace, plural: "sandboxes", name, body: { spec } },
+      setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
+    ),
+  /** What the provisioner does: report activity on the status, under its own field manager. */
+  reportActivity: (c: Clients, namespace: string, name: string, at = new Date()) =>
+    c.custom.patchNamespacedCustomObjectStatus(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: "sandboxes",
+        name,
+        fieldManager: "sandpit-tests",
+        body: { status: { lastActivityTime: at.toISOString() } },
+      },
+      setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
+    ),
+  delete: (c: Clients, namespace: string, name: string) =>
+    c.custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: "sandboxes",
+      name,
+    }),
+};
+
+export const pools = {
+  create: (c: Clients, namespace: string, name: string, spec: Record<string, unknown>) =>
+    c.custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: "sandboxpools",
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: "SandboxPool", metadata: { name }, spec },
+    }),
+  get: (c: Clients, namespace: string, name: string) =>
+    c.custom.getNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: "sandboxpools",
+      name,
+    }) as Promise<{
+      spec: Record<string, unknown>;
+      status?: { active?: number; warmReady?: number; evictions?: number };
+    }>,
+  patchSpec: (c: Clients, namespace: string, name: string, spec: Record<string, unknown>) =>
+    c.custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace, plural: "sandboxpools", name, body: { spec } },
+      setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
+    ),
+};
+
+export async function waitForPhase(
+  c: Clients,
+  ns: string,
+  name: string,
+  phase: string,
+  timeoutMs = 90_000,
+): Promise<SandboxObject> {
+  return waitFor(`sandbox ${ns}/${name} ${phase}`, timeoutMs, async () => {
+    const s = await sandboxes.get(c, ns, name);
+    return s.status?.phase === phase ? s : undefined;
+  });
+}
+
+export async function tokenOf(c: Clients, ns: string, name: string): Promise<string> {
+  const secret = await c.core.readNamespacedSecret({ name: `${name}-token`, namespace: ns });
+  return Buffer.from(secret.data!.token!, "base64").toString();
+}
+
+/** Runs code through sandboxd at host:port (a pod endpoint or a Service address). */
+export async function runCode(
+  address: string,
+  token: string,
+  code: string,
+  language = "python",
+): Promise<{ success: boolean; stdout: string; stderr: string }> {
+  const res = await fetch(`http://${address}/v1/code/execute`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ language, code }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  if (!res.ok) throw new Error(`sandboxd answered ${res.status}: ${await res.text()}`);
+  return (await res.json()) as { success: boolean; stdout: string; stderr: string };
+}
+
+/** The children of a sandbox, by kind: what the operator made for it. */
+export async function childrenOf(c: Clients, ns: string, sandbox: string) {
+  const labelSelector = `sandpit.dev/sandbox=${sandbox}`;
+  const [pods, services, claims, secrets, policies] = await Promise.all([
+    c.core.listNamespacedPod({ namespace: ns, labelSelector }),
+    c.core.listNamespacedService({ namespace: ns, labelSelector }),
+    c.core.listNamespacedPersistentVolumeClaim({ namespace: ns, labelSelector }),
+    c.core.listNamespacedSecret({ namespace: ns, labelSelector }),
+    c.net.listNamespacedNetworkPolicy({ namespace: ns, labelSelector }),
+  ]);
+  return {
+    pods: pods.items.filter((p) => !p.metadata?.deletionTimestamp),
+    services: services.items,
+    claims: claims.items.filter((p) => !p.metadata?.deletionTimestamp),
+    secrets: secrets.items,
+    policies: policies.items,
+  };
+}

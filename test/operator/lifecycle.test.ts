@@ -1,0 +1,236 @@
+/**
+ * A Sandbox's life on the real cluster, driven by the real operator: apply → Ready → code runs
+ * through the Service → suspend (pod gone, data kept) → resume → the file is still there →
+ * delete → every child gone; plus TTL expiry, idle timeout, a pod killed from outside, and
+ * invalid specs rejected with messages a user understands.
+ */
+import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import {
+  type Clients,
+  type OperatorProcess,
+  childrenOf,
+  clients,
+  createNamespace,
+  deleteNamespace,
+  ensureCrds,
+  runCode,
+  sandboxes,
+  startOperator,
+  tokenOf,
+  waitFor,
+  waitForPhase,
+} from "./harness.ts";
+
+let c: Clients;
+let ns: string;
+let operator: OperatorProcess;
+
+beforeAll(async () => {
+  c = clients(inject("kubeconfig"));
+  await ensureCrds(c);
+  ns = await createNamespace(c, "op-life");
+  operator = await startOperator({
+    kubeconfig: inject("kubeconfig"),
+    namespace: ns,
+    image: inject("clusterSandboxImage"),
+  });
+});
+
+afterAll(async () => {
+  await operator?.stop();
+  if (ns) await deleteNamespace(c, ns);
+});
+
+describe("a sandbox's lifecycle", () => {
+  test("apply → Ready → run code through the Service → suspend → resume keeps files → delete removes every child", async () => {
+    await sandboxes.create(c, ns, "life", {
+      language: "python",
+      env: [{ name: "GREETING", value: "hello" }],
+    });
+    const ready = await waitForPhase(c, ns, "life", "Ready");
+    expect(ready.status?.podName).toBe("life");
+    expect(ready.status?.conditions?.find((x) => x.type === "Ready")?.status).toBe("True");
+
+    const token = await tokenOf(c, ns, "life");
+    const svc = await c.core.readNamespacedService({ name: "life", namespace: ns });
+    expect(svc.spec?.type).toBe("ClusterIP");
+    const viaService = `${svc.spec!.clusterIP}:8080`;
+    // The Service's endpoints follow the kubelet's readiness probe, a moment after Ready.
+    const first = await waitFor("code through the Service", 30_000, () =>
+      runCode(
+        viaService,
+        token,
+        "import os\nopen('/mnt/user-data/keep.txt','w').write('kept')\nprint(os.environ['GREETING'], 6*7)",
+      ),
+    );
+    expect(first.stdout).toBe("hello 42\n");
+
+    // The pod runs hardened.
+    const pod = await c.core.readNamespacedPod({ name: "life", namespace: ns });
+    expect(pod.spec?.automountServiceAccountToken).toBe(false);
+    expect(pod.spec?.securityContext?.runAsNonRoot).toBe(true);
+    expect(pod.spec?.securityContext?.seccompProfile?.type).toBe("RuntimeDefault");
+    const sc = pod.spec?.containers[0]?.securityContext;
+    expect(sc?.allowPrivilegeEscalation).toBe(false);
+    expect(sc?.readOnlyRootFilesystem).toBe(true);
+    expect(sc?.capabilities?.drop).toEqual(["ALL"]);
+    expect(pod.spec?.containers[0]?.resources?.limits?.["ephemeral-storage"]).toBeDefined();
+
+    await sandboxes.patchSpec(c, ns, "life", { lifecycle: { suspended: true } });
+    const suspended = await waitForPhase(c, ns, "life", "Suspended");
+    expect(suspended.status?.conditions?.find((x) => x.type === "Suspended")?.reason).toBe(
+      "UserRequested",
+    );
+    await waitFor(
+      "the pod to be gone",
+      30_000,
+      async () => (await childrenOf(c, ns, "life")).pods.length === 0,
+    );
+    const whileSuspended = await childrenOf(c, ns, "life");
+    expect(whileSuspended.claims.map((x) => x.metadata?.name)).toEqual(["life-data"]);
+    expect(whileSuspended.services).toHaveLength(1);
+    expect(whileSuspended.secrets).toHaveLength(1);
+
+    await sandboxes.patchSpec(c, ns, "life", { lifecycle: { suspended: false } });
+    const resumed = await waitForPhase(c, ns, "life", "Ready");
+    const again = await runCode(
+      resumed.status!.endpoint!,
+      token,
+      "print(open('/mnt/user-data/keep.txt').read())",
+    );
+    expect(again.stdout).toBe("kept\n");
+
+    await sandboxes.delete(c, ns, "life");
+    await waitFor("every child of the deleted sandbox to be gone", 60_000, async () => {
+      const left = await childrenOf(c, ns, "life");
+      return Object.values(left).every((items) => items.length === 0);
+    });
+  });
+
+  test("a pod deleted from outside is recreated and the sandbox is Ready again", async () => {
+    await sandboxes.create(c, ns, "phoenix", {});
+    const before = await waitForPhase(c, ns, "phoenix", "Ready");
+    const oldPod = await c.core.readNamespacedPod({ name: "phoenix", namespace: ns });
+    await c.core.deleteNamespacedPod({ name: "phoenix", namespace: ns, gracePeriodSeconds: 0 });
+    const after = await waitFor("a new pod serving", 90_000, async () => {
+      const s = await sandboxes.get(c, ns, "phoenix");
+      const pod = await c.core
+        .readNamespacedPod({ name: "phoenix", namespace: ns })
+        .catch(() => undefined);
+      return s.status?.phase === "Ready" && pod && pod.metadata?.uid !== oldPod.metadata?.uid
+        ? s
+        : undefined;
+    });
+    expect(after.status?.endpoint).toBeDefined();
+    const token = await tokenOf(c, ns, "phoenix");
+    expect((await runCode(after.status!.endpoint!, token, "print('back')")).stdout).toBe("back\n");
+    expect(before.metadata.uid).toBe(after.metadata.uid);
+  });
+
+  test.concurrent(
+    "TTL: the sandbox is deleted when its lifetime ends",
+    { timeout: 150_000 },
+    async () => {
+      await sandboxes.create(c, ns, "mayfly", { lifecycle: { ttlSeconds: 60 } });
+      const ready = await waitForPhase(c, ns, "mayfly", "Ready");
+      const created = Date.parse(ready.metadata.creationTimestamp!);
+      expect(Date.parse(ready.status!.expiresAt!)).toBe(created + 60_000);
+      await waitFor(
+        "the expired sandbox to be deleted",
+        120_000,
+        async () => {
+          const gone = await sandboxes.get(c, ns, "mayfly").then(
+            () => false,
+            (err: { code?: number }) => err.code === 404,
+          );
+          return gone;
+        },
+        500,
+      );
+      expect(Date.now()).toBeGreaterThanOrEqual(created + 60_000);
+      await waitFor("its children to be gone", 60_000, async () =>
+        Object.values(await childrenOf(c, ns, "mayfly")).every((items) => items.length === 0),
+      );
+    },
+  );
+
+  test.concurrent(
+    "idle timeout suspends with the volume kept; reported activity resumes it",
+    { timeout: 180_000 },
+    async () => {
+      await sandboxes.create(c, ns, "sleepy", { lifecycle: { idleTimeoutSeconds: 60 } });
+      const ready = await waitForPhase(c, ns, "sleepy", "Ready");
+      const token = await tokenOf(c, ns, "sleepy");
+      await runCode(ready.status!.endpoint!, token, "open('/mnt/user-data/note','w').write('zz')");
+      const idle = await waitForPhase(c, ns, "sleepy", "Suspended", 120_000);
+      const cond = idle.status?.conditions?.find((x) => x.type === "Suspended");
+      expect(cond?.reason).toBe("IdleTimeout");
+      expect(
+        Date.parse(cond!.lastTransitionTime) - Date.parse(ready.status!.readyAt!),
+      ).toBeGreaterThanOrEqual(59_000);
+      expect((await childrenOf(c, ns, "sleepy")).claims).toHaveLength(1);
+
+      await sandboxes.reportActivity(c, ns, "sleepy");
+      const awake = await waitForPhase(c, ns, "sleepy", "Ready");
+      expect(
+        (await runCode(awake.status!.endpoint!, token, "print(open('/mnt/user-data/note').read())"))
+          .stdout,
+      ).toBe("zz\n");
+    },
+  );
+});
+
+describe("invalid specs are refused by the API server, with a message", () => {
+  const cases: [string, Record<string, unknown>, RegExp][] = [
+    ["an unknown language", { language: "cobol" }, /language.*Unsupported value: "cobol"/],
+    [
+      "a TTL below a minute",
+      { lifecycle: { ttlSeconds: 5 } },
+      /ttlSeconds.*should be greater than or equal to 60/,
+    ],
+    [
+      "an idle timeout longer than the TTL",
+      { lifecycle: { ttlSeconds: 120, idleTimeoutSeconds: 600 } },
+      /idleTimeoutSeconds cannot be longer than lifecycle.ttlSeconds/,
+    ],
+    [
+      "Allowlist without destinations",
+      { network: { egress: "Allowlist" } },
+      /network.allow lists destinations exactly when network.egress is Allowlist/,
+    ],
+    [
+      "a malformed memory quantity",
+      { resources: { memory: "lots" } },
+      /spec.resources.memory: Invalid value: "lots"/,
+    ],
+    [
+      "a bad environment variable name",
+      { env: [{ name: "1BAD", value: "x" }] },
+      /spec.env\[0\].name: Invalid value: "1BAD"/,
+    ],
+    ["an unknown field", { colour: "blue" }, /colour/],
+  ];
+  test.each(cases)("%s", async (_what, spec, message) => {
+    const err = await sandboxes
+      .create(c, ns, `bad-${Math.random().toString(36).slice(2, 7)}`, spec)
+      .then(
+        () => undefined,
+        (e: { code?: number; body?: string }) => e,
+      );
+    // 422 Invalid from validation; 400 BadRequest from strict decoding of an unknown field.
+    expect([400, 422]).toContain(err?.code);
+    expect((JSON.parse(String(err?.body)) as { message: string }).message).toMatch(message);
+  });
+
+  test("spec.poolRef cannot be changed", async () => {
+    await sandboxes.create(c, ns, "pinned", { poolRef: "a", lifecycle: { suspended: true } });
+    const err = await sandboxes.patchSpec(c, ns, "pinned", { poolRef: "b" }).then(
+      () => undefined,
+      (e: { code?: number; body?: string }) => e,
+    );
+    expect(err?.code).toBe(422);
+    expect((JSON.parse(String(err?.body)) as { message: string }).message).toMatch(
+      /spec.poolRef cannot be changed/,
+    );
+  });
+});
