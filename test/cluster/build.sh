@@ -137,6 +137,7 @@ own() {
 extras() {
   extra kube-router github.com/cloudnativelabs/kube-router/v2 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
   extra coredns github.com/coredns/coredns github.com/coredns/coredns
+  extra kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
   own hostpath-provisioner
 }
 
