@@ -116,6 +116,13 @@ export const restRequests = new Counter({
   registers: r,
 });
 
+export const apiWrites = new Counter({
+  name: "sandpit_api_writes_total",
+  help: "Writes (create, apply, patch, update, delete) the operator made, by resource and verb",
+  labelNames: ["resource", "verb"] as const,
+  registers: r,
+});
+
 export const informerRestarts = new Counter({
   name: "sandpit_informer_restarts_total",
   help: "Informer restarts after a watch or list error, or a stall caught by the watchdog",

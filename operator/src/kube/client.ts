@@ -6,7 +6,7 @@
  */
 import { type HttpMethod, KubeConfig, RequestContext } from "@kubernetes/client-node";
 import { fetch } from "undici";
-import { restRequests } from "../metrics.ts";
+import { apiWrites, restRequests } from "../metrics.ts";
 
 export interface ObjectMeta {
   name: string;
@@ -86,6 +86,14 @@ export function resourcePath(r: Resource, namespace?: string, name?: string, sub
   return p;
 }
 
+/** "pods", "sandboxes/status", ... from an API path. */
+function resourceOfPath(path: string): string {
+  const parts = path.split("?")[0]!.split("/").filter(Boolean);
+  const at = parts.indexOf("namespaces");
+  const rest = at >= 0 ? parts.slice(at + 2) : parts.slice(parts[0] === "api" ? 2 : 3);
+  return rest.length >= 3 ? `${rest[0]}/${rest[2]}` : (rest[0] ?? "unknown");
+}
+
 export function loadKubeConfig(file?: string): KubeConfig {
   const kc = new KubeConfig();
   if (file) kc.loadFromFile(file);
@@ -133,6 +141,8 @@ export class Kube {
     });
     const text = await res.text();
     restRequests.inc({ method, code: String(res.status) });
+    if (method !== "GET" && res.status < 400)
+      apiWrites.inc({ resource: resourceOfPath(path), verb: method });
     this.onResponse?.(method, path, res.status, performance.now() - started);
     if (!res.ok) {
       let reason: string | undefined;
