@@ -13,6 +13,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "core",
+          sequence: { groupOrder: 0 },
           include: ["{runtime,sdk,test,operator,provisioner}/**/*.test.ts"],
           exclude: [
             "**/node_modules/**",
@@ -27,6 +28,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "docker",
+          sequence: { groupOrder: 0 },
           include: ["test/docker/**/*.test.ts", "test/contract/docker.test.ts"],
           globalSetup: ["test/docker/global-setup.ts"],
           // Image builds and container starts are slow; the cold first build takes minutes.
@@ -38,8 +40,22 @@ export default defineConfig({
         test: {
           name: "cluster",
           include: ["test/cluster/**/*.test.ts", "test/operator/**/*.test.ts"],
+          exclude: ["**/node_modules/**", "test/operator/disruptive/**"],
           globalSetup: ["test/cluster/global-setup.ts"],
           hookTimeout: 900_000,
+          sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        // Restarts the API server and kills operators: runs alone, after every other project.
+        extends: true,
+        test: {
+          name: "cluster-disruptive",
+          include: ["test/operator/disruptive/**/*.test.ts"],
+          globalSetup: ["test/cluster/global-setup.ts"],
+          hookTimeout: 900_000,
+          fileParallelism: false,
+          sequence: { groupOrder: 1 },
         },
       },
     ],

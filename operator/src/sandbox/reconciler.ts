@@ -422,17 +422,17 @@ function suspensionOf(
       message: "spec.lifecycle.suspended is true; the volume is kept",
     };
   const key = keyOf(sbx);
+  const lastActivity = Date.parse(sbx.status?.lastActivityTime ?? "") || 0;
+  const suspended = st.conditionOf("Suspended");
+  // The eviction is durable once the cache shows it; until then the ledger's mark stands, so a
+  // reconcile on a stale cache cannot take the slot back.
+  if (suspended?.status === "True" && suspended.reason === "Evicted") ctx.admission.evicted(key);
   if (ctx.admission.isEvicting(key)) {
     return {
       reason: "Evicted",
       message: `the pool reached maxActive and this was its least recently active sandbox; activity resumes it`,
     };
   }
-  const lastActivity = Date.parse(sbx.status?.lastActivityTime ?? "") || 0;
-  const suspended = st.conditionOf("Suspended");
-  // The eviction is durable once the cache shows it; until then the ledger's mark stands, so a
-  // reconcile on a stale cache cannot take the slot back.
-  if (suspended?.status === "True" && suspended.reason === "Evicted") ctx.admission.evicted(key);
   if (
     suspended?.status === "True" &&
     (suspended.reason === "IdleTimeout" || suspended.reason === "Evicted")
