@@ -4,7 +4,10 @@
  * delete → every child gone; plus TTL expiry, idle timeout, a pod killed from outside, and
  * invalid specs rejected with messages a user understands.
  */
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import { parseAllDocuments } from "yaml";
 import {
   type Clients,
   type OperatorProcess,
@@ -232,5 +235,42 @@ describe("invalid specs are refused by the API server, with a message", () => {
     expect((JSON.parse(String(err?.body)) as { message: string }).message).toMatch(
       /spec.poolRef cannot be changed/,
     );
+  });
+});
+
+describe("examples/", () => {
+  const dir = new URL("../../examples/", import.meta.url).pathname;
+  const docs = readdirSync(dir)
+    .filter((f) => f.endsWith(".yaml"))
+    .flatMap((f) =>
+      parseAllDocuments(readFileSync(join(dir, f), "utf8")).map((d) => [f, d.toJS()] as const),
+    );
+
+  test.each(docs)("%s is accepted by the API server as written", async (_file, doc) => {
+    const plural = doc.kind === "SandboxPool" ? "sandboxpools" : "sandboxes";
+    await c.custom.createNamespacedCustomObject({
+      group: "sandpit.dev",
+      version: "v1alpha1",
+      namespace: ns,
+      plural,
+      body: doc,
+      dryRun: "All",
+      fieldValidation: "Strict",
+    });
+  });
+
+  test("examples/sandbox.yaml becomes Ready", async () => {
+    const hello = docs.find(([f]) => f === "sandbox.yaml")![1];
+    await c.custom.createNamespacedCustomObject({
+      group: "sandpit.dev",
+      version: "v1alpha1",
+      namespace: ns,
+      plural: "sandboxes",
+      body: hello,
+    });
+    const ready = await waitForPhase(c, ns, hello.metadata.name, "Ready");
+    expect(
+      (await runCode(ready.status!.endpoint!, await tokenOf(c, ns, "hello"), "print('hi')")).stdout,
+    ).toBe("hi\n");
   });
 });
