@@ -45,90 +45,100 @@ afterAll(async () => {
 });
 
 describe("a sandbox's lifecycle", () => {
-  test("apply → Ready → run code through the Service → suspend → resume keeps files → delete removes every child", async () => {
-    await sandboxes.create(c, ns, "life", {
-      language: "python",
-      env: [{ name: "GREETING", value: "hello" }],
-    });
-    const ready = await waitForPhase(c, ns, "life", "Ready");
-    expect(ready.status?.podName).toBe("life");
-    expect(ready.status?.conditions?.find((x) => x.type === "Ready")?.status).toBe("True");
+  test(
+    "apply → Ready → run code through the Service → suspend → resume keeps files → delete removes every child",
+    { timeout: 300_000 },
+    async () => {
+      await sandboxes.create(c, ns, "life", {
+        language: "python",
+        env: [{ name: "GREETING", value: "hello" }],
+      });
+      const ready = await waitForPhase(c, ns, "life", "Ready");
+      expect(ready.status?.podName).toBe("life");
+      expect(ready.status?.conditions?.find((x) => x.type === "Ready")?.status).toBe("True");
 
-    const token = await tokenOf(c, ns, "life");
-    const svc = await c.core.readNamespacedService({ name: "life", namespace: ns });
-    expect(svc.spec?.type).toBe("ClusterIP");
-    const viaService = `${svc.spec!.clusterIP}:8080`;
-    // The Service's endpoints follow the kubelet's readiness probe, a moment after Ready.
-    const first = await waitFor("code through the Service", 30_000, () =>
-      runCode(
-        viaService,
+      const token = await tokenOf(c, ns, "life");
+      const svc = await c.core.readNamespacedService({ name: "life", namespace: ns });
+      expect(svc.spec?.type).toBe("ClusterIP");
+      const viaService = `${svc.spec!.clusterIP}:8080`;
+      // The Service's endpoints follow the kubelet's readiness probe, a moment after Ready.
+      const first = await waitFor("code through the Service", 30_000, () =>
+        runCode(
+          viaService,
+          token,
+          "import os\nopen('/mnt/user-data/keep.txt','w').write('kept')\nprint(os.environ['GREETING'], 6*7)",
+        ),
+      );
+      expect(first.stdout).toBe("hello 42\n");
+
+      // The pod runs hardened.
+      const pod = await c.core.readNamespacedPod({ name: "life", namespace: ns });
+      expect(pod.spec?.automountServiceAccountToken).toBe(false);
+      expect(pod.spec?.securityContext?.runAsNonRoot).toBe(true);
+      expect(pod.spec?.securityContext?.seccompProfile?.type).toBe("RuntimeDefault");
+      const sc = pod.spec?.containers[0]?.securityContext;
+      expect(sc?.allowPrivilegeEscalation).toBe(false);
+      expect(sc?.readOnlyRootFilesystem).toBe(true);
+      expect(sc?.capabilities?.drop).toEqual(["ALL"]);
+      expect(pod.spec?.containers[0]?.resources?.limits?.["ephemeral-storage"]).toBeDefined();
+
+      await sandboxes.patchSpec(c, ns, "life", { lifecycle: { suspended: true } });
+      const suspended = await waitForPhase(c, ns, "life", "Suspended");
+      expect(suspended.status?.conditions?.find((x) => x.type === "Suspended")?.reason).toBe(
+        "UserRequested",
+      );
+      await waitFor(
+        "the pod to be gone",
+        30_000,
+        async () => (await childrenOf(c, ns, "life")).pods.length === 0,
+      );
+      const whileSuspended = await childrenOf(c, ns, "life");
+      expect(whileSuspended.claims.map((x) => x.metadata?.name)).toEqual(["life-data"]);
+      expect(whileSuspended.services).toHaveLength(1);
+      expect(whileSuspended.secrets).toHaveLength(1);
+
+      await sandboxes.patchSpec(c, ns, "life", { lifecycle: { suspended: false } });
+      const resumed = await waitForPhase(c, ns, "life", "Ready");
+      const again = await runCode(
+        resumed.status!.endpoint!,
         token,
-        "import os\nopen('/mnt/user-data/keep.txt','w').write('kept')\nprint(os.environ['GREETING'], 6*7)",
-      ),
-    );
-    expect(first.stdout).toBe("hello 42\n");
+        "print(open('/mnt/user-data/keep.txt').read())",
+      );
+      expect(again.stdout).toBe("kept\n");
 
-    // The pod runs hardened.
-    const pod = await c.core.readNamespacedPod({ name: "life", namespace: ns });
-    expect(pod.spec?.automountServiceAccountToken).toBe(false);
-    expect(pod.spec?.securityContext?.runAsNonRoot).toBe(true);
-    expect(pod.spec?.securityContext?.seccompProfile?.type).toBe("RuntimeDefault");
-    const sc = pod.spec?.containers[0]?.securityContext;
-    expect(sc?.allowPrivilegeEscalation).toBe(false);
-    expect(sc?.readOnlyRootFilesystem).toBe(true);
-    expect(sc?.capabilities?.drop).toEqual(["ALL"]);
-    expect(pod.spec?.containers[0]?.resources?.limits?.["ephemeral-storage"]).toBeDefined();
+      await sandboxes.delete(c, ns, "life");
+      await waitFor("every child of the deleted sandbox to be gone", 60_000, async () => {
+        const left = await childrenOf(c, ns, "life");
+        return Object.values(left).every((items) => items.length === 0);
+      });
+    },
+  );
 
-    await sandboxes.patchSpec(c, ns, "life", { lifecycle: { suspended: true } });
-    const suspended = await waitForPhase(c, ns, "life", "Suspended");
-    expect(suspended.status?.conditions?.find((x) => x.type === "Suspended")?.reason).toBe(
-      "UserRequested",
-    );
-    await waitFor(
-      "the pod to be gone",
-      30_000,
-      async () => (await childrenOf(c, ns, "life")).pods.length === 0,
-    );
-    const whileSuspended = await childrenOf(c, ns, "life");
-    expect(whileSuspended.claims.map((x) => x.metadata?.name)).toEqual(["life-data"]);
-    expect(whileSuspended.services).toHaveLength(1);
-    expect(whileSuspended.secrets).toHaveLength(1);
-
-    await sandboxes.patchSpec(c, ns, "life", { lifecycle: { suspended: false } });
-    const resumed = await waitForPhase(c, ns, "life", "Ready");
-    const again = await runCode(
-      resumed.status!.endpoint!,
-      token,
-      "print(open('/mnt/user-data/keep.txt').read())",
-    );
-    expect(again.stdout).toBe("kept\n");
-
-    await sandboxes.delete(c, ns, "life");
-    await waitFor("every child of the deleted sandbox to be gone", 60_000, async () => {
-      const left = await childrenOf(c, ns, "life");
-      return Object.values(left).every((items) => items.length === 0);
-    });
-  });
-
-  test("a pod deleted from outside is recreated and the sandbox is Ready again", async () => {
-    await sandboxes.create(c, ns, "phoenix", {});
-    const before = await waitForPhase(c, ns, "phoenix", "Ready");
-    const oldPod = await c.core.readNamespacedPod({ name: "phoenix", namespace: ns });
-    await c.core.deleteNamespacedPod({ name: "phoenix", namespace: ns, gracePeriodSeconds: 0 });
-    const after = await waitFor("a new pod serving", 90_000, async () => {
-      const s = await sandboxes.get(c, ns, "phoenix");
-      const pod = await c.core
-        .readNamespacedPod({ name: "phoenix", namespace: ns })
-        .catch(() => undefined);
-      return s.status?.phase === "Ready" && pod && pod.metadata?.uid !== oldPod.metadata?.uid
-        ? s
-        : undefined;
-    });
-    expect(after.status?.endpoint).toBeDefined();
-    const token = await tokenOf(c, ns, "phoenix");
-    expect((await runCode(after.status!.endpoint!, token, "print('back')")).stdout).toBe("back\n");
-    expect(before.metadata.uid).toBe(after.metadata.uid);
-  });
+  test(
+    "a pod deleted from outside is recreated and the sandbox is Ready again",
+    { timeout: 240_000 },
+    async () => {
+      await sandboxes.create(c, ns, "phoenix", {});
+      const before = await waitForPhase(c, ns, "phoenix", "Ready");
+      const oldPod = await c.core.readNamespacedPod({ name: "phoenix", namespace: ns });
+      await c.core.deleteNamespacedPod({ name: "phoenix", namespace: ns, gracePeriodSeconds: 0 });
+      const after = await waitFor("a new pod serving", 90_000, async () => {
+        const s = await sandboxes.get(c, ns, "phoenix");
+        const pod = await c.core
+          .readNamespacedPod({ name: "phoenix", namespace: ns })
+          .catch(() => undefined);
+        return s.status?.phase === "Ready" && pod && pod.metadata?.uid !== oldPod.metadata?.uid
+          ? s
+          : undefined;
+      });
+      expect(after.status?.endpoint).toBeDefined();
+      const token = await tokenOf(c, ns, "phoenix");
+      expect((await runCode(after.status!.endpoint!, token, "print('back')")).stdout).toBe(
+        "back\n",
+      );
+      expect(before.metadata.uid).toBe(after.metadata.uid);
+    },
+  );
 
   test.concurrent(
     "TTL: the sandbox is deleted when its lifetime ends",
@@ -259,7 +269,7 @@ describe("examples/", () => {
     });
   });
 
-  test("examples/sandbox.yaml becomes Ready", async () => {
+  test("examples/sandbox.yaml becomes Ready", { timeout: 120_000 }, async () => {
     const hello = docs.find(([f]) => f === "sandbox.yaml")![1];
     await c.custom.createNamespacedCustomObject({
       group: "sandpit.dev",
@@ -273,4 +283,36 @@ describe("examples/", () => {
       (await runCode(ready.status!.endpoint!, await tokenOf(c, ns, "hello"), "print('hi')")).stdout,
     ).toBe("hi\n");
   });
+});
+
+describe("a sandbox whose sandboxd keeps dying", () => {
+  let own: OperatorProcess;
+  let space: string;
+  beforeAll(async () => {
+    space = await createNamespace(c, "op-fail");
+    // One restart allowed, so the test sees the outcome after the kubelet's first back-offs.
+    own = await startOperator({
+      kubeconfig: inject("kubeconfig"),
+      namespace: space,
+      image: inject("clusterSandboxImage"),
+      env: { SANDPIT_MAX_RECREATIONS: "1" },
+    });
+  });
+  afterAll(async () => {
+    await own?.stop();
+    if (space) await deleteNamespace(c, space);
+  });
+
+  test(
+    "is Failed with the reason once its restarts are used up",
+    { timeout: 150_000 },
+    async () => {
+      // 24Mi is too little for sandboxd's Node.js: it is OOM-killed at every start.
+      await sandboxes.create(c, space, "starved", { resources: { memory: "24Mi" } });
+      const failed = await waitForPhase(c, space, "starved", "Failed", 140_000);
+      const ready = failed.status?.conditions?.find((x) => x.type === "Ready");
+      expect(ready?.reason).toBe("CrashLoopBackOff");
+      expect(ready?.message).toMatch(/sandboxd exited \d+ times/);
+    },
+  );
 });

@@ -115,6 +115,28 @@ export function podShape(e: Effective) {
   };
 }
 
+const SUFFIX: Record<string, number> = {
+  m: 1e-3,
+  "": 1,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+};
+
+/** The value of a Kubernetes quantity (the subset the CRD's pattern allows). */
+export function quantityValue(q: string): number {
+  const m = /^([0-9]+(?:\.[0-9]+)?)(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/.exec(q);
+  if (!m) throw new Error(`not a quantity: ${q}`);
+  return Number(m[1]) * SUFFIX[m[2] ?? ""]!;
+}
+
+const smaller = (a: string, b: string) => (quantityValue(a) <= quantityValue(b) ? a : b);
+
 export const newToken = () => randomBytes(32).toString("hex");
 
 export function controllerRef(owner: KObject): OwnerReference {
@@ -293,7 +315,11 @@ export function pod(
             { name: "SANDBOXD_ENV", value: JSON.stringify(e.env) },
           ],
           resources: {
-            requests: { cpu: cfg.requests.cpu, memory: cfg.requests.memory },
+            // A request above its limit is invalid: a small sandbox requests what it may use.
+            requests: {
+              cpu: smaller(cfg.requests.cpu, e.limits.cpu),
+              memory: smaller(cfg.requests.memory, e.limits.memory),
+            },
             limits: {
               cpu: e.limits.cpu,
               memory: e.limits.memory,

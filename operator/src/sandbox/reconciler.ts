@@ -360,6 +360,12 @@ async function createPod(
       "Start",
       `starting pod ${a.podName} on volume ${claimName}`,
     );
+  // A first start says nothing until it is slow (the Ready write records when it started):
+  // one status write fewer per sandbox. A restart is recorded at once, for the backoff.
+  const firstStart = !vanished && !resuming && st.phase === undefined;
+  if (firstStart && now - Date.parse(sbx.metadata.creationTimestamp!) < QUIET_START_MS) {
+    return { requeueAfterMs: QUIET_START_MS };
+  }
   st.set({
     startedAt: st.now,
     recreations: recreations || undefined,
@@ -379,6 +385,19 @@ function notServingYet(
   now: number,
 ): ReconcileResult | void {
   const p = podProblem(pod);
+  // A container that keeps dying is a failed sandbox once it has used up its restarts; the pod
+  // stays (its logs explain why) and the sandbox comes back by itself if sandboxd ever serves.
+  const restarts = restartCount(pod);
+  if (p.reason === "CrashLoopBackOff" && restarts > ctx.cfg.maxRecreations) {
+    const last = pod.status?.containerStatuses?.[0]?.lastState?.terminated;
+    const message = `sandboxd exited ${restarts + 1} times${last?.reason ? ` (last: ${last.reason}, exit code ${last.exitCode})` : ""}; see the pod's logs, then fix the spec`;
+    if (st.phase !== "Failed") {
+      ctx.events.record(sbx, "Warning", "Failed", "GiveUp", message);
+      sandboxTransitions.inc({ reason: "Failed" });
+    }
+    st.phaseIs("Failed", "CrashLoopBackOff", message).set({ endpoint: undefined });
+    return;
+  }
   if (p.stuck && st.conditionOf("Ready")?.reason !== p.reason) {
     ctx.events.record(sbx, "Warning", p.reason, "Wait", p.message);
   }
@@ -399,8 +418,12 @@ function slowStart(
   phase: "Pending" | "Starting" = "Starting",
 ): ReconcileResult {
   const since = Date.parse(st.current.startedAt ?? st.sandbox.metadata.creationTimestamp!);
-  if (st.phase === "Ready" || now - since >= QUIET_START_MS)
-    st.phaseIs(phase, reason, message).set({ endpoint: undefined });
+  if (st.phase === "Ready" || now - since >= QUIET_START_MS) {
+    st.phaseIs(phase, reason, message).set({
+      endpoint: undefined,
+      startedAt: st.current.startedAt ?? st.now,
+    });
+  }
   return { requeueAfterMs: retryMs };
 }
 
