@@ -38,7 +38,7 @@ import { aptMirror, ensureRootfsTar, rootfsKey, rootfsRecipe } from "./rootfs.ts
 export const IMAGE_REPO = "sandpit-sandbox";
 const BASE_REPO = "sandpit-rootfs";
 /** Where things live inside the image; sandboxd finds its runners at ../runners/ from dist/. */
-const OPT = "/opt/sandpit";
+export const OPT = "/opt/sandpit";
 const BUILD_LOCK_TIMEOUT_MS = 30 * 60_000;
 
 export interface EnsureImageOptions {
@@ -65,34 +65,43 @@ export function sandpitCacheDir(): string {
   return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "sandpit");
 }
 
+/**
+ * Runs an image build under the one build lock in the cache directory, so concurrent builds (of
+ * this or another Sandpit image) never race on the rootfs tarball or the base image.
+ */
+export function withBuildLock<T>(
+  what: string,
+  log: (line: string) => void,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const lock = join(sandpitCacheDir(), "image-build.lock");
+  return withLock(lock, { timeoutMs: BUILD_LOCK_TIMEOUT_MS, what, log }, fn);
+}
+
 export async function ensureSandboxImage(opts: EnsureImageOptions = {}): Promise<EnsuredImage> {
   const started = Date.now();
   const log = opts.log ?? (() => undefined);
   const docker = opts.docker ?? defaultDocker();
   const cacheDir = sandpitCacheDir();
-  const lock = join(cacheDir, "image-build.lock");
-  return withLock(
-    lock,
-    { timeoutMs: BUILD_LOCK_TIMEOUT_MS, what: "sandbox image build", log },
-    async () => {
-      const inputs = await collectInputs(opts.caBundle);
-      const tag = `${IMAGE_REPO}:${inputs.hash.slice(0, 12)}`;
-      let built = false;
-      if (await imageExists(docker, tag)) {
-        log(`${tag} is up to date`);
-      } else {
-        const rootfsTar = await ensureRootfsTar(inputs.recipe, cacheDir, log);
-        await ensureBaseImage(docker, rootfsTar, inputs.baseTag, log);
-        await buildImage(docker, inputs, tag, cacheDir, log);
-        built = true;
-      }
-      await docker.getImage(tag).tag({ repo: IMAGE_REPO, tag: "latest" });
-      return { tag, built, seconds: (Date.now() - started) / 1000 };
-    },
-  );
+  return withBuildLock("sandbox image build", log, async () => {
+    const inputs = await collectInputs(opts.caBundle);
+    const tag = `${IMAGE_REPO}:${inputs.hash.slice(0, 12)}`;
+    let built = false;
+    if (await imageExists(docker, tag)) {
+      log(`${tag} is up to date`);
+    } else {
+      const rootfsTar = await ensureRootfsTar(inputs.recipe, cacheDir, log);
+      await ensureBaseImage(docker, rootfsTar, inputs.baseTag, log);
+      await buildImage(docker, inputs, tag, cacheDir, log);
+      built = true;
+    }
+    await docker.getImage(tag).tag({ repo: IMAGE_REPO, tag: "latest" });
+    return { tag, built, seconds: (Date.now() - started) / 1000 };
+  });
 }
 
-function defaultDocker(): Docker {
+/** The engine at DOCKER_HOST (unix sockets) or /var/run/docker.sock. */
+export function defaultDocker(): Docker {
   const host = process.env.DOCKER_HOST;
   return new Docker({
     socketPath: host?.startsWith("unix://") ? host.slice("unix://".length) : "/var/run/docker.sock",
@@ -153,7 +162,11 @@ async function collectInputs(caBundle: string | undefined): Promise<Inputs> {
 }
 
 /** The pinned Node binary (npm package `node`) and npm (runtime's devDependency), resolved, not assumed. */
-async function nodeAndNpm(): Promise<{ nodeBinary: string; npmDir: string; npmVersion: string }> {
+export async function nodeAndNpm(): Promise<{
+  nodeBinary: string;
+  npmDir: string;
+  npmVersion: string;
+}> {
   const fromRoot = createRequire(join(repoRoot, "package.json"));
   const nodeBinary = await realpath(
     join(dirname(fromRoot.resolve("node/package.json")), "bin", "node"),
@@ -167,15 +180,20 @@ async function nodeAndNpm(): Promise<{ nodeBinary: string; npmDir: string; npmVe
  * sandboxd as one ESM file with express, zod and pino inside. Some of their CommonJS code calls
  * `require` for Node built-ins, which an ESM bundle lacks, hence the createRequire banner.
  */
-async function bundleSandboxd(): Promise<Uint8Array> {
+function bundleSandboxd(): Promise<Uint8Array> {
+  return bundleForNode(join(runtimeDir, "src", "main.ts"), "sandboxd.mjs");
+}
+
+/** Bundles `entry` and everything it imports into one ESM file for Node 24 (see bundleSandboxd). */
+export async function bundleForNode(entry: string, outfile: string): Promise<Uint8Array> {
   const result = await esbuild({
-    entryPoints: [join(runtimeDir, "src", "main.ts")],
+    entryPoints: [entry],
     bundle: true,
     platform: "node",
     format: "esm",
     target: "node24",
     write: false,
-    outfile: "sandboxd.mjs",
+    outfile,
     legalComments: "none",
     logLevel: "silent",
     banner: {
@@ -183,7 +201,7 @@ async function bundleSandboxd(): Promise<Uint8Array> {
     },
   });
   const out = result.outputFiles[0];
-  if (!out) throw new Error("esbuild produced no output for sandboxd");
+  if (!out) throw new Error(`esbuild produced no output for ${outfile}`);
   return out.contents;
 }
 
@@ -232,7 +250,7 @@ function dockerfileText(baseTag: string, withCa: boolean): string {
   ].join("\n");
 }
 
-async function imageExists(docker: Docker, tag: string): Promise<boolean> {
+export async function imageExists(docker: Docker, tag: string): Promise<boolean> {
   try {
     await docker.getImage(tag).inspect();
     return true;
@@ -287,27 +305,41 @@ async function buildImage(
         await writeFile(join(ctx, "ca", `extra-${String(i).padStart(3, "0")}.crt`), pem);
     }
     await writeFile(join(ctx, "Dockerfile"), inputs.dockerfile);
-    log(`building ${tag}`);
-    const tar = spawn("tar", ["--numeric-owner", "--owner=0", "--group=0", "-C", ctx, "-c", "."], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    const stream = await docker.buildImage(tar.stdout, {
-      t: tag,
-      rm: true,
-      forcerm: true,
-      labels: {
-        "org.opencontainers.image.title": "sandpit-sandbox",
-        "dev.sandpit.inputs": inputs.hash,
-      },
-    });
-    await follow(docker, stream, `building ${tag}`, (line) => log(`  ${line}`));
+    await dockerBuild(docker, ctx, tag, { title: IMAGE_REPO, inputs: inputs.hash }, log);
   } finally {
     await rm(ctx, { recursive: true, force: true });
   }
 }
 
+/**
+ * `docker build` of the context directory `ctx` (its Dockerfile included), every file owned by
+ * root in the context, labelled with the image's title and the hash of its inputs.
+ */
+export async function dockerBuild(
+  docker: Docker,
+  ctx: string,
+  tag: string,
+  labels: { title: string; inputs: string },
+  log: (line: string) => void,
+): Promise<void> {
+  log(`building ${tag}`);
+  const tar = spawn("tar", ["--numeric-owner", "--owner=0", "--group=0", "-C", ctx, "-c", "."], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const stream = await docker.buildImage(tar.stdout, {
+    t: tag,
+    rm: true,
+    forcerm: true,
+    labels: {
+      "org.opencontainers.image.title": labels.title,
+      "dev.sandpit.inputs": labels.inputs,
+    },
+  });
+  await follow(docker, stream, `building ${tag}`, (line) => log(`  ${line}`));
+}
+
 /** A hard link where possible (the 120 MB Node binary, same file system), else a copy. */
-async function linkOrCopy(from: string, to: string): Promise<void> {
+export async function linkOrCopy(from: string, to: string): Promise<void> {
   await link(from, to).catch(() => copyFile(from, to));
 }
 
@@ -334,7 +366,7 @@ function follow(
   });
 }
 
-async function sha256File(path: string): Promise<string> {
+export async function sha256File(path: string): Promise<string> {
   const h = createHash("sha256");
   for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
   return h.digest("hex");

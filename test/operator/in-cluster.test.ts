@@ -18,6 +18,7 @@ import {
   CoordinationV1Api,
   CoreV1Api,
   CustomObjectsApi,
+  EventsV1Api,
   KubeConfig,
   KubernetesObjectApi,
   type KubernetesObject,
@@ -29,6 +30,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { ensureOperatorImage, operatorImageTag } from "../../operator/image/build.ts";
 import { ensureDocker } from "../docker/dockerd.ts";
+import { type ApiRelay, relayApiToPods } from "./api-relay.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -51,6 +53,7 @@ const core = kc.makeApiClient(CoreV1Api);
 const apps = kc.makeApiClient(AppsV1Api);
 const leases = kc.makeApiClient(CoordinationV1Api);
 const custom = kc.makeApiClient(CustomObjectsApi);
+const events = kc.makeApiClient(EventsV1Api);
 const sandboxImage = inject("clusterSandboxImage");
 
 const id = randomBytes(3).toString("hex");
@@ -62,6 +65,7 @@ const log = (line: string) => process.stderr.write(`[in-cluster] ${line}\n`);
 /** What this run created, deleted in this order in afterAll (namespaced objects go with theirs). */
 const created: KubernetesObject[] = [];
 let createdCrds: KubernetesObject[] = [];
+let relay: ApiRelay | undefined;
 
 async function waitFor<T>(
   what: string,
@@ -197,11 +201,11 @@ async function podNames(): Promise<string[]> {
   return pods.items.map((p) => p.metadata!.name!);
 }
 
-async function operatorLogs(): Promise<string> {
+async function operatorLogs(tailLines = 40): Promise<string> {
   const out: string[] = [];
   for (const name of await podNames().catch(() => [])) {
     const text = await core
-      .readNamespacedPodLog({ name, namespace: systemNs, tailLines: 40 })
+      .readNamespacedPodLog({ name, namespace: systemNs, tailLines })
       .catch((err: unknown) => `(no log: ${String(err)})`);
     out.push(`--- ${name}\n${text}`);
   }
@@ -233,6 +237,7 @@ beforeAll(async () => {
     );
   }
 
+  relay = await relayApiToPods(kc, id);
   await core.createNamespace({ body: { metadata: { name: ns } } });
   created.push({ apiVersion: "v1", kind: "Namespace", metadata: { name: ns } });
   const deploy = customise(
@@ -277,6 +282,7 @@ afterAll(async () => {
   if (createdCrds.length > 0 && !(await inUse("sandboxes")) && !(await inUse("sandboxpools"))) {
     for (const crd of createdCrds) await objects.delete(crd).catch(() => undefined);
   }
+  await relay?.close();
 });
 
 describe("the operator in the cluster", () => {
@@ -355,5 +361,18 @@ describe("the operator in the cluster", () => {
     expect(res.status, JSON.stringify(body)).toBe(200);
     expect(body.success).toBe(true);
     expect(body.stdout.trim()).toBe("42");
+
+    // The ClusterRole is enough: events were recorded, and nothing was refused.
+    const recorded = await waitFor(
+      "an event from the operator",
+      async () => {
+        const list = await events.listNamespacedEvent({ namespace: ns });
+        const ours = list.items.filter((e) => e.reportingController === "sandpit.dev/operator");
+        return ours.length > 0 ? ours : undefined;
+      },
+      30,
+    );
+    expect(recorded.map((e) => e.regarding?.name)).toContain(name);
+    expect(await operatorLogs(1000)).not.toMatch(/forbidden/i);
   }, 300_000);
 });
