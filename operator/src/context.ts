@@ -101,6 +101,8 @@ export interface Ctx {
    * the adoption yet, and a sandbox must never adopt twice.
    */
   adoptedPods: Map<string, string>;
+  /** Names of warm pods a pool created that its cache may not show yet. */
+  warmCreating: (poolKey: string) => Set<string>;
   /** UIDs of warm pods a reconcile is claiming right now. */
   claiming: Set<string>;
   enqueueSandbox: (key: string, afterMs?: number) => void;

@@ -94,6 +94,7 @@ export class Manager {
       reconcile: (key) => reconcilePool(this.ctx, key),
     });
     const identity = cfg.leaderElection.identity;
+    const warmCreating = new Map<string, Set<string>>();
     this.ctx = {
       kube,
       cfg,
@@ -103,6 +104,11 @@ export class Manager {
       admission: new PoolAdmission(),
       podExpectations: new Expectations(),
       adoptedPods: new Map(),
+      warmCreating: (poolKey) => {
+        let set = warmCreating.get(poolKey);
+        if (!set) warmCreating.set(poolKey, (set = new Set()));
+        return set;
+      },
       claiming: new Set(),
       enqueueSandbox: (key, afterMs) => this.#sandboxes.enqueue(key, afterMs),
       enqueuePool: (key, afterMs) => this.#pools.enqueue(key, afterMs),

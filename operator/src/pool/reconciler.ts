@@ -71,9 +71,24 @@ export async function reconcilePool(ctx: Ctx, key: string): Promise<ReconcileRes
 
   // Fill up with pods of the current template.
   const creates: Promise<void>[] = [];
-  for (let i = fresh.length; i < want; i++) {
+  // Warm pods created but not in the cache yet count too, or a quick second pass would
+  // create them again.
+  const unseen = [...ctx.warmCreating(key)].filter(
+    (n) => !ctx.caches.pods.get(n, ns) && ctx.podExpectations.pending(`${ns}/${n}`),
+  );
+  ctx.warmCreating(key).clear();
+  for (const n of unseen) ctx.warmCreating(key).add(n);
+  for (let i = fresh.length + unseen.length; i < want; i++) {
     const podName = `${name}-${randomBytes(3).toString("hex")}`;
-    creates.push(createWarmPod(ctx, pool, podName, hash, shape));
+    ctx.warmCreating(key).add(podName);
+    ctx.podExpectations.expect(`${ns}/${podName}`);
+    creates.push(
+      createWarmPod(ctx, pool, podName, hash, shape).catch((err: unknown) => {
+        ctx.podExpectations.observed(`${ns}/${podName}`);
+        ctx.warmCreating(key).delete(podName);
+        throw err;
+      }),
+    );
   }
   await Promise.all(creates);
 

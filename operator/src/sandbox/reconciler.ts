@@ -196,7 +196,8 @@ async function runState(
     }
   }
 
-  if (!pod && ctx.podExpectations.pending(`${ns}/${a.podName}`)) return; // created; its event is coming
+  // Created, and its event is on the way (with a timer in case it never comes).
+  if (!pod && ctx.podExpectations.pending(`${ns}/${a.podName}`)) return { requeueAfterMs: 1_000 };
 
   if (!pod && pool && !sbx.status?.podName && !sbx.status?.readyAt && !ctx.adoptedPods.has(key)) {
     const adopted = await tryAdopt(ctx, sbx, pool, eff, a.token, st);
@@ -342,16 +343,23 @@ async function createPod(
 
   const labels: Record<string, string> = { [LABEL.sandbox]: sbx.metadata.name };
   if (sbx.spec.poolRef) labels[LABEL.pool] = sbx.spec.poolRef;
-  await ctx.kube.apply(
-    PODS,
-    podManifest(
-      { name: a.podName, namespace: ns, owner: sbx, labels },
-      eff,
-      { tokenSecret: `${sbx.metadata.name}-token`, claimName },
-      ctx.cfg,
-    ),
-  );
-  ctx.podExpectations.expect(`${ns}/${a.podName}`);
+  // Expected before the write: its add event may arrive before the write returns.
+  const podKey = `${ns}/${a.podName}`;
+  ctx.podExpectations.expect(podKey);
+  try {
+    await ctx.kube.apply(
+      PODS,
+      podManifest(
+        { name: a.podName, namespace: ns, owner: sbx, labels },
+        eff,
+        { tokenSecret: `${sbx.metadata.name}-token`, claimName },
+        ctx.cfg,
+      ),
+    );
+  } catch (err) {
+    ctx.podExpectations.observed(podKey);
+    throw err;
+  }
   if (resuming)
     ctx.events.record(
       sbx,
