@@ -1,0 +1,49 @@
+/**
+ * API keys: `Authorization: Bearer <key>` on the native API, `X-API-Key` on the DeerFlow one.
+ * Keys are compared in constant time (as SHA-256 digests, so lengths do not leak either); the
+ * key decides the tenant, and a tenant only ever sees its own sandboxes.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { NextFunction, Request, Response } from "express";
+import type { ApiKey } from "../config.ts";
+import { ApiError } from "./errors.ts";
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+
+export class KeyRing {
+  readonly #keys: { digest: Buffer; key: ApiKey }[];
+  constructor(keys: ApiKey[]) {
+    this.#keys = keys.map((key) => ({ digest: digest(key.key), key }));
+  }
+  find(presented: string | undefined): ApiKey | undefined {
+    if (!presented) return undefined;
+    const d = digest(presented);
+    let found: ApiKey | undefined;
+    for (const k of this.#keys) if (timingSafeEqual(k.digest, d)) found = k.key; // no early exit
+    return found;
+  }
+}
+
+declare module "express-serve-static-core" {
+  interface Request {
+    apiKey?: ApiKey;
+  }
+}
+
+export function requireKey(ring: KeyRing, from: "bearer" | "x-api-key") {
+  return (req: Request, _res: Response, next: NextFunction) => {
+    const raw =
+      from === "bearer"
+        ? /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "")?.[1]
+        : (req.headers["x-api-key"] as string | undefined);
+    const key = ring.find(raw?.trim());
+    if (!key) {
+      const how = from === "bearer" ? "Authorization: Bearer <api key>" : "X-API-Key: <api key>";
+      return next(
+        new ApiError(401, "UNAUTHORIZED", raw ? "unknown API key" : `missing API key (${how})`),
+      );
+    }
+    req.apiKey = key;
+    next();
+  };
+}

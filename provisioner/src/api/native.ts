@@ -1,0 +1,192 @@
+/**
+ * The native API (DESIGN §4): create (waiting for Ready, idempotent per user and thread), get,
+ * list by label, delete, pause, resume, keepalive, and the streaming proxy to sandboxd.
+ */
+import { Router, json, type Request, type Response } from "express";
+import type { KeyRing } from "./auth.ts";
+import { requireKey } from "./auth.ts";
+import { ApiError, notFound, parse } from "./errors.ts";
+import { CreateSandbox, ListQuery } from "./schemas.ts";
+import type { ProvisionerConfig } from "../config.ts";
+import { proxyRequest, splitEndpoint } from "../proxy.ts";
+import { LABEL, type Sandbox, SandboxStore, threadSandboxName } from "../sandboxes.ts";
+
+export interface NativeDeps {
+  cfg: ProvisionerConfig;
+  store: SandboxStore;
+  keys: KeyRing;
+  baseUrl: (req: Request) => string;
+}
+
+/** `numpy==2.1`, `zod@4`, `@scope/pkg@1` → {name, version}. */
+export function packageOf(spec: string): { name: string; version?: string } {
+  const pip = /^([^=<>!~\s]+)==(.+)$/.exec(spec);
+  if (pip) return { name: pip[1]!, version: pip[2]! };
+  const at = spec.lastIndexOf("@");
+  if (at > 0) return { name: spec.slice(0, at), version: spec.slice(at + 1) };
+  return { name: spec };
+}
+
+export function view(s: Sandbox, base: string, token?: string) {
+  return {
+    id: s.metadata.name,
+    url: `${base}/v1/sandboxes/${s.metadata.name}/proxy`,
+    ...(token ? { token } : {}),
+    phase: s.status?.phase ?? "Pending",
+    ...(s.status?.endpoint ? { endpoint: s.status.endpoint } : {}),
+    ...(s.status?.expiresAt ? { expiresAt: s.status.expiresAt } : {}),
+    ...(s.spec.threadId ? { threadId: s.spec.threadId } : {}),
+    ...(s.spec.userId ? { userId: s.spec.userId } : {}),
+    labels: Object.fromEntries(
+      Object.entries(s.metadata.labels ?? {}).filter(([k]) => !k.startsWith("app.kubernetes.io/")),
+    ),
+  };
+}
+
+export function nativeRouter(d: NativeDeps): Router {
+  const r = Router();
+  const body = json({ limit: d.cfg.maxBodyBytes });
+  r.use("/v1/sandboxes", requireKey(d.keys, "bearer"));
+
+  const owned = (req: Request): Sandbox => {
+    const id = String(req.params.id);
+    const s = d.store.get(req.apiKey!.tenant, id);
+    if (!s || s.metadata.deletionTimestamp) throw notFound(id);
+    return s;
+  };
+
+  r.post("/v1/sandboxes", body, async (req: Request, res: Response) => {
+    const input = parse(CreateSandbox, req.body ?? {}, "body");
+    const key = req.apiKey!;
+    const userId = input.userId ?? "default";
+    const name = threadSandboxName(key.tenant, userId, input.threadId);
+    const existing = name ? d.store.get(key.tenant, name) : undefined;
+    if (!existing && d.store.count(key.tenant) >= key.maxSandboxes) {
+      throw new ApiError(
+        429,
+        "RATE_LIMITED",
+        `this API key may hold ${key.maxSandboxes} sandboxes at once; delete some first`,
+        30,
+      );
+    }
+    const { sandbox, created } = await d.store.create({
+      tenant: key.tenant,
+      ...(name ? { name } : {}),
+      pool: input.pool ?? d.cfg.defaultPool,
+      labels: {
+        ...input.labels,
+        [LABEL.user]: userId,
+        ...(input.threadId ? { [LABEL.thread]: input.threadId } : {}),
+      },
+      spec: {
+        language: input.language,
+        ...(input.packages?.length ? { packages: input.packages.map(packageOf) } : {}),
+        ...(input.env
+          ? { env: Object.entries(input.env).map(([k, v]) => ({ name: k, value: v })) }
+          : {}),
+        ...(input.resources ? { resources: input.resources } : {}),
+        ...(input.ttlSeconds || input.idleTimeoutSeconds
+          ? {
+              lifecycle: {
+                ttlSeconds: input.ttlSeconds,
+                idleTimeoutSeconds: input.idleTimeoutSeconds,
+                suspended: false,
+              },
+            }
+          : {}),
+        ...(input.threadId ? { threadId: input.threadId } : {}),
+        userId,
+      },
+    });
+    let current = sandbox;
+    if (input.wait) {
+      if (current.status?.phase === "Suspended")
+        await d.store.setSuspended(current.metadata.name, false);
+      current = await d.store.waitReady(
+        current.metadata.name,
+        d.cfg.readyTimeoutMs,
+        abortedBy(req),
+      );
+    }
+    const token = current.status?.phase === "Ready" ? await d.store.token(current) : undefined;
+    res.status(created ? 201 : 200).json(view(current, d.baseUrl(req), token));
+  });
+
+  r.get("/v1/sandboxes", (req: Request, res: Response) => {
+    const q = parse(ListQuery, req.query, "query");
+    const selectors = ([] as string[]).concat(q.label ?? []);
+    const labels: Record<string, string> = {};
+    for (const sel of selectors) {
+      const [k, v, ...rest] = sel.split("=");
+      if (!k || v === undefined || rest.length)
+        throw new ApiError(400, "INVALID_ARGUMENT", `label must be key=value, got "${sel}"`);
+      labels[k] = v;
+    }
+    res.json({
+      sandboxes: d.store.list(req.apiKey!.tenant, labels).map((s) => view(s, d.baseUrl(req))),
+    });
+  });
+
+  r.get("/v1/sandboxes/:id", (req: Request, res: Response) => {
+    res.json(view(owned(req), d.baseUrl(req)));
+  });
+
+  r.delete("/v1/sandboxes/:id", async (req: Request, res: Response) => {
+    await d.store.delete(owned(req).metadata.name);
+    res.status(204).end();
+  });
+
+  r.post("/v1/sandboxes/:id/pause", async (req: Request, res: Response) => {
+    const s = owned(req);
+    await d.store.setSuspended(s.metadata.name, true);
+    res.status(202).json({ ...view(s, d.baseUrl(req)), phase: "Suspended" });
+  });
+
+  r.post("/v1/sandboxes/:id/resume", async (req: Request, res: Response) => {
+    const s = owned(req);
+    await d.store.setSuspended(s.metadata.name, false);
+    const ready = await d.store.waitReady(s.metadata.name, d.cfg.readyTimeoutMs, abortedBy(req));
+    res.json(view(ready, d.baseUrl(req), await d.store.token(ready)));
+  });
+
+  r.post("/v1/sandboxes/:id/keepalive", async (req: Request, res: Response) => {
+    await d.store.reportActivity(owned(req).metadata.name, true);
+    res.status(204).end();
+  });
+
+  // Everything under proxy/ goes to sandboxd as is, bodies streamed (no body parser here).
+  r.all("/v1/sandboxes/:id/proxy/*rest", async (req: Request, res: Response) => {
+    const s = await readyForTraffic(d.store, owned(req), d.cfg.readyTimeoutMs, abortedBy(req));
+    void d.store.reportActivity(s.metadata.name);
+    const rest = ([] as string[]).concat(req.params.rest ?? []).join("/");
+    const query = req.originalUrl.includes("?")
+      ? req.originalUrl.slice(req.originalUrl.indexOf("?"))
+      : "";
+    await proxyRequest(
+      req,
+      res,
+      { ...splitEndpoint(s.status!.endpoint!), token: await d.store.token(s) },
+      `/${rest}${query}`,
+    );
+  });
+
+  return r;
+}
+
+/** A suspended sandbox is resumed by the call that needs it; the call waits for it. */
+export async function readyForTraffic(
+  store: SandboxStore,
+  s: Sandbox,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<Sandbox> {
+  if (s.status?.phase === "Ready" && s.status.endpoint) return s;
+  if (s.status?.phase === "Suspended") await store.setSuspended(s.metadata.name, false);
+  return store.waitReady(s.metadata.name, timeoutMs, signal);
+}
+
+function abortedBy(req: Request): AbortSignal {
+  const ac = new AbortController();
+  req.socket.once("close", () => ac.abort());
+  return ac.signal;
+}

@@ -1,0 +1,126 @@
+/**
+ * The request and response shapes of the native API, as zod schemas: they validate requests,
+ * and /openapi.json is generated from them, so the document cannot drift from the code.
+ */
+import { z } from "zod";
+
+const ID = /^[A-Za-z0-9_-]{1,64}$/;
+const quantity = z
+  .string()
+  .regex(
+    /^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/,
+    "a Kubernetes quantity such as 500m, 1, 512Mi or 2Gi",
+  );
+const labelKey = z
+  .string()
+  .regex(
+    /^([a-z0-9.-]{1,253}\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/,
+    "a Kubernetes label key",
+  );
+const labelValue = z
+  .string()
+  .regex(/^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/, "a Kubernetes label value");
+
+export const CreateSandbox = z
+  .strictObject({
+    pool: z
+      .string()
+      .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/)
+      .optional()
+      .describe("SandboxPool to take the sandbox from."),
+    language: z.enum(["python", "typescript"]).default("python"),
+    packages: z
+      .array(z.string().min(1).max(200))
+      .max(200)
+      .optional()
+      .describe("pip or npm specs, e.g. numpy==2.1.0 or zod@4."),
+    env: z
+      .record(
+        z
+          .string()
+          .regex(
+            /^[A-Za-z_][A-Za-z0-9_]*$/,
+            "environment variable names are [A-Za-z_][A-Za-z0-9_]*",
+          ),
+        z.string().max(32768),
+      )
+      .optional(),
+    resources: z
+      .strictObject({
+        cpu: quantity.optional(),
+        memory: quantity.optional(),
+        ephemeralStorage: quantity.optional(),
+      })
+      .optional(),
+    ttlSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(30 * 24 * 3600)
+      .optional(),
+    idleTimeoutSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(30 * 24 * 3600)
+      .optional(),
+    threadId: z
+      .string()
+      .regex(ID, "1-64 of [A-Za-z0-9_-]")
+      .optional()
+      .describe("Same (user, thread), same sandbox: creates are idempotent."),
+    userId: z.string().regex(ID, "1-64 of [A-Za-z0-9_-]").optional(),
+    labels: z
+      .record(labelKey, labelValue)
+      .optional()
+      .describe("Your labels, for GET /v1/sandboxes?label=key=value."),
+    wait: z
+      .boolean()
+      .default(true)
+      .describe("Answer once the sandbox is Ready (default) or at once."),
+  })
+  .describe("A sandbox to create, or to find again for its (user, thread).");
+
+export const SandboxView = z.object({
+  id: z.string(),
+  url: z.string().describe("Base URL of the sandbox's sandboxd API through this service."),
+  token: z
+    .string()
+    .optional()
+    .describe("sandboxd's bearer token, for clients inside the cluster that go direct."),
+  phase: z.string().describe("Pending, Starting, Ready, Suspended, Failed or Terminating."),
+  endpoint: z.string().optional().describe("In-cluster address of sandboxd."),
+  expiresAt: z.string().optional(),
+  threadId: z.string().optional(),
+  userId: z.string().optional(),
+  labels: z.record(z.string(), z.string()),
+});
+
+export const SandboxList = z.object({ sandboxes: z.array(SandboxView) });
+export const ErrorBody = z.object({ error: z.object({ code: z.string(), message: z.string() }) });
+
+export const ListQuery = z.strictObject({
+  label: z
+    .union([z.string(), z.array(z.string())])
+    .optional()
+    .describe("key=value; repeat for several (all must match)."),
+});
+
+/** DeerFlow's provisioner API (docker/provisioner/app.py), kept field for field. */
+export const DeerFlowCreate = z.object({
+  sandbox_id: z.string().min(1).max(253),
+  thread_id: z.string().regex(ID, "thread_id: 1-64 of [A-Za-z0-9_-]").optional(),
+  user_id: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{1,64}$/, "user_id: 1-64 of [A-Za-z0-9_-]")
+    .default("default"),
+  extra_mounts: z.array(z.unknown()).max(10).optional(),
+  include_legacy_skills: z.boolean().optional(),
+  provision_lark_cli_runtime: z.boolean().optional(),
+  provision_lark_cli_broker: z.boolean().optional(),
+});
+export const DeerFlowSandbox = z.object({
+  sandbox_id: z.string(),
+  sandbox_url: z.string(),
+  status: z.string(),
+});

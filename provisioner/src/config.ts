@@ -1,0 +1,97 @@
+/**
+ * The provisioner's settings, from SANDPIT_* environment variables, validated strictly: a typo
+ * or a malformed key list stops it at start-up with a message naming the variable.
+ */
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+
+/** One API key: who it belongs to (tenant), and how many sandboxes it may hold at once. */
+export const ApiKey = z.strictObject({
+  key: z.string().min(24, "API keys are at least 24 characters"),
+  tenant: z
+    .string()
+    .regex(
+      /^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$/,
+      "tenant: lowercase letters, digits and '-', at most 32",
+    ),
+  maxSandboxes: z.number().int().min(1).default(100),
+});
+export type ApiKey = z.infer<typeof ApiKey>;
+
+const Env = z.object({
+  SANDPIT_KUBECONFIG: z.string().optional(),
+  /** Where sandboxes live. */
+  SANDPIT_NAMESPACE: z.string().min(1).default("sandpit-sandboxes"),
+  /** Pool used when a create names none; none means a standalone Sandbox. */
+  SANDPIT_DEFAULT_POOL: z.string().optional(),
+  /** JSON list of {key, tenant, maxSandboxes}; or SANDPIT_API_KEYS_FILE pointing at one. */
+  SANDPIT_API_KEYS: z.string().optional(),
+  SANDPIT_API_KEYS_FILE: z.string().optional(),
+  SANDPIT_LISTEN: z
+    .string()
+    .regex(/^[^:]*:\d+$/, "expected host:port")
+    .default("0.0.0.0:8080"),
+  /** Base URL clients reach this service at, for the URLs it hands out. */
+  SANDPIT_PUBLIC_URL: z.string().url().optional(),
+  /** How long a create waits for Ready before answering 504. */
+  SANDPIT_READY_TIMEOUT_MS: z.coerce.number().int().min(1000).default(120_000),
+  /** At most one activity write per sandbox per this period (DESIGN: 15 s). */
+  SANDPIT_ACTIVITY_INTERVAL_MS: z.coerce.number().int().min(1000).default(15_000),
+  SANDPIT_MAX_BODY_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024)
+    .default(1024 * 1024),
+  SANDPIT_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
+});
+
+export interface ProvisionerConfig {
+  kubeconfig: string | undefined;
+  namespace: string;
+  defaultPool: string | undefined;
+  keys: ApiKey[];
+  listen: { host: string; port: number };
+  publicUrl: string | undefined;
+  readyTimeoutMs: number;
+  activityIntervalMs: number;
+  maxBodyBytes: number;
+  logLevel: string;
+}
+
+export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
+  const parsed = Env.safeParse(env);
+  const fail = (lines: string[]) => {
+    throw new Error(`invalid provisioner settings:\n  ${lines.join("\n  ")}`);
+  };
+  if (!parsed.success) fail(parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`));
+  const e = parsed.data!;
+  let rawKeys = e.SANDPIT_API_KEYS;
+  if (e.SANDPIT_API_KEYS_FILE) rawKeys = readFileSync(e.SANDPIT_API_KEYS_FILE, "utf8");
+  if (!rawKeys)
+    fail(["SANDPIT_API_KEYS: no API keys: every route but the health checks needs one"]);
+  let json: unknown;
+  try {
+    json = JSON.parse(rawKeys!);
+  } catch (err) {
+    fail([`SANDPIT_API_KEYS: must be a JSON list: ${(err as Error).message}`]);
+  }
+  const keys = z.array(ApiKey).min(1).safeParse(json);
+  if (!keys.success)
+    fail(keys.error.issues.map((i) => `SANDPIT_API_KEYS[${i.path.join(".")}]: ${i.message}`));
+  const at = e.SANDPIT_LISTEN.lastIndexOf(":");
+  return {
+    kubeconfig: e.SANDPIT_KUBECONFIG,
+    namespace: e.SANDPIT_NAMESPACE,
+    defaultPool: e.SANDPIT_DEFAULT_POOL,
+    keys: keys.data!,
+    listen: {
+      host: e.SANDPIT_LISTEN.slice(0, at) || "0.0.0.0",
+      port: Number(e.SANDPIT_LISTEN.slice(at + 1)),
+    },
+    publicUrl: e.SANDPIT_PUBLIC_URL?.replace(/\/$/, ""),
+    readyTimeoutMs: e.SANDPIT_READY_TIMEOUT_MS,
+    activityIntervalMs: e.SANDPIT_ACTIVITY_INTERVAL_MS,
+    maxBodyBytes: e.SANDPIT_MAX_BODY_BYTES,
+    logLevel: e.SANDPIT_LOG_LEVEL,
+  };
+}

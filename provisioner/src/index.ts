@@ -1,0 +1,3 @@
+export { readConfig, type ProvisionerConfig, type ApiKey } from "./config.ts";
+export { createApp } from "./server.ts";
+export { SandboxStore } from "./sandboxes.ts";

@@ -1,0 +1,47 @@
+/**
+ * The provisioner's entry point: `node provisioner/src/main.ts`, configured by SANDPIT_*
+ * variables. SIGTERM stops accepting, lets requests in flight finish (up to 20 s), then exits.
+ */
+import { pino } from "pino";
+import { Kube, loadKubeConfig } from "@sandpit/operator/kube/client";
+import { readConfig } from "./config.ts";
+import { SandboxStore } from "./sandboxes.ts";
+import { createApp } from "./server.ts";
+
+const cfg = (() => {
+  try {
+    return readConfig(process.env);
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    process.exit(2);
+  }
+})();
+const log = pino({ level: cfg.logLevel, base: { component: "sandpit-provisioner" } });
+const store = new SandboxStore(
+  new Kube(loadKubeConfig(cfg.kubeconfig)),
+  cfg.namespace,
+  log,
+  cfg.activityIntervalMs,
+);
+store.start();
+const { server } = createApp(cfg, store, log);
+server.listen(cfg.listen.port, cfg.listen.host, () => {
+  const a = server.address();
+  log.info(
+    {
+      address: typeof a === "object" && a ? `${a.address}:${a.port}` : a,
+      namespace: cfg.namespace,
+    },
+    "listening",
+  );
+});
+
+for (const signal of ["SIGTERM", "SIGINT"] as const) {
+  process.once(signal, () => {
+    log.info("shutting down");
+    setTimeout(() => process.exit(0), 20_000).unref();
+    server.close(() => process.exit(0));
+    server.closeIdleConnections();
+    store.stop();
+  });
+}

@@ -1,0 +1,289 @@
+/**
+ * Sandboxes as the provisioner sees them: Sandbox resources in one namespace, read from an
+ * informer cache and written through the API. Nothing else is kept: a restarted or second
+ * replica knows everything the first did, because it is all in the resources.
+ *
+ * Identity: a sandbox for a (tenant, user, thread) has a name derived from them, so concurrent
+ * creates for one thread race to create one object and all get the same sandbox.
+ */
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import type { Logger } from "pino";
+import {
+  type KObject,
+  type Kube,
+  isAlreadyExists,
+  isNotFound,
+} from "@sandpit/operator/kube/client";
+import { Informer } from "@sandpit/operator/kube/informer";
+import { SANDBOXES, SECRETS } from "@sandpit/operator/kube/resources";
+import type { SandboxSpec, SandboxStatus } from "@sandpit/operator";
+
+export interface Sandbox extends KObject {
+  spec: SandboxSpec;
+  status?: SandboxStatus;
+}
+
+export const LABEL = {
+  managedBy: "app.kubernetes.io/managed-by",
+  tenant: "sandpit.dev/tenant",
+  user: "sandpit.dev/user",
+  thread: "sandpit.dev/thread",
+} as const;
+export const MANAGED_BY = "sandpit-provisioner";
+/** The capability in a DeerFlow sandbox_url (DeerFlow sends no credential to the sandbox). */
+export const CAPABILITY_ANNOTATION = "sandpit.dev/capability";
+export const EXTERNAL_ID_ANNOTATION = "sandpit.dev/external-id";
+
+/** Why a sandbox cannot be handed out (mapped to HTTP by the API layer). */
+export class SandboxUnavailable extends Error {
+  readonly kind: "capacity" | "failed" | "timeout";
+  readonly retryAfterS: number | undefined;
+  constructor(kind: "capacity" | "failed" | "timeout", message: string, retryAfterS?: number) {
+    super(message);
+    this.kind = kind;
+    this.retryAfterS = retryAfterS;
+  }
+}
+
+export interface CreateInput {
+  tenant: string;
+  /** A stable name for idempotent creates; random when undefined. */
+  name?: string;
+  pool?: string | undefined;
+  spec: Omit<SandboxSpec, "poolRef">;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+
+const hash = (...parts: string[]) => createHash("sha256").update(parts.join("\0")).digest("hex");
+
+/** The name of a tenant's sandbox for a (user, thread); undefined without a thread. */
+export function threadSandboxName(
+  tenant: string,
+  userId: string,
+  threadId: string | undefined,
+): string | undefined {
+  return threadId ? `sbx-${hash(tenant, userId, threadId).slice(0, 20)}` : undefined;
+}
+
+export function externalSandboxName(tenant: string, externalId: string): string {
+  return `df-${hash(tenant, externalId).slice(0, 20)}`;
+}
+
+export class SandboxStore {
+  readonly namespace: string;
+  readonly #kube: Kube;
+  readonly #informer: Informer<Sandbox>;
+  readonly #log: Logger;
+  readonly #waiters = new Map<string, Set<(s: Sandbox | undefined) => void>>();
+  readonly #tokens = new Map<string, string>(); // by Sandbox uid
+  readonly #lastActivity = new Map<string, number>();
+  readonly #activityIntervalMs: number;
+
+  constructor(kube: Kube, namespace: string, logger: Logger, activityIntervalMs: number) {
+    this.#kube = kube;
+    this.namespace = namespace;
+    this.#log = logger;
+    this.#activityIntervalMs = activityIntervalMs;
+    this.#informer = new Informer<Sandbox>(kube, { resource: SANDBOXES, namespace, logger });
+    const notify = (s: Sandbox) => {
+      for (const w of this.#waiters.get(s.metadata.name) ?? []) w(s);
+    };
+    this.#informer.on("add", notify);
+    this.#informer.on("update", notify);
+    this.#informer.on("delete", (s) => {
+      this.#tokens.delete(s.metadata.uid!);
+      this.#lastActivity.delete(s.metadata.name);
+      for (const w of this.#waiters.get(s.metadata.name) ?? []) w(undefined);
+    });
+  }
+
+  get synced(): Promise<void> {
+    return this.#informer.synced;
+  }
+
+  get isSynced(): boolean {
+    return this.#informer.isSynced;
+  }
+
+  start(): void {
+    this.#informer.start();
+  }
+
+  stop(): void {
+    this.#informer.stop();
+  }
+
+  /** A tenant's sandbox by name; another tenant's is reported as missing. */
+  get(tenant: string, name: string): Sandbox | undefined {
+    const s = this.#informer.get(name, this.namespace);
+    return s && s.metadata.labels?.[LABEL.tenant] === tenant ? s : undefined;
+  }
+
+  /** Any tenant's sandbox: only for a capability URL, which the capability itself authorises. */
+  getAnyTenant(name: string): Sandbox | undefined {
+    return this.#informer.get(name, this.namespace);
+  }
+
+  list(tenant: string, labels: Record<string, string> = {}): Sandbox[] {
+    return this.#informer
+      .list(this.namespace)
+      .filter((s) => s.metadata.labels?.[LABEL.tenant] === tenant && !s.metadata.deletionTimestamp)
+      .filter((s) => Object.entries(labels).every(([k, v]) => s.metadata.labels?.[k] === v));
+  }
+
+  count(tenant: string): number {
+    return this.list(tenant).length;
+  }
+
+  /** Creates the sandbox, or returns the existing one of the same name (idempotent). */
+  async create(input: CreateInput): Promise<{ sandbox: Sandbox; created: boolean }> {
+    const name = input.name ?? `sbx-${randomBytes(10).toString("hex")}`;
+    const existing = this.#informer.get(name, this.namespace);
+    if (existing && !existing.metadata.deletionTimestamp)
+      return { sandbox: existing, created: false };
+    const body: Sandbox = {
+      apiVersion: `${SANDBOXES.group}/${SANDBOXES.version}`,
+      kind: "Sandbox",
+      metadata: {
+        name,
+        namespace: this.namespace,
+        labels: { ...input.labels, [LABEL.managedBy]: MANAGED_BY, [LABEL.tenant]: input.tenant },
+        annotations: {
+          ...input.annotations,
+          [CAPABILITY_ANNOTATION]: randomBytes(24).toString("base64url"),
+        },
+      },
+      spec: { ...(input.pool ? { poolRef: input.pool } : {}), ...input.spec } as SandboxSpec,
+    };
+    try {
+      return { sandbox: await this.#kube.create(SANDBOXES, body), created: true };
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+      const current = await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
+      if (current.metadata.labels?.[LABEL.tenant] !== input.tenant) throw err; // not ours: never shared
+      return { sandbox: current, created: false };
+    }
+  }
+
+  /**
+   * Resolves with the sandbox once Ready. A pool at its cap under Reject, a Failed sandbox, a
+   * deletion or the deadline end the wait with a SandboxUnavailable.
+   */
+  async waitReady(name: string, timeoutMs: number, signal?: AbortSignal): Promise<Sandbox> {
+    const verdict = (s: Sandbox | undefined): Sandbox | SandboxUnavailable | undefined => {
+      if (!s) return new SandboxUnavailable("failed", `sandbox ${name} was deleted`);
+      if (s.status?.phase === "Ready" && s.status.endpoint) return s;
+      if (s.status?.phase === "Failed") {
+        const ready = s.status.conditions?.find((c) => c.type === "Ready");
+        return new SandboxUnavailable(
+          "failed",
+          `sandbox ${name} failed: ${ready?.message ?? "see its events"}`,
+        );
+      }
+      const cap = s.status?.conditions?.find(
+        (c) => c.type === "CapacityExceeded" && c.status === "True",
+      );
+      if (cap) return new SandboxUnavailable("capacity", cap.message, 5);
+      return undefined;
+    };
+    const current = this.#informer.get(name, this.namespace);
+    if (current) {
+      const v = verdict(current);
+      if (v instanceof SandboxUnavailable) throw v;
+      if (v) return v;
+    } // else: just created, its add event is on the way
+    return new Promise<Sandbox>((resolve, reject) => {
+      const set = this.#waiters.get(name) ?? new Set();
+      this.#waiters.set(name, set);
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        set.delete(check);
+        if (!set.size) this.#waiters.delete(name);
+      };
+      const check = (s: Sandbox | undefined) => {
+        const v = verdict(s);
+        if (!v) return;
+        done();
+        if (v instanceof SandboxUnavailable) reject(v);
+        else resolve(v);
+      };
+      const onAbort = () => {
+        done();
+        reject(new SandboxUnavailable("timeout", "the request was cancelled"));
+      };
+      const timer = setTimeout(() => {
+        done();
+        reject(
+          new SandboxUnavailable(
+            "timeout",
+            `sandbox ${name} was not Ready within ${Math.round(timeoutMs / 1000)}s`,
+            5,
+          ),
+        );
+      }, timeoutMs);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      set.add(check);
+    });
+  }
+
+  async delete(name: string): Promise<void> {
+    await this.#kube.delete(SANDBOXES, this.namespace, name);
+  }
+
+  async setSuspended(name: string, suspended: boolean): Promise<void> {
+    await this.#kube.patch(SANDBOXES, this.namespace, name, "merge", {
+      spec: { lifecycle: { suspended } },
+    });
+    // Resuming also reports activity, which wakes a sandbox the operator suspended (idle, LRU).
+    if (!suspended) await this.reportActivity(name, true);
+  }
+
+  /**
+   * Reports activity on the Sandbox's status, at most once per interval per sandbox unless
+   * forced (a keepalive, a resume). Failures are logged: activity is advisory.
+   */
+  async reportActivity(name: string, force = false): Promise<void> {
+    const now = Date.now();
+    if (!force && now - (this.#lastActivity.get(name) ?? 0) < this.#activityIntervalMs) return;
+    this.#lastActivity.set(name, now);
+    try {
+      await this.#kube.patch(
+        SANDBOXES,
+        this.namespace,
+        name,
+        "merge",
+        { status: { lastActivityTime: new Date(now).toISOString() } },
+        "status",
+      );
+    } catch (err) {
+      if (!isNotFound(err)) this.#log.warn({ err, sandbox: name }, "could not report activity");
+    }
+  }
+
+  /** sandboxd's bearer token, from the Secret the operator made (read once per sandbox). */
+  async token(s: Sandbox): Promise<string> {
+    const uid = s.metadata.uid!;
+    const cached = this.#tokens.get(uid);
+    if (cached) return cached;
+    const secret = await this.#kube.get<KObject & { data?: Record<string, string> }>(
+      SECRETS,
+      this.namespace,
+      `${s.metadata.name}-token`,
+    );
+    const token = Buffer.from(secret.data?.token ?? "", "base64").toString();
+    if (!token) throw new Error(`the token Secret of ${s.metadata.name} is empty`);
+    this.#tokens.set(uid, token);
+    return token;
+  }
+
+  /** Whether `capability` opens this sandbox (constant-time comparison). */
+  static capabilityMatches(s: Sandbox, capability: string): boolean {
+    const expected = Buffer.from(s.metadata.annotations?.[CAPABILITY_ANNOTATION] ?? "");
+    const given = Buffer.from(capability);
+    return (
+      expected.length > 0 && expected.length === given.length && timingSafeEqual(expected, given)
+    );
+  }
+}
