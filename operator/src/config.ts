@@ -43,6 +43,7 @@ const Env = z.object({
   /** What a sandbox reserves on its node; limits are what it may use. */
   SANDPIT_CPU_REQUEST: z.string().default("50m"),
   SANDPIT_MEMORY_REQUEST: z.string().default("64Mi"),
+  SANDPIT_EPHEMERAL_STORAGE_REQUEST: z.string().default("64Mi"),
   /** Where pods may resolve names: CIDRs of the cluster's resolvers (port 53 only). */
   SANDPIT_DNS_CIDRS: z
     .string()
@@ -86,7 +87,7 @@ export interface OperatorConfig {
   imagePullPolicy: "Always" | "IfNotPresent" | "Never";
   defaultTtlSeconds: number;
   defaultLimits: { cpu: string; memory: string; ephemeralStorage: string };
-  requests: { cpu: string; memory: string };
+  requests: { cpu: string; memory: string; ephemeralStorage: string };
   dnsCidrs: string[];
   podNodeSelector: Record<string, string>;
   podTolerations: z.infer<typeof Toleration>[];
@@ -125,7 +126,11 @@ export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
       memory: e.SANDPIT_DEFAULT_MEMORY,
       ephemeralStorage: e.SANDPIT_DEFAULT_EPHEMERAL_STORAGE,
     },
-    requests: { cpu: e.SANDPIT_CPU_REQUEST, memory: e.SANDPIT_MEMORY_REQUEST },
+    requests: {
+      cpu: e.SANDPIT_CPU_REQUEST,
+      memory: e.SANDPIT_MEMORY_REQUEST,
+      ephemeralStorage: e.SANDPIT_EPHEMERAL_STORAGE_REQUEST,
+    },
     dnsCidrs: e.SANDPIT_DNS_CIDRS,
     podNodeSelector: e.SANDPIT_POD_NODE_SELECTOR,
     podTolerations: e.SANDPIT_POD_TOLERATIONS,

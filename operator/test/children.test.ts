@@ -190,7 +190,11 @@ describe("pod", () => {
       memory: "2Gi",
       "ephemeral-storage": "4Gi",
     });
-    expect(at(container, "resources", "requests")).toEqual({ cpu: "50m", memory: "64Mi" });
+    expect(at(container, "resources", "requests")).toEqual({
+      cpu: "50m",
+      memory: "64Mi",
+      "ephemeral-storage": "64Mi",
+    });
   });
 
   it("reads its token from the Secret and gets the environment, never the token in plain text", () => {

@@ -12,7 +12,7 @@ describe("readConfig", () => {
       imagePullPolicy: "IfNotPresent",
       defaultTtlSeconds: 24 * 3600,
       defaultLimits: { cpu: "1", memory: "1Gi", ephemeralStorage: "2Gi" },
-      requests: { cpu: "50m", memory: "64Mi" },
+      requests: { cpu: "50m", memory: "64Mi", ephemeralStorage: "64Mi" },
       dnsCidrs: [],
       podNodeSelector: {},
       podTolerations: [],

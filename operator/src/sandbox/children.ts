@@ -319,6 +319,11 @@ export function pod(
             requests: {
               cpu: smaller(cfg.requests.cpu, e.limits.cpu),
               memory: smaller(cfg.requests.memory, e.limits.memory),
+              // Unset, it would default to the limit and reserve the node's disk many times over.
+              "ephemeral-storage": smaller(
+                cfg.requests.ephemeralStorage,
+                e.limits.ephemeralStorage,
+              ),
             },
             limits: {
               cpu: e.limits.cpu,
