@@ -19,6 +19,7 @@ export default defineConfig({
             "**/node_modules/**",
             "test/docker/**",
             "test/contract/docker.test.ts",
+            "test/contract/kubernetes.test.ts",
             "test/cluster/**",
             "test/operator/**",
           ],
@@ -39,7 +40,11 @@ export default defineConfig({
         extends: true,
         test: {
           name: "cluster",
-          include: ["test/cluster/**/*.test.ts", "test/operator/**/*.test.ts"],
+          include: [
+            "test/cluster/**/*.test.ts",
+            "test/operator/**/*.test.ts",
+            "test/contract/kubernetes.test.ts",
+          ],
           exclude: ["**/node_modules/**", "test/operator/disruptive/**"],
           globalSetup: ["test/cluster/global-setup.ts"],
           hookTimeout: 900_000,

@@ -36,9 +36,9 @@ export const EXTERNAL_ID_ANNOTATION = "sandpit.dev/external-id";
 
 /** Why a sandbox cannot be handed out (mapped to HTTP by the API layer). */
 export class SandboxUnavailable extends Error {
-  readonly kind: "capacity" | "failed" | "timeout";
+  readonly kind: "capacity" | "failed" | "packages" | "timeout";
   readonly retryAfterS: number | undefined;
-  constructor(kind: "capacity" | "failed" | "timeout", message: string, retryAfterS?: number) {
+  constructor(kind: SandboxUnavailable["kind"], message: string, retryAfterS?: number) {
     super(message);
     this.kind = kind;
     this.retryAfterS = retryAfterS;
@@ -177,7 +177,7 @@ export class SandboxStore {
       if (s.status?.phase === "Failed") {
         const ready = s.status.conditions?.find((c) => c.type === "Ready");
         return new SandboxUnavailable(
-          "failed",
+          ready?.reason === "PackageInstallFailed" ? "packages" : "failed",
           `sandbox ${name} failed: ${ready?.message ?? "see its events"}`,
         );
       }

@@ -359,3 +359,67 @@ export async function childrenOf(c: Clients, ns: string, sandbox: string) {
     policies: policies.items,
   };
 }
+
+export interface ProvisionerProcess {
+  url: string;
+  apiKey: string;
+  logs: () => string;
+  stop: () => Promise<void>;
+  kill9: () => Promise<void>;
+}
+
+/** Starts the provisioner out of cluster for `namespace`, with one API key of its own. */
+export async function startProvisioner(o: {
+  kubeconfig: string;
+  namespace: string;
+  keys?: { key: string; tenant: string; maxSandboxes?: number }[];
+  env?: Record<string, string>;
+}): Promise<ProvisionerProcess> {
+  const port = await freePort();
+  const apiKey =
+    `test-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`.padEnd(
+      32,
+      "x",
+    );
+  const keys = o.keys ?? [{ key: apiKey, tenant: "tests", maxSandboxes: 200 }];
+  const proc = spawn(process.execPath, [join(ROOT, "provisioner/src/main.ts")], {
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? "/root",
+      SANDPIT_KUBECONFIG: o.kubeconfig,
+      SANDPIT_NAMESPACE: o.namespace,
+      SANDPIT_LISTEN: `127.0.0.1:${port}`,
+      SANDPIT_API_KEYS: JSON.stringify(keys),
+      SANDPIT_LOG_LEVEL: "info",
+      ...o.env,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  const keep = (b: Buffer) => {
+    out += b.toString();
+    if (out.length > 2_000_000) out = out.slice(-1_000_000);
+  };
+  proc.stdout!.on("data", keep);
+  proc.stderr!.on("data", keep);
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor("the provisioner's /readyz", 60_000, async () => {
+    if (proc.exitCode !== null)
+      throw new Error(`provisioner exited ${proc.exitCode}:\n${out.slice(-3000)}`);
+    return (await fetch(`${url}/readyz`)).ok;
+  });
+  return {
+    url,
+    apiKey: keys[0]!.key,
+    logs: () => out,
+    stop: async () => {
+      if (proc.exitCode === null) proc.kill("SIGTERM");
+      await exited;
+    },
+    kill9: async () => {
+      if (proc.exitCode === null) proc.kill("SIGKILL");
+      await exited;
+    },
+  };
+}

@@ -306,6 +306,9 @@ export function pod(
           name: "sandboxd",
           image: e.image,
           imagePullPolicy: cfg.imagePullPolicy,
+          // The image's working directory is the workspace on the volume; the runtime would
+          // create it as root before sandboxd starts, and sandboxd (uid 1000) could not write it.
+          workingDir: DATA_MOUNT,
           ports: [{ name: "sandboxd", containerPort: SANDBOXD_PORT, protocol: "TCP" }],
           env: [
             {

@@ -28,7 +28,7 @@ import {
   tokenSecret,
 } from "./children.ts";
 import { containerRunning, podProblem, restartCount } from "./pod-state.ts";
-import { init, packageSpecs, waitHealthy } from "./sandboxd.ts";
+import { InitRejected, init, packageSpecs, waitHealthy } from "./sandboxd.ts";
 import { SandboxStatusBuilder } from "./status.ts";
 
 export const READY_REASON = "SandboxdServing";
@@ -79,7 +79,11 @@ export async function reconcileSandbox(
     return;
   }
   st.set({ expiresAt: new Date(expiresAt).toISOString() });
-  if (st.current.observedGeneration !== sbx.metadata.generation) st.set({ recreations: undefined });
+  if (st.current.observedGeneration !== sbx.metadata.generation) {
+    // A changed spec is a new attempt: past failures no longer count.
+    st.set({ recreations: undefined });
+    if (st.current.initializedFor?.startsWith("failed:")) st.set({ initializedFor: undefined });
+  }
 
   const podName =
     st.current.podName ?? ctx.adoptedPods.get(key) ?? adoptedPodName(ctx, sbx) ?? name;
@@ -247,22 +251,38 @@ async function runState(
   // container restart of an adopted pod, or when the spec lists packages.
   const initFor = `${pod.metadata.uid}/${restartCount(pod)}`;
   const adopted = a.podName !== sbx.metadata.name;
+  if (st.current.initializedFor === `failed:${initFor}`) return; // Failed until spec or pod change
   if ((adopted || eff.packages.length > 0) && st.current.initializedFor !== initFor) {
     const tokens = [
       a.token,
       ...(pool ? [warmToken(ctx, pool)].filter((t): t is string => !!t) : []),
     ];
-    await init(
-      ip,
-      adopted ? tokens.reverse() : tokens,
-      {
-        token: a.token,
-        env: eff.env,
-        packages: packageSpecs(eff.language, eff.packages),
-        language: eff.language,
-      },
-      600_000,
-    );
+    try {
+      await init(
+        ip,
+        adopted ? tokens.reverse() : tokens,
+        {
+          token: a.token,
+          env: eff.env,
+          packages: packageSpecs(eff.language, eff.packages),
+          language: eff.language,
+        },
+        600_000,
+      );
+    } catch (err) {
+      if (!(err instanceof InitRejected)) throw err; // unreachable or interrupted: retry
+      // sandboxd refused (a package that does not install): retrying cannot help until the
+      // spec changes or the pod is replaced.
+      if (st.phase !== "Failed") {
+        ctx.events.record(sbx, "Warning", "PackageInstallFailed", "GiveUp", err.message);
+        sandboxTransitions.inc({ reason: "Failed" });
+      }
+      st.phaseIs("Failed", "PackageInstallFailed", err.message).set({
+        endpoint: undefined,
+        initializedFor: `failed:${initFor}`,
+      });
+      return;
+    }
     st.set({ initializedFor: initFor });
   }
 

@@ -63,9 +63,29 @@ export async function init(
     const text = await res.body.text();
     if (res.statusCode === 200) return;
     last = `HTTP ${res.statusCode}: ${text.slice(0, 500)}`;
-    if (res.statusCode !== 401) break;
+    if (res.statusCode !== 401) {
+      if ((res.statusCode >= 400 && res.statusCode < 500) || res.statusCode === 500) {
+        let message = text.slice(0, 2000);
+        try {
+          message =
+            (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? message;
+        } catch {
+          // keep the text
+        }
+        throw new InitRejected(`sandboxd could not initialise the sandbox: ${message}`);
+      }
+      break;
+    }
   }
   throw new Error(`sandboxd /v1/init failed: ${last}`);
+}
+
+/** sandboxd answered and said no (a package that does not install, say): not worth retrying. */
+export class InitRejected extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "InitRejected";
+  }
 }
 
 /** `name==version` (pip) or `name@version` (npm), as sandboxd's installer takes them. */

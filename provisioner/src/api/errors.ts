@@ -16,6 +16,7 @@ export type ErrorCode =
   | "RATE_LIMITED"
   | "PAYLOAD_TOO_LARGE"
   | "TIMEOUT"
+  | "EXECUTION_FAILED"
   | "UPSTREAM_UNAVAILABLE"
   | "INTERNAL";
 
@@ -47,6 +48,7 @@ export function toApiError(err: unknown): ApiError {
     if (err.kind === "capacity")
       return new ApiError(429, "CAPACITY_EXCEEDED", err.message, err.retryAfterS ?? 5);
     if (err.kind === "timeout") return new ApiError(504, "TIMEOUT", err.message, err.retryAfterS);
+    if (err.kind === "packages") return new ApiError(422, "EXECUTION_FAILED", err.message);
     return new ApiError(409, "CONFLICT", err.message);
   }
   const e = err as { type?: string; status?: number; message?: string };

@@ -9,7 +9,13 @@ import { ApiError, notFound, parse } from "./errors.ts";
 import { CreateSandbox, ListQuery } from "./schemas.ts";
 import type { ProvisionerConfig } from "../config.ts";
 import { proxyRequest, splitEndpoint } from "../proxy.ts";
-import { LABEL, type Sandbox, SandboxStore, threadSandboxName } from "../sandboxes.ts";
+import {
+  LABEL,
+  type Sandbox,
+  SandboxStore,
+  SandboxUnavailable,
+  threadSandboxName,
+} from "../sandboxes.ts";
 
 export interface NativeDeps {
   cfg: ProvisionerConfig;
@@ -102,11 +108,20 @@ export function nativeRouter(d: NativeDeps): Router {
     if (input.wait) {
       if (current.status?.phase === "Suspended")
         await d.store.setSuspended(current.metadata.name, false);
-      current = await d.store.waitReady(
-        current.metadata.name,
-        d.cfg.readyTimeoutMs,
-        abortedBy(req),
-      );
+      try {
+        current = await d.store.waitReady(
+          current.metadata.name,
+          d.cfg.readyTimeoutMs,
+          abortedBy(req),
+        );
+      } catch (err) {
+        // A sandbox this call made that can never start (its packages do not install) is
+        // removed: the caller gets the error and no handle to clean it up with.
+        if (created && err instanceof SandboxUnavailable && err.kind === "packages") {
+          await d.store.delete(current.metadata.name).catch(() => undefined);
+        }
+        throw err;
+      }
     }
     const token = current.status?.phase === "Ready" ? await d.store.token(current) : undefined;
     res.status(created ? 201 : 200).json(view(current, d.baseUrl(req), token));

@@ -1,6 +1,6 @@
 /**
- * Registers the providers whose sandboxes run elsewhere: Docker (a local or remote engine), E2B
- * and Daytona. Their implementations, and the SDKs they use, load on first use (LazyProvider);
+ * Registers the providers whose sandboxes run elsewhere: Docker (a local or remote engine),
+ * Kubernetes (through a Sandpit provisioner), E2B and Daytona. Their implementations, and the SDKs they use, load on first use (LazyProvider);
  * only their option schemas load here, so config validation stays cheap. Idempotent.
  */
 import { LazyProvider } from "../lazy-provider.ts";
@@ -8,6 +8,7 @@ import { providerNames, registerProvider } from "../registry.ts";
 import { DaytonaProviderOptions } from "./daytona-options.ts";
 import { DockerProviderOptions } from "./docker/options.ts";
 import { E2BProviderOptions } from "./e2b-options.ts";
+import { KubernetesProvider, KubernetesProviderOptions } from "./kubernetes.ts";
 
 export function registerRemoteProviders(): void {
   const known = new Set(providerNames());
@@ -22,6 +23,15 @@ export function registerRemoteProviders(): void {
           async () =>
             new (await import("./docker/provider.ts")).DockerProvider(options, ctx.logger),
         ),
+    });
+  }
+  if (!known.has("kubernetes")) {
+    registerProvider({
+      name: "kubernetes",
+      description:
+        "sandboxes on Kubernetes, through a Sandpit provisioner (provisionerUrl, apiKey)",
+      options: KubernetesProviderOptions,
+      create: (options) => new KubernetesProvider(options),
     });
   }
   if (!known.has("e2b")) {

@@ -1,0 +1,221 @@
+/**
+ * The Kubernetes provider: sandboxes from a Sandpit provisioner (`provisionerUrl`, `apiKey`),
+ * which creates Sandbox resources for the operator and proxies sandboxd. The SDK never talks to
+ * the Kubernetes API; everything goes through the provisioner's native API:
+ *
+ *  - create → POST /v1/sandboxes (idempotent per user and thread; answers once Ready);
+ *  - the sandbox's sandboxd is the shared client on /v1/sandboxes/:id/proxy, with the API key
+ *    as credential (the provisioner swaps in the sandbox's own token);
+ *  - pause → POST …/pause (pod stopped, volume kept); resume(id) → POST …/resume;
+ *    kill → DELETE; getHost(port) → a local listener tunnelled through the proxy.
+ */
+import { z } from "zod";
+import { VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
+import { validateCreate } from "../create-options.ts";
+import { SandboxError, type SandboxErrorCode } from "../errors.ts";
+import { parseOptions } from "../parse-options.ts";
+import { PortForwarder } from "../port-forward.ts";
+import { SandboxdClient } from "../sandboxd-client.ts";
+import { SandboxdInstance, type SandboxdLifecycle } from "../sandboxd-instance.ts";
+import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "../types.ts";
+
+export const KubernetesProviderOptions = z.strictObject({
+  /** Base URL of the provisioner, e.g. http://sandpit-provisioner.sandpit-system:8080 */
+  provisionerUrl: z.string().url(),
+  apiKey: z.string().min(24, "apiKey: the provisioner's API keys are at least 24 characters"),
+  /** SandboxPool to take sandboxes from; the provisioner's default when omitted. */
+  pool: z.string().optional(),
+  /** How long create and resume may wait for a sandbox to be Ready. */
+  readyTimeoutMs: z.number().int().positive().default(180_000),
+  /** Deadline of calls that do not run user code. */
+  requestTimeoutMs: z.number().int().positive().default(30_000),
+});
+export type KubernetesProviderInput = z.input<typeof KubernetesProviderOptions>;
+type Options = z.output<typeof KubernetesProviderOptions>;
+
+/** The defaults create() was given, kept in the sandbox so resume(id) finds them again. */
+const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
+
+interface SandboxView {
+  id: string;
+  phase: string;
+}
+
+/** Maps the provisioner's answers onto SandboxError codes. */
+function errorFor(status: number, body: string, what: string): SandboxError {
+  let code = "";
+  let message = body.slice(0, 500);
+  try {
+    const parsed = JSON.parse(body) as { error?: { code?: string; message?: string } };
+    code = parsed.error?.code ?? "";
+    message = parsed.error?.message ?? message;
+  } catch {
+    // not JSON: keep the text
+  }
+  const byStatus: Record<number, SandboxErrorCode> = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHORIZED",
+    403: "UNAUTHORIZED",
+    404: "NOT_FOUND",
+    409: "CONFLICT",
+    413: "INVALID_ARGUMENT",
+    504: "TIMEOUT",
+  };
+  if (code === "EXECUTION_FAILED" || code === "CAPACITY_EXCEEDED" || code === "TIMEOUT") {
+    return new SandboxError(`${what}: ${message}`, code);
+  }
+  const mapped: SandboxErrorCode =
+    status === 429
+      ? code === "CAPACITY_EXCEEDED"
+        ? "CAPACITY_EXCEEDED"
+        : "RATE_LIMITED"
+      : (byStatus[status] ?? "CONNECTION_FAILED");
+  return new SandboxError(`${what}: ${message || `HTTP ${status}`}`, mapped);
+}
+
+export class KubernetesProvider implements SandboxProvider {
+  private readonly options: Options;
+
+  constructor(input: KubernetesProviderInput) {
+    this.options = parseOptions(KubernetesProviderOptions, input, "sandbox.kubernetes");
+  }
+
+  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+    const o = validateCreate(options);
+    const view = await this.call<SandboxView>("POST", "/v1/sandboxes", "creating a sandbox", {
+      language: o.language,
+      ...(o.packages?.length ? { packages: o.packages } : {}),
+      ...(o.envs && Object.keys(o.envs).length ? { env: o.envs } : {}),
+      ...(o.threadId ? { threadId: o.threadId } : {}),
+      ...(o.userId ? { userId: o.userId } : {}),
+      ...(this.options.pool ? { pool: this.options.pool } : {}),
+    });
+    const sandbox = new ProvisionedSandbox(view.id, this);
+    const record = { workingDirectory: o.workingDirectory, timeoutMs: o.timeoutMs };
+    if (o.workingDirectory || o.timeoutMs) {
+      const client = await sandbox.connect();
+      await client.writeFile(RECORD_PATH, JSON.stringify(record));
+      if (o.workingDirectory) await client.mkdir(o.workingDirectory);
+    }
+    return new SandboxdInstance(view.id, sandbox, record);
+  }
+
+  async resume(sandboxId: string): Promise<SandboxInstance> {
+    if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(sandboxId)) {
+      throw new SandboxError(`no sandbox "${sandboxId}"`, "NOT_FOUND");
+    }
+    const view = await this.call<SandboxView>(
+      "GET",
+      `/v1/sandboxes/${sandboxId}`,
+      `finding sandbox ${sandboxId}`,
+    );
+    if (view.phase !== "Ready")
+      await this.call("POST", `/v1/sandboxes/${sandboxId}/resume`, `resuming sandbox ${sandboxId}`);
+    const sandbox = new ProvisionedSandbox(sandboxId, this);
+    let record: { workingDirectory?: string; timeoutMs?: number } = {};
+    try {
+      const bytes = await (await sandbox.connect()).readFile(RECORD_PATH);
+      const parsed = JSON.parse(new TextDecoder().decode(bytes)) as typeof record;
+      record = {
+        ...(typeof parsed.workingDirectory === "string"
+          ? { workingDirectory: parsed.workingDirectory }
+          : {}),
+        ...(typeof parsed.timeoutMs === "number" ? { timeoutMs: parsed.timeoutMs } : {}),
+      };
+    } catch {
+      // created without defaults
+    }
+    return new SandboxdInstance(sandboxId, sandbox, record);
+  }
+
+  /** @internal one call to the provisioner's native API. */
+  async call<T>(method: string, path: string, what: string, body?: unknown): Promise<T> {
+    const long = method === "POST" && (path === "/v1/sandboxes" || path.endsWith("/resume"));
+    let res: Response;
+    try {
+      res = await fetch(`${this.options.provisionerUrl.replace(/\/+$/, "")}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${this.options.apiKey}`,
+          ...(body === undefined ? {} : { "content-type": "application/json" }),
+        },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        signal: AbortSignal.timeout(
+          long ? this.options.readyTimeoutMs + 10_000 : this.options.requestTimeoutMs,
+        ),
+      });
+    } catch (err) {
+      const e = err as Error;
+      const code: SandboxErrorCode = e.name === "TimeoutError" ? "TIMEOUT" : "CONNECTION_FAILED";
+      throw new SandboxError(
+        `${what}: the provisioner at ${this.options.provisionerUrl} did not answer (${e.message})`,
+        code,
+        err,
+      );
+    }
+    const text = await res.text();
+    if (!res.ok) throw errorFor(res.status, text, what);
+    return (text ? JSON.parse(text) : undefined) as T;
+  }
+
+  /** @internal */
+  client(sandboxId: string): SandboxdClient {
+    return new SandboxdClient({
+      baseUrl: `${this.options.provisionerUrl.replace(/\/+$/, "")}/v1/sandboxes/${sandboxId}/proxy`,
+      token: this.options.apiKey,
+      requestTimeoutMs: this.options.requestTimeoutMs,
+    });
+  }
+}
+
+/** The lifecycle of one provisioned sandbox, as the shared instance needs it. */
+class ProvisionedSandbox implements SandboxdLifecycle {
+  private readonly id: string;
+  private readonly provider: KubernetesProvider;
+  private sandboxd: SandboxdClient | undefined;
+  private readonly forwarder: PortForwarder;
+
+  constructor(id: string, provider: KubernetesProvider) {
+    this.id = id;
+    this.provider = provider;
+    this.forwarder = new PortForwarder(() => this.connect());
+  }
+
+  /** The proxy resumes a paused sandbox on the first call, so connecting needs no check. */
+  async connect(): Promise<SandboxdClient> {
+    this.sandboxd ??= this.provider.client(this.id);
+    return this.sandboxd;
+  }
+
+  async pause(): Promise<void> {
+    await this.forwarder.close();
+    await this.provider.call(
+      "POST",
+      `/v1/sandboxes/${this.id}/pause`,
+      `pausing sandbox ${this.id}`,
+    );
+  }
+
+  async kill(): Promise<void> {
+    await this.forwarder.close();
+    try {
+      await this.provider.call("DELETE", `/v1/sandboxes/${this.id}`, `deleting sandbox ${this.id}`);
+    } catch (err) {
+      if (!(err instanceof SandboxError && err.code === "NOT_FOUND")) throw err;
+    }
+    await this.sandboxd?.close();
+  }
+
+  getHost(port: number): Promise<string> {
+    return this.forwarder.forward(port);
+  }
+
+  async diagnose(err: SandboxError): Promise<SandboxError> {
+    try {
+      await this.provider.call("GET", `/v1/sandboxes/${this.id}`, `finding sandbox ${this.id}`);
+    } catch (e) {
+      if (e instanceof SandboxError && e.code === "NOT_FOUND") return e;
+    }
+    return err;
+  }
+}
