@@ -80,10 +80,17 @@ export class Informer<T extends KObject> {
       false,
       opts.labelSelector,
     );
+    // managedFields are a large share of every object and the operator never reads them:
+    // dropped on the way into the cache (the object is the cache's own copy).
+    const slim = (o: KubernetesObject) => {
+      if (o.metadata) delete (o.metadata as { managedFields?: unknown }).managedFields;
+    };
     const heard = () => {
       this.#lastHeard = performance.now();
       this.#failures = 0;
     };
+    this.#lw.on("add", slim);
+    this.#lw.on("update", slim);
     this.#lw.on("add", heard);
     this.#lw.on("update", heard);
     this.#lw.on("delete", heard);

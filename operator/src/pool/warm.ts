@@ -83,7 +83,7 @@ export async function tryAdopt(
   sbx: Sandbox,
   pool: SandboxPool,
   eff: Effective,
-  token: string,
+  token: Promise<string>,
   st: SandboxStatusBuilder,
 ): Promise<boolean> {
   const template = effectiveSpec({}, pool.spec, ctx.cfg);
@@ -100,8 +100,11 @@ export async function tryAdopt(
     const uid = candidate.metadata.uid!;
     ctx.claiming.add(uid); // no other reconcile in this process picks it meanwhile
     try {
-      const claimed = await claim(ctx, sbx, candidate);
+      // The claim and the token Secret's creation (by the caller) run at the same time.
+      const [claimed, tok] = await Promise.all([claim(ctx, sbx, candidate), token]);
       if (!claimed) continue;
+      // Remembered at once: if what follows fails, the retry must find this pod, not claim another.
+      ctx.adoptedPods.set(`${ns}/${sbx.metadata.name}`, candidate.metadata.name);
       // Packages already installed are skipped by pip and npm; only the extra ones cost time.
       const current =
         candidate.metadata.annotations?.[ANNOTATION.templateHash] === templateHash(ctx, pool);
@@ -116,9 +119,9 @@ export async function tryAdopt(
         }),
         init(
           claimed.status!.podIP!,
-          [poolToken, token],
+          [poolToken, tok],
           {
-            token,
+            token: tok,
             env: eff.env,
             packages: packageSpecs(eff.language, extra),
             language: eff.language,
@@ -127,7 +130,6 @@ export async function tryAdopt(
         ),
       ]);
       const ip = claimed.status!.podIP!;
-      ctx.adoptedPods.set(`${ns}/${sbx.metadata.name}`, candidate.metadata.name);
       ctx.events.record(
         sbx,
         "Normal",

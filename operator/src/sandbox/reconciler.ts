@@ -87,22 +87,30 @@ export async function reconcileSandbox(
 
   const podName =
     st.current.podName ?? ctx.adoptedPods.get(key) ?? adoptedPodName(ctx, sbx) ?? name;
-  const token = await ensureTokenSecret(ctx, sbx);
   st.set({ serviceName: name, tokenSecretRef: `${name}-token`, podName });
-  await Promise.all([
+  // The children every state has are made alongside the run state's work (a warm adoption
+  // needs none of them to finish first); whatever waits on the token awaits it.
+  const token = ensureTokenSecret(ctx, sbx);
+  const children = Promise.all([
+    token,
     ensureService(ctx, sbx),
     ensureNetworkPolicy(ctx, sbx, eff),
     // A cold sandbox's own volume is made with its pod (an adopted one brings its own).
     podName === name ? undefined : ensureAdoptedClaim(ctx, sbx, `${podName}-data`),
   ]);
-
-  const result = await runState(ctx, sbx, pool, eff, st, { token, podName, expiresAt, signal });
+  children.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
+  let result: ReconcileResult | void;
+  try {
+    result = await runState(ctx, sbx, pool, eff, st, { token, podName, expiresAt, signal });
+  } finally {
+    await children;
+  }
   await st.write(ctx);
   return result;
 }
 
 interface RunArgs {
-  token: string;
+  token: Promise<string>;
   podName: string;
   expiresAt: number;
   signal: AbortSignal;
@@ -237,13 +245,20 @@ async function runState(
 
   const ip = pod.status?.podIP;
   if (!ip || !containerRunning(pod)) return notServingYet(ctx, sbx, st, pod, now);
-  if (!(await waitHealthy(ip, 2_000, a.signal))) {
+  // A fresh container gets a close watch (sandboxd answers within a second); one that has run
+  // for a while without answering is checked less and less often, so a node full of broken
+  // sandboxes does not keep the operator busy.
+  const runningFor =
+    now - (Date.parse(pod.status?.containerStatuses?.[0]?.state?.running?.startedAt ?? "") || now);
+  const fresh = runningFor < 10_000;
+  if (!(await waitHealthy(ip, fresh ? 2_000 : 300, a.signal))) {
+    const retryMs = fresh ? 250 : Math.min(30_000, Math.round(runningFor / 4));
     return slowStart(
       st,
       now,
       "SandboxdStarting",
       "sandboxd does not answer its health check yet",
-      250,
+      retryMs,
     );
   }
 
@@ -254,7 +269,7 @@ async function runState(
   if (st.current.initializedFor === `failed:${initFor}`) return; // Failed until spec or pod change
   if ((adopted || eff.packages.length > 0) && st.current.initializedFor !== initFor) {
     const tokens = [
-      a.token,
+      await a.token,
       ...(pool ? [warmToken(ctx, pool)].filter((t): t is string => !!t) : []),
     ];
     try {
@@ -262,7 +277,7 @@ async function runState(
         ip,
         adopted ? tokens.reverse() : tokens,
         {
-          token: a.token,
+          token: await a.token,
           env: eff.env,
           packages: packageSpecs(eff.language, eff.packages),
           language: eff.language,
@@ -363,6 +378,7 @@ async function createPod(
 
   const labels: Record<string, string> = { [LABEL.sandbox]: sbx.metadata.name };
   if (sbx.spec.poolRef) labels[LABEL.pool] = sbx.spec.poolRef;
+  await a.token; // the pod reads its token from the Secret: it must exist first
   // Expected before the write: its add event may arrive before the write returns.
   const podKey = `${ns}/${a.podName}`;
   ctx.podExpectations.expect(podKey);
