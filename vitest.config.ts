@@ -20,6 +20,7 @@ export default defineConfig({
             "test/docker/**",
             "test/contract/docker.test.ts",
             "test/contract/kubernetes.test.ts",
+            "test/provisioner/**",
             "test/cluster/**",
             "test/operator/**",
           ],
@@ -43,6 +44,7 @@ export default defineConfig({
           include: [
             "test/cluster/**/*.test.ts",
             "test/operator/**/*.test.ts",
+            "test/provisioner/**/*.test.ts",
             "test/contract/kubernetes.test.ts",
           ],
           exclude: ["**/node_modules/**", "test/operator/disruptive/**"],

@@ -1,0 +1,330 @@
+/**
+ * The provisioner against the real cluster (with the real operator): create-and-wait and its
+ * idempotency under 200 concurrent calls, keys and tenants, quotas, a pool at its cap (429 with
+ * Retry-After), body limits, the proxy (a cut upload leaves no file; a paused sandbox wakes on
+ * access) and the DeerFlow-compatible API with its capability URL.
+ */
+import { request } from "node:http";
+import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import {
+  type Clients,
+  type OperatorProcess,
+  type ProvisionerProcess,
+  clients,
+  createNamespace,
+  deleteNamespace,
+  ensureCrds,
+  pools,
+  startOperator,
+  startProvisioner,
+  waitFor,
+} from "../operator/harness.ts";
+
+let c: Clients;
+let ns: string;
+let operator: OperatorProcess;
+let prov: ProvisionerProcess;
+const KEY_A = "tenant-a-key-0123456789abcdef";
+const KEY_B = "tenant-b-key-0123456789abcdef";
+const KEY_SMALL = "tenant-s-key-0123456789abcdef";
+
+beforeAll(async () => {
+  c = clients(inject("kubeconfig"));
+  await ensureCrds(c);
+  ns = await createNamespace(c, "prov");
+  operator = await startOperator({
+    kubeconfig: inject("kubeconfig"),
+    namespace: ns,
+    image: inject("clusterSandboxImage"),
+  });
+  prov = await startProvisioner({
+    kubeconfig: inject("kubeconfig"),
+    namespace: ns,
+    keys: [
+      { key: KEY_A, tenant: "a", maxSandboxes: 50 },
+      { key: KEY_B, tenant: "b", maxSandboxes: 50 },
+      { key: KEY_SMALL, tenant: "small", maxSandboxes: 1 },
+    ],
+    env: { SANDPIT_MAX_BODY_BYTES: "65536" },
+  });
+});
+
+afterAll(async () => {
+  await prov?.stop();
+  await operator?.stop();
+  if (ns) await deleteNamespace(c, ns);
+});
+
+async function api(
+  method: string,
+  path: string,
+  key: string | undefined,
+  body?: unknown,
+  headers: Record<string, string> = {},
+) {
+  const res = await fetch(`${prov.url}${path}`, {
+    method,
+    headers: {
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+      ...(body !== undefined ? { "content-type": "application/json" } : {}),
+      ...headers,
+    },
+    ...(body !== undefined ? { body: typeof body === "string" ? body : JSON.stringify(body) } : {}),
+    signal: AbortSignal.timeout(180_000),
+  });
+  const text = await res.text();
+  let json: any; // eslint-disable-line @typescript-eslint/no-explicit-any -- API answers of several shapes
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = text;
+  }
+  return { status: res.status, json, headers: res.headers };
+}
+
+describe("native API", () => {
+  test(
+    "200 concurrent creates for one (user, thread) give one sandbox, Ready, which runs code",
+    { timeout: 240_000 },
+    async () => {
+      const answers = await Promise.all(
+        Array.from({ length: 200 }, () =>
+          api("POST", "/v1/sandboxes", KEY_A, {
+            threadId: "t-200",
+            userId: "u1",
+            env: { WHO: "a" },
+          }),
+        ),
+      );
+      expect(answers.every((a) => a.status === 200 || a.status === 201)).toBe(true);
+      const ids = new Set(answers.map((a) => a.json.id));
+      expect(ids.size).toBe(1);
+      expect(answers.filter((a) => a.status === 201).length).toBeLessThanOrEqual(1);
+      expect(answers.every((a) => a.json.phase === "Ready")).toBe(true);
+      const id = [...ids][0] as string;
+      const list = await c.custom.listNamespacedCustomObject({
+        group: "sandpit.dev",
+        version: "v1alpha1",
+        namespace: ns,
+        plural: "sandboxes",
+      });
+      expect((list as { items: unknown[] }).items).toHaveLength(1);
+      const out = await api("POST", `/v1/sandboxes/${id}/proxy/v1/code/execute`, KEY_A, {
+        language: "python",
+        code: "import os; print(os.environ['WHO'])",
+      });
+      expect(out.status).toBe(200);
+      expect(out.json.stdout).toBe("a\n");
+      // Listing by label finds it; another tenant sees nothing of it.
+      expect(
+        (
+          await api("GET", "/v1/sandboxes?label=sandpit.dev/thread=t-200", KEY_A)
+        ).json.sandboxes.map((s: { id: string }) => s.id),
+      ).toEqual([id]);
+      expect((await api("GET", "/v1/sandboxes", KEY_B)).json.sandboxes).toEqual([]);
+      expect((await api("GET", `/v1/sandboxes/${id}`, KEY_B)).status).toBe(404);
+      expect(
+        (
+          await api("POST", `/v1/sandboxes/${id}/proxy/v1/code/execute`, KEY_B, {
+            language: "python",
+            code: "print(1)",
+          })
+        ).status,
+      ).toBe(404);
+    },
+  );
+
+  test("missing and unknown keys are 401 with a message; bad input is 400 naming the field", async () => {
+    const none = await api("GET", "/v1/sandboxes", undefined);
+    expect(none.status).toBe(401);
+    expect(none.json.error.message).toMatch(/missing API key/);
+    expect((await api("GET", "/v1/sandboxes", "not-a-key-at-all-0123456789")).status).toBe(401);
+    const bad = await api("POST", "/v1/sandboxes", KEY_A, { language: "cobol", ttlSeconds: 5 });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.code).toBe("INVALID_ARGUMENT");
+    expect(bad.json.error.message).toMatch(/body.language/);
+    expect(bad.json.error.message).toMatch(/body.ttlSeconds/);
+    expect((await api("POST", "/v1/sandboxes", KEY_A, "{not json")).status).toBe(400);
+    const big = await api("POST", "/v1/sandboxes", KEY_A, { env: { BIG: "x".repeat(100_000) } });
+    expect(big.status).toBe(413);
+    expect((await api("GET", "/v1/nothing-here", KEY_A)).status).toBe(404);
+  });
+
+  test("a key's quota: the second sandbox is 429 RATE_LIMITED", { timeout: 120_000 }, async () => {
+    const first = await api("POST", "/v1/sandboxes", KEY_SMALL, { wait: false });
+    expect(first.status).toBe(201);
+    const second = await api("POST", "/v1/sandboxes", KEY_SMALL, { wait: false });
+    expect(second.status).toBe(429);
+    expect(second.json.error.code).toBe("RATE_LIMITED");
+    expect((await api("DELETE", `/v1/sandboxes/${first.json.id}`, KEY_SMALL)).status).toBe(204);
+  });
+
+  test(
+    "a pool at its cap under Reject: 429 CAPACITY_EXCEEDED with Retry-After",
+    { timeout: 180_000 },
+    async () => {
+      await pools.create(c, ns, "one", { maxActive: 1, evictionPolicy: "Reject", template: {} });
+      const first = await api("POST", "/v1/sandboxes", KEY_A, { pool: "one", threadId: "p1" });
+      expect(first.status).toBe(201);
+      const second = await api("POST", "/v1/sandboxes", KEY_A, { pool: "one", threadId: "p2" });
+      expect(second.status).toBe(429);
+      expect(second.json.error.code).toBe("CAPACITY_EXCEEDED");
+      expect(Number(second.headers.get("retry-after"))).toBeGreaterThan(0);
+      await api("DELETE", `/v1/sandboxes/${first.json.id}`, KEY_A);
+      const again = await api("POST", "/v1/sandboxes", KEY_A, { pool: "one", threadId: "p2" });
+      expect(again.status).toBe(200); // the same sandbox, now admitted
+      expect(again.json.phase).toBe("Ready");
+    },
+  );
+
+  test(
+    "a paused sandbox is resumed by the next proxied call, files intact",
+    { timeout: 180_000 },
+    async () => {
+      const s = await api("POST", "/v1/sandboxes", KEY_A, { threadId: "sleeper" });
+      const id = s.json.id as string;
+      await api("POST", `/v1/sandboxes/${id}/proxy/v1/code/execute`, KEY_A, {
+        language: "python",
+        code: "open('/mnt/user-data/n','w').write('kept')",
+      });
+      expect((await api("POST", `/v1/sandboxes/${id}/pause`, KEY_A)).status).toBe(202);
+      await waitFor(
+        "the sandbox to be Suspended",
+        60_000,
+        async () => (await api("GET", `/v1/sandboxes/${id}`, KEY_A)).json.phase === "Suspended",
+      );
+      const out = await api("POST", `/v1/sandboxes/${id}/proxy/v1/code/execute`, KEY_A, {
+        language: "python",
+        code: "print(open('/mnt/user-data/n').read())",
+      });
+      expect(out.status).toBe(200);
+      expect(out.json.stdout).toBe("kept\n");
+    },
+  );
+
+  test(
+    "an upload cut off mid-transfer through the proxy leaves no file behind",
+    { timeout: 120_000 },
+    async () => {
+      const s = await api("POST", "/v1/sandboxes", KEY_A, { threadId: "uploads" });
+      const id = s.json.id as string;
+      const path = "/mnt/user-data/workspace/partial.bin";
+      await new Promise<void>((resolve) => {
+        const req = request(
+          `${prov.url}/v1/sandboxes/${id}/proxy/v1/files?path=${encodeURIComponent(path)}`,
+          {
+            method: "PUT",
+            headers: {
+              authorization: `Bearer ${KEY_A}`,
+              "content-length": String(8 * 1024 * 1024),
+            },
+          },
+        );
+        req.on("error", () => resolve());
+        req.on("close", () => resolve());
+        req.write(Buffer.alloc(1024 * 1024, 1), () => setTimeout(() => req.destroy(), 200));
+      });
+      await new Promise((r) => setTimeout(r, 500));
+      const read = await api(
+        "GET",
+        `/v1/sandboxes/${id}/proxy/v1/files?path=${encodeURIComponent(path)}`,
+        KEY_A,
+      );
+      expect(read.status).toBe(404);
+    },
+  );
+});
+
+describe("DeerFlow-compatible API", () => {
+  test(
+    "create, the sandbox_url serves the AIO subset, list, get, delete",
+    { timeout: 180_000 },
+    async () => {
+      const xkey = { "x-api-key": KEY_A };
+      expect((await api("GET", "/health", undefined)).json).toEqual({ status: "ok" });
+      expect((await api("GET", "/api/sandboxes", undefined)).status).toBe(401);
+      const created = await api(
+        "POST",
+        "/api/sandboxes",
+        undefined,
+        { sandbox_id: "deer-1", thread_id: "th-1" },
+        xkey,
+      );
+      expect(created.status).toBe(200);
+      expect(created.json.sandbox_id).toBe("deer-1");
+      expect(created.json.status).toBe("Running");
+      const url = created.json.sandbox_url as string;
+      const ctx = (await (await fetch(`${url}/v1/sandbox`)).json()) as { success: boolean };
+      expect(ctx.success).toBe(true);
+      const execRes = await fetch(`${url}/v1/shell/exec`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ command: "echo deer" }),
+      });
+      const exec = (await execRes.json()) as { data: { output: string } };
+      expect(exec.data.output).toBe("deer\n");
+      // The capability is the credential: a wrong one is indistinguishable from no sandbox.
+      const forged = url.replace(/\/[^/]+$/, "/" + "A".repeat(32));
+      expect((await fetch(`${forged}/v1/sandbox`)).status).toBe(404);
+      // Idempotent, and the other API calls.
+      expect(
+        (
+          await api(
+            "POST",
+            "/api/sandboxes",
+            undefined,
+            { sandbox_id: "deer-1", thread_id: "th-1" },
+            xkey,
+          )
+        ).json.sandbox_url,
+      ).toBe(url);
+      const list = await api("GET", "/api/sandboxes", undefined, undefined, xkey);
+      expect(list.json.count).toBe(1);
+      expect(
+        (await api("GET", "/api/sandboxes/deer-1", undefined, undefined, xkey)).json.status,
+      ).toBe("Running");
+      expect(
+        (await api("GET", "/api/sandboxes/deer-1", undefined, undefined, { "x-api-key": KEY_B }))
+          .status,
+      ).toBe(404);
+      expect(
+        (await api("DELETE", "/api/sandboxes/deer-1", undefined, undefined, xkey)).json,
+      ).toEqual({ ok: true, sandbox_id: "deer-1" });
+      await waitFor(
+        "the DeerFlow sandbox to be gone",
+        60_000,
+        async () =>
+          (await api("GET", "/api/sandboxes/deer-1", undefined, undefined, xkey)).status === 404,
+      );
+    },
+  );
+
+  test("extra_mounts are refused: sandboxes never see host paths", async () => {
+    const r = await api(
+      "POST",
+      "/api/sandboxes",
+      undefined,
+      { sandbox_id: "deer-2", extra_mounts: [{ host_path: "/etc", container_path: "/mnt/etc" }] },
+      { "x-api-key": KEY_A },
+    );
+    expect(r.status).toBe(400);
+  });
+});
+
+describe("service endpoints", () => {
+  test("/openapi.json documents the routes; /metrics and /readyz answer", async () => {
+    const doc = (await api("GET", "/openapi.json", undefined)).json;
+    expect(doc.openapi).toBe("3.1.0");
+    expect(Object.keys(doc.paths)).toEqual(
+      expect.arrayContaining(["/v1/sandboxes", "/v1/sandboxes/{id}", "/api/sandboxes"]),
+    );
+    expect(
+      doc.paths["/v1/sandboxes"].post.requestBody.content["application/json"].schema.properties
+        .threadId,
+    ).toBeDefined();
+    expect((await api("GET", "/metrics", undefined)).json).toMatch(
+      /sandpit_provisioner_requests_total/,
+    );
+    expect((await api("GET", "/readyz", undefined)).status).toBe(200);
+  });
+});
