@@ -33,6 +33,8 @@ export const MANAGED_BY = "sandpit-provisioner";
 /** The capability in a DeerFlow sandbox_url (DeerFlow sends no credential to the sandbox). */
 export const CAPABILITY_ANNOTATION = "sandpit.dev/capability";
 export const EXTERNAL_ID_ANNOTATION = "sandpit.dev/external-id";
+/** How long a pool's "at capacity" must hold before a waiting create is told 429. */
+const CAPACITY_GRACE_MS = 2_000;
 
 /** Why a sandbox cannot be handed out (mapped to HTTP by the API layer). */
 export class SandboxUnavailable extends Error {
@@ -190,20 +192,33 @@ export class SandboxStore {
     const current = this.#informer.get(name, this.namespace);
     if (current) {
       const v = verdict(current);
-      if (v instanceof SandboxUnavailable) throw v;
-      if (v) return v;
+      if (v instanceof SandboxUnavailable && v.kind !== "capacity") throw v;
+      if (v && !(v instanceof SandboxUnavailable)) return v;
     } // else: just created, its add event is on the way
     return new Promise<Sandbox>((resolve, reject) => {
       const set = this.#waiters.get(name) ?? new Set();
       this.#waiters.set(name, set);
+      // "At capacity" is only believed once it has held for a moment: a status read just after
+      // a slot freed still says so until the operator admits the sandbox.
+      let capacity: NodeJS.Timeout | undefined;
       const done = () => {
         clearTimeout(timer);
+        clearTimeout(capacity);
         signal?.removeEventListener("abort", onAbort);
         set.delete(check);
         if (!set.size) this.#waiters.delete(name);
       };
       const check = (s: Sandbox | undefined) => {
         const v = verdict(s);
+        if (v instanceof SandboxUnavailable && v.kind === "capacity") {
+          capacity ??= setTimeout(() => {
+            done();
+            reject(v);
+          }, CAPACITY_GRACE_MS);
+          return;
+        }
+        clearTimeout(capacity);
+        capacity = undefined;
         if (!v) return;
         done();
         if (v instanceof SandboxUnavailable) reject(v);
@@ -225,6 +240,7 @@ export class SandboxStore {
       }, timeoutMs);
       signal?.addEventListener("abort", onAbort, { once: true });
       set.add(check);
+      if (current) check(current); // start the capacity grace for a sandbox already waiting
     });
   }
 

@@ -105,6 +105,14 @@ export async function reconcileSandbox(
   } finally {
     await children;
   }
+  // A sandbox that has reported nothing yet stays quiet through a normal start: its first
+  // status is Ready (one write), unless starting takes long enough to be worth explaining.
+  const age = Date.parse(st.now) - created;
+  if (st.phase === undefined && age < QUIET_START_MS) {
+    return {
+      requeueAfterMs: Math.min(result?.requeueAfterMs ?? QUIET_START_MS, QUIET_START_MS - age),
+    };
+  }
   await st.write(ctx);
   return result;
 }
