@@ -121,6 +121,40 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * Runs one of the project's services (`script`, relative to the repository) as a child process
+ * with just `env` (plus PATH and HOME), keeping its recent output, and waits for `readyUrl`.
+ */
+async function spawnService(
+  name: string,
+  script: string,
+  env: Record<string, string>,
+  readyUrl: string,
+) {
+  const proc = spawn(process.execPath, [join(ROOT, script)], {
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/root", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  const keep = (b: Buffer) => {
+    out += b.toString();
+    if (out.length > 2_000_000) out = out.slice(-1_000_000);
+  };
+  proc.stdout!.on("data", keep);
+  proc.stderr!.on("data", keep);
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  await waitFor(`the ${name}'s ${new URL(readyUrl).pathname}`, 60_000, async () => {
+    if (proc.exitCode !== null)
+      throw new Error(`${name} exited ${proc.exitCode}:\n${out.slice(-3000)}`);
+    return (await fetch(readyUrl)).ok;
+  });
+  const signal = (sig: NodeJS.Signals) => async () => {
+    if (proc.exitCode === null) proc.kill(sig);
+    await exited;
+  };
+  return { proc, logs: () => out, stop: signal("SIGTERM"), kill9: signal("SIGKILL") };
+}
+
 export interface OperatorProcess {
   proc: ChildProcess;
   probePort: number;
@@ -145,10 +179,10 @@ export interface OperatorOptions {
 export async function startOperator(o: OperatorOptions): Promise<OperatorProcess> {
   const probePort = await freePort();
   const identity = o.identity ?? `op-${Math.random().toString(36).slice(2, 8)}`;
-  const proc = spawn(process.execPath, [join(ROOT, "operator/src/main.ts")], {
-    env: {
-      PATH: process.env.PATH ?? "",
-      HOME: process.env.HOME ?? "/root",
+  const service = await spawnService(
+    "operator",
+    "operator/src/main.ts",
+    {
       SANDPIT_KUBECONFIG: o.kubeconfig,
       SANDPIT_WATCH_NAMESPACE: o.namespace,
       SANDPIT_SYSTEM_NAMESPACE: o.namespace,
@@ -164,36 +198,13 @@ export async function startOperator(o: OperatorOptions): Promise<OperatorProcess
       SANDPIT_LOG_LEVEL: "info",
       ...o.env,
     },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let out = "";
-  const keep = (b: Buffer) => {
-    out += b.toString();
-    if (out.length > 2_000_000) out = out.slice(-1_000_000);
-  };
-  proc.stdout!.on("data", keep);
-  proc.stderr!.on("data", keep);
-  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
-  const metrics = async () => (await fetch(`http://127.0.0.1:${probePort}/metrics`)).text();
-  await waitFor("the operator's /readyz", 60_000, async () => {
-    if (proc.exitCode !== null)
-      throw new Error(`operator exited ${proc.exitCode}:\n${out.slice(-3000)}`);
-    return (await fetch(`http://127.0.0.1:${probePort}/readyz`)).ok;
-  });
+    `http://127.0.0.1:${probePort}/readyz`,
+  );
   return {
-    proc,
+    ...service,
     probePort,
     identity,
-    logs: () => out,
-    metrics,
-    kill9: async () => {
-      if (proc.exitCode === null) proc.kill("SIGKILL");
-      await exited;
-    },
-    stop: async () => {
-      if (proc.exitCode === null) proc.kill("SIGTERM");
-      await exited;
-    },
+    metrics: async () => (await fetch(`http://127.0.0.1:${probePort}/metrics`)).text(),
   };
 }
 
@@ -382,10 +393,11 @@ export async function startProvisioner(o: {
       "x",
     );
   const keys = o.keys ?? [{ key: apiKey, tenant: "tests", maxSandboxes: 200 }];
-  const proc = spawn(process.execPath, [join(ROOT, "provisioner/src/main.ts")], {
-    env: {
-      PATH: process.env.PATH ?? "",
-      HOME: process.env.HOME ?? "/root",
+  const url = `http://127.0.0.1:${port}`;
+  const service = await spawnService(
+    "provisioner",
+    "provisioner/src/main.ts",
+    {
       SANDPIT_KUBECONFIG: o.kubeconfig,
       SANDPIT_NAMESPACE: o.namespace,
       SANDPIT_LISTEN: `127.0.0.1:${port}`,
@@ -393,33 +405,7 @@ export async function startProvisioner(o: {
       SANDPIT_LOG_LEVEL: "info",
       ...o.env,
     },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let out = "";
-  const keep = (b: Buffer) => {
-    out += b.toString();
-    if (out.length > 2_000_000) out = out.slice(-1_000_000);
-  };
-  proc.stdout!.on("data", keep);
-  proc.stderr!.on("data", keep);
-  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
-  const url = `http://127.0.0.1:${port}`;
-  await waitFor("the provisioner's /readyz", 60_000, async () => {
-    if (proc.exitCode !== null)
-      throw new Error(`provisioner exited ${proc.exitCode}:\n${out.slice(-3000)}`);
-    return (await fetch(`${url}/readyz`)).ok;
-  });
-  return {
-    url,
-    apiKey: keys[0]!.key,
-    logs: () => out,
-    stop: async () => {
-      if (proc.exitCode === null) proc.kill("SIGTERM");
-      await exited;
-    },
-    kill9: async () => {
-      if (proc.exitCode === null) proc.kill("SIGKILL");
-      await exited;
-    },
-  };
+    `${url}/readyz`,
+  );
+  return { ...service, url, apiKey: keys[0]!.key };
 }

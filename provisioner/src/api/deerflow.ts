@@ -9,7 +9,6 @@ import { type KeyRing, requireKey } from "./auth.ts";
 import { ApiError, parse } from "./errors.ts";
 import { DeerFlowCreate } from "./schemas.ts";
 import type { ProvisionerConfig } from "../config.ts";
-import { proxyRequest, splitEndpoint } from "../proxy.ts";
 import {
   CAPABILITY_ANNOTATION,
   EXTERNAL_ID_ANNOTATION,
@@ -18,7 +17,7 @@ import {
   SandboxStore,
   externalSandboxName,
 } from "../sandboxes.ts";
-import { readyForTraffic } from "./native.ts";
+import { forward, readyForTraffic } from "./native.ts";
 
 export interface DeerFlowDeps {
   cfg: ProvisionerConfig;
@@ -117,19 +116,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
 
   // The sandbox_url: the AIO subset of sandboxd, opened by the capability in the path.
   r.all("/aio/:name/:capability/*rest", async (req: Request, res: Response) => {
-    const s = findByCapability(d.store, req);
-    const ready = await readyForTraffic(d.store, s, d.cfg.readyTimeoutMs);
-    void d.store.reportActivity(ready.metadata.name);
-    const rest = ([] as string[]).concat(req.params.rest ?? []).join("/");
-    const query = req.originalUrl.includes("?")
-      ? req.originalUrl.slice(req.originalUrl.indexOf("?"))
-      : "";
-    await proxyRequest(
-      req,
-      res,
-      { ...splitEndpoint(ready.status!.endpoint!), token: await d.store.token(ready) },
-      `/${rest}${query}`,
-    );
+    await forward(d.store, findByCapability(d.store, req), req, res, d.cfg.readyTimeoutMs);
   });
 
   return r;

@@ -171,21 +171,35 @@ export function nativeRouter(d: NativeDeps): Router {
 
   // Everything under proxy/ goes to sandboxd as is, bodies streamed (no body parser here).
   r.all("/v1/sandboxes/:id/proxy/*rest", async (req: Request, res: Response) => {
-    const s = await readyForTraffic(d.store, owned(req), d.cfg.readyTimeoutMs, abortedBy(req));
-    void d.store.reportActivity(s.metadata.name);
-    const rest = ([] as string[]).concat(req.params.rest ?? []).join("/");
-    const query = req.originalUrl.includes("?")
-      ? req.originalUrl.slice(req.originalUrl.indexOf("?"))
-      : "";
-    await proxyRequest(
-      req,
-      res,
-      { ...splitEndpoint(s.status!.endpoint!), token: await d.store.token(s) },
-      `/${rest}${query}`,
-    );
+    await forward(d.store, owned(req), req, res, d.cfg.readyTimeoutMs);
   });
 
   return r;
+}
+
+/**
+ * Sends the request's `*rest` path (and query) to the sandbox's sandboxd, resuming the sandbox
+ * first if it sleeps, and counts it as activity.
+ */
+export async function forward(
+  store: SandboxStore,
+  sandbox: Sandbox,
+  req: Request,
+  res: Response,
+  readyTimeoutMs: number,
+): Promise<void> {
+  const s = await readyForTraffic(store, sandbox, readyTimeoutMs, abortedBy(req));
+  void store.reportActivity(s.metadata.name);
+  const rest = ([] as string[]).concat(req.params.rest ?? []).join("/");
+  const query = req.originalUrl.includes("?")
+    ? req.originalUrl.slice(req.originalUrl.indexOf("?"))
+    : "";
+  await proxyRequest(
+    req,
+    res,
+    { ...splitEndpoint(s.status!.endpoint!), token: await store.token(s) },
+    `/${rest}${query}`,
+  );
 }
 
 /** A suspended sandbox is resumed by the call that needs it; the call waits for it. */
