@@ -96,6 +96,8 @@ export interface Ctx {
   admission: PoolAdmission;
   /** Pods created but not yet seen in the cache, by namespace/name. */
   podExpectations: Expectations;
+  /** Services, NetworkPolicies (by spec hash) and PVCs written but not yet seen in the cache. */
+  writeExpectations: Expectations;
   /**
    * Sandbox key -> adopted warm pod, remembered until the sandbox goes: the caches may not show
    * the adoption yet, and a sandbox must never adopt twice.

@@ -33,7 +33,7 @@ import {
 import { registry } from "./metrics.ts";
 import { PoolAdmission } from "./pool/admission.ts";
 import { reconcilePool } from "./pool/reconciler.ts";
-import { LABEL, MANAGED_BY } from "./sandbox/children.ts";
+import { ANNOTATION, LABEL, MANAGED_BY } from "./sandbox/children.ts";
 import { reconcileSandbox } from "./sandbox/reconciler.ts";
 
 const CACHE_SYNC_TIMEOUT_MS = 120_000;
@@ -103,6 +103,7 @@ export class Manager {
       caches,
       admission: new PoolAdmission(),
       podExpectations: new Expectations(),
+      writeExpectations: new Expectations(),
       adoptedPods: new Map(),
       warmCreating: (poolKey) => {
         let set = warmCreating.get(poolKey);
@@ -222,6 +223,16 @@ export class Manager {
       informer.on("delete", onChild);
     }
     c.pods.on("add", (p) => this.ctx.podExpectations.observed(keyOf(p)));
+    c.services.on("add", (o) => this.ctx.writeExpectations.observed(`services/${keyOf(o)}`));
+    c.claims.on("add", (o) =>
+      this.ctx.writeExpectations.observed(`persistentvolumeclaims/${keyOf(o)}`),
+    );
+    const policySeen = (o: KObject) =>
+      this.ctx.writeExpectations.observed(
+        `networkpolicies/${keyOf(o)}/${o.metadata.annotations?.[ANNOTATION.specHash]}`,
+      );
+    c.networkPolicies.on("add", policySeen);
+    c.networkPolicies.on("update", policySeen);
   }
 
   #serveProbes(): Promise<Server> {

@@ -614,9 +614,11 @@ async function ensureTokenSecret(ctx: Ctx, sbx: Sandbox): Promise<string> {
 
 async function ensureService(ctx: Ctx, sbx: Sandbox): Promise<void> {
   if (ctx.caches.services.get(sbx.metadata.name, sbx.metadata.namespace)) return;
-  await ctx.kube.apply(
-    SERVICES,
-    service(meta(sbx, sbx.metadata.name), { [LABEL.sandbox]: sbx.metadata.name }),
+  await expected(ctx, `services/${keyOf(sbx)}`, () =>
+    ctx.kube.apply(
+      SERVICES,
+      service(meta(sbx, sbx.metadata.name), { [LABEL.sandbox]: sbx.metadata.name }),
+    ),
   );
 }
 
@@ -630,15 +632,34 @@ async function ensureNetworkPolicy(ctx: Ctx, sbx: Sandbox, eff: Effective): Prom
   const current = ctx.caches.networkPolicies.get(sbx.metadata.name, sbx.metadata.namespace);
   const hash = desired.metadata.annotations?.[ANNOTATION.specHash];
   if (current?.metadata.annotations?.[ANNOTATION.specHash] === hash) return;
-  await ctx.kube.apply(NETWORK_POLICIES, desired);
+  await expected(ctx, `networkpolicies/${keyOf(sbx)}/${hash}`, () =>
+    ctx.kube.apply(NETWORK_POLICIES, desired),
+  );
 }
 
 async function ensureClaim(ctx: Ctx, sbx: Sandbox, eff: Effective, name: string): Promise<void> {
   if (ctx.caches.claims.get(name, sbx.metadata.namespace)) return;
+  await expected(ctx, `persistentvolumeclaims/${sbx.metadata.namespace}/${name}`, async () => {
+    try {
+      await ctx.kube.create(PVCS, dataClaim(meta(sbx, name), eff));
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+    }
+  });
+}
+
+/**
+ * Writes a child once: until the cache shows it (the manager marks it observed), a reconcile
+ * that runs meanwhile does not write it again.
+ */
+async function expected(ctx: Ctx, key: string, write: () => Promise<unknown>): Promise<void> {
+  if (ctx.writeExpectations.pending(key)) return;
+  ctx.writeExpectations.expect(key);
   try {
-    await ctx.kube.create(PVCS, dataClaim(meta(sbx, name), eff));
+    await write();
   } catch (err) {
-    if (!isAlreadyExists(err)) throw err;
+    ctx.writeExpectations.observed(key);
+    throw err;
   }
 }
 
