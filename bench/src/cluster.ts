@@ -12,12 +12,12 @@ import { promisify } from "node:util";
 import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import { ensureTestImage } from "../../test/docker/test-image.ts";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
+import { CLUSTER_STATE, loadIntoCluster } from "../../test/cluster/images.ts";
 import { writeResults } from "./report.ts";
 import { summarize } from "./stats.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../../", import.meta.url).pathname;
-const STATE = join(process.env.HOME ?? "/root", ".cache", "sandpit", "cluster-run");
 const PODS = 20;
 const NS = "bench";
 const log = (line: string) => process.stderr.write(`[bench] ${line}\n`);
@@ -31,12 +31,7 @@ async function main(): Promise<void> {
 
   const engine = await ensureDocker({ log });
   const { tag } = await ensureTestImage({ log });
-  const image = `sandpit.local/sandbox:${tag.split(":")[1]}`;
-  const ctr = `ctr --address ${join(STATE, "containerd", "containerd.sock")} -n k8s.io`;
-  await run("sh", [
-    "-c",
-    `docker save ${tag} | ${ctr} images import - >/dev/null && ${ctr} images tag --force $(${ctr} images ls -q | grep -F '/sandpit-sandbox:${tag.split(":")[1]}' | head -1) ${image}`,
-  ]);
+  const image = await loadIntoCluster(tag, "sandbox", { log });
   await engine.stop();
 
   const kc = new KubeConfig();
@@ -90,7 +85,7 @@ async function main(): Promise<void> {
       "containerd",
       "kube-router",
     ]) {
-      const pid = (await readFile(join(STATE, "pids", c), "utf8")).trim();
+      const pid = (await readFile(join(CLUSTER_STATE, "pids", c), "utf8")).trim();
       const status = await readFile(`/proc/${pid}/status`, "utf8");
       memory[c] = Math.round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1]) / 1024);
     }

@@ -43,18 +43,12 @@ import {
   startOperator,
   waitFor,
 } from "../../test/operator/harness.ts";
+import { CLUSTER_STATE, loadIntoCluster } from "../../test/cluster/images.ts";
 import { commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { type Summary, summarize } from "./stats.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../../", import.meta.url).pathname;
-const STATE =
-  process.env.SANDPIT_CLUSTER_STATE ??
-  join(
-    process.env.XDG_CACHE_HOME ?? join(process.env.HOME ?? "/root", ".cache"),
-    "sandpit",
-    "cluster-run",
-  );
 const COMMAND = "node_modules/.bin/node bench/src/operator.ts";
 
 /** SANDPIT_BENCH_SMOKE=1: a few samples of each part, to try the bench; nothing is written. */
@@ -364,18 +358,7 @@ async function clusterImage(): Promise<string> {
   const engine = await ensureDocker({ log });
   try {
     const { tag } = await ensureTestImage({ log });
-    const local = `sandpit.local/sandbox:${tag.split(":")[1]}`;
-    const ctr = ["--address", join(STATE, "containerd", "containerd.sock"), "-n", "k8s.io"];
-    const { stdout: images } = await run("ctr", [...ctr, "images", "ls", "-q"]);
-    if (!images.split("\n").includes(local)) {
-      const c = `ctr ${ctr.join(" ")}`;
-      await run("sh", [
-        "-c",
-        `docker save ${tag} | ${c} images import - >/dev/null && ${c} images tag --force $(${c} images ls -q | grep -F '/sandpit-sandbox:${tag.split(":")[1]}' | head -1) ${local}`,
-      ]);
-      log(`imported ${tag} as ${local}`);
-    }
-    return local;
+    return await loadIntoCluster(tag, "sandbox", { log });
   } finally {
     await engine.stop();
   }
@@ -709,7 +692,7 @@ async function burst(m: Main) {
 /** The API server's PID and start time, to tell whether something restarted it meanwhile. */
 async function apiServerIdentity(): Promise<string> {
   try {
-    const pid = (await readFile(join(STATE, "pids", "kube-apiserver"), "utf8")).trim();
+    const pid = (await readFile(join(CLUSTER_STATE, "pids", "kube-apiserver"), "utf8")).trim();
     const stat = await readFile(`/proc/${pid}/stat`, "utf8");
     return `${pid}@${stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]}`;
   } catch {
@@ -719,7 +702,7 @@ async function apiServerIdentity(): Promise<string> {
 
 async function kwokRunning(): Promise<boolean> {
   try {
-    const pid = (await readFile(join(STATE, "pids", "kwok"), "utf8")).trim();
+    const pid = (await readFile(join(CLUSTER_STATE, "pids", "kwok"), "utf8")).trim();
     process.kill(Number(pid), 0);
     return true;
   } catch {

@@ -10,6 +10,7 @@ import { promisify } from "node:util";
 import type { TestProject } from "vitest/node";
 import { ensureTestImage } from "../docker/test-image.ts";
 import { ensureDocker } from "../docker/dockerd.ts";
+import { CLUSTER_STATE, loadIntoCluster } from "./images.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -20,19 +21,12 @@ declare module "vitest" {
 
 const run = promisify(execFile);
 const HERE = new URL(".", import.meta.url).pathname;
-const STATE =
-  process.env.SANDPIT_CLUSTER_STATE ??
-  join(
-    process.env.XDG_CACHE_HOME ?? join(process.env.HOME ?? "/root", ".cache"),
-    "sandpit",
-    "cluster-run",
-  );
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const log = (line: string) => process.stderr.write(`[cluster setup] ${line}\n`);
   const wasRunning =
-    existsSync(join(STATE, "pids", "kube-apiserver")) &&
-    isAlive(readFileSync(join(STATE, "pids", "kube-apiserver"), "utf8"));
+    existsSync(join(CLUSTER_STATE, "pids", "kube-apiserver")) &&
+    isAlive(readFileSync(join(CLUSTER_STATE, "pids", "kube-apiserver"), "utf8"));
   const started = performance.now();
   const { stdout } = await run(join(HERE, "up"), [], {
     maxBuffer: 16 * 1024 * 1024,
@@ -44,16 +38,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   // The sandbox image goes into the cluster's containerd without a registry.
   const engine = await ensureDocker({ log });
   const { tag } = await ensureTestImage({ log });
-  const local = `sandpit.local/sandbox:${tag.split(":")[1]}`;
-  const ctr = ["--address", join(STATE, "containerd", "containerd.sock"), "-n", "k8s.io"];
-  const { stdout: images } = await run("ctr", [...ctr, "images", "ls", "-q"]);
-  if (!images.split("\n").includes(local)) {
-    await run("sh", [
-      "-c",
-      `docker save ${tag} | ctr ${ctr.join(" ")} images import - >/dev/null && ctr ${ctr.join(" ")} images tag --force $(ctr ${ctr.join(" ")} images ls -q | grep -F '/sandpit-sandbox:${tag.split(":")[1]}' | head -1) ${local}`,
-    ]);
-    log(`imported ${tag} as ${local}`);
-  }
+  const local = await loadIntoCluster(tag, "sandbox", { log });
   await engine.stop();
   project.provide("kubeconfig", kubeconfig);
   project.provide("clusterSandboxImage", local);

@@ -30,18 +30,11 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { ensureOperatorImage, operatorImageTag } from "../../operator/image/build.ts";
 import { ensureDocker } from "../docker/dockerd.ts";
+import { CTR, loadIntoCluster } from "../cluster/images.ts";
 import { type ApiRelay, relayApiToPods } from "./api-relay.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../../", import.meta.url).pathname;
-const STATE =
-  process.env.SANDPIT_CLUSTER_STATE ??
-  join(
-    process.env.XDG_CACHE_HOME ?? join(process.env.HOME ?? "/root", ".cache"),
-    "sandpit",
-    "cluster-run",
-  );
-const CTR = ["--address", join(STATE, "containerd", "containerd.sock"), "-n", "k8s.io"];
 /** The cluster's DNS server is a host process on the node address, not a kube-dns pod. */
 const DNS_CIDRS = "10.244.0.1/32";
 const FIELD_MANAGER = "sandpit-test";
@@ -121,22 +114,7 @@ async function loadOperatorImage(): Promise<string> {
     });
     tag = built.tag;
     log(`${built.built ? "built" : "found"} ${tag} in ${built.seconds.toFixed(1)} s`);
-    if (!(await present(tag))) {
-      const hex = tag.split(":")[1]!;
-      await run(
-        "sh",
-        [
-          "-c",
-          `docker save "$1" | ctr ${CTR.join(" ")} images import - >/dev/null && ` +
-            `ctr ${CTR.join(" ")} images tag --force "$(ctr ${CTR.join(" ")} images ls -q | grep -F '/sandpit-operator:${hex}' | head -1)" "$2"`,
-          "sh",
-          tag,
-          local(tag),
-        ],
-        { env: { ...process.env, DOCKER_HOST: `unix://${engine.socketPath}` }, timeout: 300_000 },
-      );
-      log(`imported ${tag} as ${local(tag)}`);
-    }
+    await loadIntoCluster(tag, "operator", { dockerHost: `unix://${engine.socketPath}`, log });
   } finally {
     await engine.stop();
   }
