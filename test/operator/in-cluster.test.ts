@@ -31,7 +31,6 @@ import { parseAllDocuments } from "yaml";
 import { ensureOperatorImage, operatorImageTag } from "../../operator/image/build.ts";
 import { ensureDocker } from "../docker/dockerd.ts";
 import { CTR, loadIntoCluster } from "../cluster/images.ts";
-import { type ApiRelay, relayApiToPods } from "./api-relay.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -58,7 +57,6 @@ const log = (line: string) => process.stderr.write(`[in-cluster] ${line}\n`);
 /** What this run created, deleted in this order in afterAll (namespaced objects go with theirs). */
 const created: KubernetesObject[] = [];
 let createdCrds: KubernetesObject[] = [];
-let relay: ApiRelay | undefined;
 
 async function waitFor<T>(
   what: string,
@@ -215,7 +213,6 @@ beforeAll(async () => {
     );
   }
 
-  relay = await relayApiToPods(kc, id);
   await core.createNamespace({ body: { metadata: { name: ns } } });
   created.push({ apiVersion: "v1", kind: "Namespace", metadata: { name: ns } });
   const deploy = customise(
@@ -260,7 +257,6 @@ afterAll(async () => {
   if (createdCrds.length > 0 && !(await inUse("sandboxes")) && !(await inUse("sandboxpools"))) {
     for (const crd of createdCrds) await objects.delete(crd).catch(() => undefined);
   }
-  await relay?.close();
 });
 
 describe("the operator in the cluster", () => {
