@@ -22,6 +22,7 @@ export default defineConfig({
             "test/contract/kubernetes.test.ts",
             "test/provisioner/**",
             "test/cluster/**",
+            "test/chart/**",
             "test/operator/**",
           ],
         },
@@ -43,6 +44,7 @@ export default defineConfig({
           name: "cluster",
           include: [
             "test/cluster/**/*.test.ts",
+            "test/chart/**/*.test.ts",
             "test/operator/**/*.test.ts",
             "test/provisioner/**/*.test.ts",
             "test/contract/kubernetes.test.ts",

@@ -1,6 +1,6 @@
 /**
  * The local Sandpit demo: one sandbox on this machine, Python and TypeScript run in it, a file
- * written and read back. Run with `npm run up` (which installs what is missing first).
+ * written and read back, with no cluster: `npm run demo`.
  */
 import { createProvider, LocalProvider, SandboxError } from "@sandpit/sdk";
 

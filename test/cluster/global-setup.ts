@@ -1,21 +1,21 @@
 /**
  * vitest globalSetup for the cluster suite: brings the cluster up (test/cluster/up), loads the
- * sandbox image into its containerd under a local name, and stops the cluster afterwards if it
- * was not already running.
+ * sandbox, operator and provisioner images into its containerd under local names, and stops the
+ * cluster afterwards if it was not already running.
  */
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { TestProject } from "vitest/node";
-import { ensureTestImage } from "../docker/test-image.ts";
-import { ensureDocker } from "../docker/dockerd.ts";
-import { CLUSTER_STATE, loadIntoCluster } from "./images.ts";
+import { CLUSTER_STATE, ensureClusterImages } from "./images.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
     kubeconfig: string;
     clusterSandboxImage: string;
+    clusterOperatorImage: string;
+    clusterProvisionerImage: string;
   }
 }
 
@@ -35,13 +35,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
   log(`cluster up in ${((performance.now() - started) / 1000).toFixed(1)} s`);
   const kubeconfig = stdout.trim().split("\n").at(-1)!;
 
-  // The sandbox image goes into the cluster's containerd without a registry.
-  const engine = await ensureDocker({ log });
-  const { tag } = await ensureTestImage({ log });
-  const local = await loadIntoCluster(tag, "sandbox", { log });
-  await engine.stop();
+  // The images go into the cluster's containerd without a registry.
+  const images = await ensureClusterImages({ log });
   project.provide("kubeconfig", kubeconfig);
-  project.provide("clusterSandboxImage", local);
+  project.provide("clusterSandboxImage", images.sandbox);
+  project.provide("clusterOperatorImage", images.operator);
+  project.provide("clusterProvisionerImage", images.provisioner);
   return async () => {
     if (!wasRunning) await run(join(HERE, "down"), [], { timeout: 120_000 });
   };

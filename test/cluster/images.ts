@@ -1,11 +1,15 @@
 /**
- * Where the test cluster keeps its state, and how an image built here gets into its containerd
+ * Where the test cluster keeps its state, and how the images built here get into its containerd
  * without a registry: `docker save` piped into `ctr images import`, then tagged under a local
- * name (`sandpit.local/<repo>:<tag>`) that pods can use with any pull policy but Always.
+ * name (`sandpit.local/<name>:<tag>`) that pods can use with any pull policy but Always.
  */
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import Docker from "dockerode";
+import { ensureServiceImage } from "../../runtime/image/service.ts";
+import { ensureDocker } from "../docker/dockerd.ts";
+import { ensureTestImage } from "../docker/test-image.ts";
 
 const run = promisify(execFile);
 
@@ -55,4 +59,36 @@ export async function loadIntoCluster(
   );
   opts.log?.(`imported ${image} as ${local}`);
   return local;
+}
+
+/** The cluster-local names of Sandpit's three images. */
+export interface ClusterImages {
+  sandbox: string;
+  operator: string;
+  provisioner: string;
+}
+
+/**
+ * Builds (or finds) the sandbox, operator and provisioner images for the current sources and
+ * makes them available in the cluster. Docker is started for this when no engine runs, and
+ * stopped again after.
+ */
+export async function ensureClusterImages(
+  opts: { log?: (line: string) => void } = {},
+): Promise<ClusterImages> {
+  const engine = await ensureDocker(opts);
+  try {
+    const docker = new Docker({ socketPath: engine.socketPath });
+    const load = { dockerHost: `unix://${engine.socketPath}`, ...opts };
+    const sandbox = await ensureTestImage({ docker, ...opts });
+    const operator = await ensureServiceImage("operator", { docker, ...opts });
+    const provisioner = await ensureServiceImage("provisioner", { docker, ...opts });
+    return {
+      sandbox: await loadIntoCluster(sandbox.tag, "sandbox", load),
+      operator: await loadIntoCluster(operator.tag, "operator", load),
+      provisioner: await loadIntoCluster(provisioner.tag, "provisioner", load),
+    };
+  } finally {
+    await engine.stop();
+  }
 }

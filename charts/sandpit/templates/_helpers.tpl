@@ -1,0 +1,56 @@
+{{/* The release's base name: <release>-<chart>, or the release alone when it names the chart. */}}
+{{- define "sandpit.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "sandpit.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/part-of: sandpit
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/*
+Selector labels of a component ("operator" or "provisioner"). The name label is fixed: the
+NetworkPolicy of every sandbox admits traffic from pods labelled sandpit-operator and
+sandpit-provisioner in the operator's namespace.
+*/}}
+{{- define "sandpit.selectorLabels" -}}
+app.kubernetes.io/name: sandpit-{{ .component }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end -}}
+
+{{- define "sandpit.image" -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+
+{{/* The restricted Pod Security Standard, for the pod and for its container. */}}
+{{- define "sandpit.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+{{- define "sandpit.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* The Secret holding the provisioner's API keys. */}}
+{{- define "sandpit.apiKeysSecret" -}}
+{{- .Values.provisioner.existingSecret | default (printf "%s-api-keys" (include "sandpit.fullname" .)) -}}
+{{- end -}}

@@ -1,0 +1,406 @@
+/**
+ * The Helm chart (charts/sandpit), with the Helm that test/cluster/build.sh builds, on the real
+ * cluster:
+ *  - `helm lint --strict` is clean; values.schema.json refuses mistyped, misspelt and
+ *    inconsistent values with their path; every pod the chart renders meets the restricted Pod
+ *    Security Standard, and nothing is exposed beyond a ClusterIP;
+ *  - installed from the operator, provisioner and sandbox images built here: the operator's two
+ *    replicas run and one holds the Lease, the provisioner answers through its Service with the
+ *    API key the chart generated, and a sandbox created through it runs Python and TypeScript;
+ *  - `helm upgrade` rolls both Deployments and keeps the generated key and the sandbox;
+ *  - `helm uninstall` leaves the CRDs, the sandboxes' namespace and its Sandbox in place.
+ *
+ * The release watches its own sandbox namespace only (operator.watchNamespace), so it never
+ * competes with the operators other suites run at the same time.
+ */
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { promisify } from "node:util";
+import {
+  ApiextensionsV1Api,
+  AppsV1Api,
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  EventsV1Api,
+  KubeConfig,
+  type V1PodSpec as PodSpec,
+} from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { parseAllDocuments } from "yaml";
+import { createProvider } from "@sandpit/sdk";
+import { waitFor } from "../operator/harness.ts";
+
+const run = promisify(execFile);
+const ROOT = new URL("../../", import.meta.url).pathname;
+const CHART = `${ROOT}charts/sandpit`;
+const log = (line: string) => process.stderr.write(`[chart] ${line}\n`);
+
+const kubeconfig = inject("kubeconfig");
+const kc = new KubeConfig();
+kc.loadFromFile(kubeconfig);
+const core = kc.makeApiClient(CoreV1Api);
+const apps = kc.makeApiClient(AppsV1Api);
+const leases = kc.makeApiClient(CoordinationV1Api);
+const custom = kc.makeApiClient(CustomObjectsApi);
+const events = kc.makeApiClient(EventsV1Api);
+const extensions = kc.makeApiClient(ApiextensionsV1Api);
+
+const id = randomBytes(3).toString("hex");
+const release = `sp-${id}`;
+const systemNs = `sandpit-chart-${id}`;
+const sandboxNs = `sandpit-chart-sbx-${id}`;
+const fullname = `${release}-sandpit`;
+
+let helmBin: string;
+let installed = false;
+
+/** Runs helm against the test cluster; resolves with stdout, rejects with stderr in the message. */
+async function helm(...args: string[]): Promise<string> {
+  try {
+    const { stdout } = await run(helmBin, args, {
+      env: { ...process.env, KUBECONFIG: kubeconfig, HELM_CACHE_HOME: `/tmp/sandpit-helm-${id}` },
+      maxBuffer: 32 << 20,
+      timeout: 600_000,
+    });
+    return stdout;
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`helm ${args.slice(0, 2).join(" ")}: ${e.stderr || e.message}`, {
+      cause: err,
+    });
+  }
+}
+
+/** `image` (sandpit.local/name:tag) as the chart's repository and tag values. */
+function imageValues(component: string, image: string): string[] {
+  const at = image.lastIndexOf(":");
+  return [
+    "--set",
+    `images.${component}.repository=${image.slice(0, at)}`,
+    "--set",
+    `images.${component}.tag=${image.slice(at + 1)}`,
+  ];
+}
+
+const releaseValues = () => [
+  ...imageValues("operator", inject("clusterOperatorImage")),
+  ...imageValues("provisioner", inject("clusterProvisionerImage")),
+  ...imageValues("sandbox", inject("clusterSandboxImage")),
+  "--set",
+  `sandboxes.namespace=${sandboxNs}`,
+  "--set",
+  `operator.watchNamespace=${sandboxNs}`,
+  // The test cluster's DNS is a host process on the node address, not a kube-dns pod.
+  "--set-json",
+  'sandboxes.dnsCidrs=["10.244.0.1/32"]',
+];
+
+type Doc = {
+  kind: string;
+  metadata: { name: string; annotations?: Record<string, string> };
+  spec?: Record<string, unknown>;
+  rules?: { verbs: string[]; resources: string[] }[];
+};
+
+async function render(...args: string[]): Promise<Doc[]> {
+  const text = await helm("template", release, CHART, "-n", systemNs, ...args);
+  return parseAllDocuments(text)
+    .map((d) => d.toJS() as Doc | null)
+    .filter((d): d is Doc => d !== null);
+}
+
+async function apiKey(): Promise<string> {
+  const secret = await core.readNamespacedSecret({
+    name: `${fullname}-api-keys`,
+    namespace: systemNs,
+  });
+  const keys = JSON.parse(Buffer.from(secret.data!["api-keys.json"]!, "base64").toString()) as {
+    key: string;
+  }[];
+  return keys[0]!.key;
+}
+
+async function provisionerUrl(): Promise<string> {
+  const svc = await core.readNamespacedService({
+    name: `${fullname}-provisioner`,
+    namespace: systemNs,
+  });
+  return `http://${svc.spec!.clusterIP}:${svc.spec!.ports![0]!.port}`;
+}
+
+async function deploymentRolled(name: string, replicas: number) {
+  return waitFor(`deployment ${name}: ${replicas} updated, ready replicas`, 240_000, async () => {
+    const d = await apps.readNamespacedDeployment({ name, namespace: systemNs });
+    const s = d.status;
+    return s?.observedGeneration === d.metadata?.generation &&
+      s?.updatedReplicas === replicas &&
+      s?.readyReplicas === replicas &&
+      (s?.replicas ?? 0) === replicas
+      ? d
+      : undefined;
+  });
+}
+
+async function podLogs(component: string, tail = 200): Promise<string> {
+  const pods = await core.listNamespacedPod({
+    namespace: systemNs,
+    labelSelector: `app.kubernetes.io/name=sandpit-${component}`,
+  });
+  const out: string[] = [];
+  for (const p of pods.items) {
+    const text = await core
+      .readNamespacedPodLog({ name: p.metadata!.name!, namespace: systemNs, tailLines: tail })
+      .catch((err: unknown) => `(no log: ${String(err)})`);
+    out.push(`--- ${p.metadata!.name}\n${text}`);
+  }
+  return out.join("\n");
+}
+
+beforeAll(async () => {
+  const { stdout } = await run(`${ROOT}test/cluster/build.sh`, [], { timeout: 30 * 60_000 });
+  helmBin = `${stdout.trim()}/helm`;
+});
+
+afterAll(async () => {
+  if (installed) await helm("uninstall", release, "-n", systemNs, "--wait").catch(() => undefined);
+  for (const name of [sandboxNs, systemNs]) {
+    await core.deleteNamespace({ name }).catch(() => undefined);
+  }
+  for (const name of [sandboxNs, systemNs]) {
+    await waitFor(`namespace ${name} gone`, 180_000, async () =>
+      (await core.readNamespace({ name }).then(
+        () => false,
+        () => true,
+      ))
+        ? true
+        : undefined,
+    ).catch((err: unknown) => log(String(err)));
+  }
+}, 400_000);
+
+describe("the chart, offline", () => {
+  it("passes helm lint --strict, with the defaults and with every option set", async () => {
+    await helm("lint", "--strict", CHART);
+    await helm(
+      "lint",
+      "--strict",
+      CHART,
+      "--set-json",
+      'provisioner.apiKeys=[{"key":"0123456789abcdef0123456789","tenant":"acme","maxSandboxes":5}]',
+      "--set",
+      "provisioner.defaultPool=default,provisioner.publicUrl=https://sandpit.example.com",
+      "--set",
+      "operator.watchNamespace=sandpit-sandboxes,operator.replicas=1",
+      "--set-json",
+      'sandboxes.tolerations=[{"key":"sandbox","operator":"Exists","effect":"NoSchedule"}]',
+    );
+  });
+
+  it.each([
+    [["--set", "operator.replicas=two"], /operator\.replicas|replicas/],
+    [["--set", "operater.replicas=2"], /operater/],
+    [["--set-json", 'provisioner.apiKeys=[{"key":"short","tenant":"a"}]'], /key/],
+    [["--set", "provisioner.service.type=Ingress"], /service\.type|type/],
+    [["--set", "sandboxes.namespace=Not_A_Name"], /namespace/],
+    [["--set", "operator.watchNamespace=elsewhere"], /watchNamespace/],
+    [["--set", "metrics.serviceMonitor.enabled=true"], /ServiceMonitor/],
+  ])("refuses bad values %j with a message naming them", async (args, message) => {
+    const err = await render(...(args as string[])).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(err, "helm template accepted the values").toBeInstanceOf(Error);
+    expect(err!.message).toMatch(message);
+  });
+
+  it("renders restricted pods, least-privilege RBAC, ClusterIP services and kept CRDs", async () => {
+    const docs = await render();
+    const byKind = (kind: string) => docs.filter((d) => d.kind === kind);
+    expect(byKind("Deployment").map((d) => d.metadata.name)).toEqual([
+      `${fullname}-operator`,
+      `${fullname}-provisioner`,
+    ]);
+    for (const d of byKind("Deployment")) {
+      const pod = (d.spec as { template: { spec: PodSpec } }).template.spec;
+      expect(pod.securityContext).toMatchObject({
+        runAsNonRoot: true,
+        seccompProfile: { type: "RuntimeDefault" },
+      });
+      for (const c of pod.containers) {
+        expect(c.securityContext).toEqual({
+          allowPrivilegeEscalation: false,
+          readOnlyRootFilesystem: true,
+          capabilities: { drop: ["ALL"] },
+        });
+        expect(c.resources?.limits).toBeDefined();
+        expect(c.livenessProbe && c.readinessProbe).toBeTruthy();
+      }
+    }
+    for (const s of byKind("Service")) expect(s.spec!.type).toBe("ClusterIP");
+    for (const r of [...byKind("ClusterRole"), ...byKind("Role")]) {
+      for (const rule of r.rules!) {
+        expect(rule.verbs).not.toContain("*");
+        expect(rule.resources).not.toContain("*");
+      }
+    }
+    const crds = byKind("CustomResourceDefinition");
+    expect(crds.map((c) => c.metadata.name).sort()).toEqual([
+      "sandboxes.sandpit.dev",
+      "sandboxpools.sandpit.dev",
+    ]);
+    for (const c of crds) expect(c.metadata.annotations?.["helm.sh/resource-policy"]).toBe("keep");
+    expect(byKind("PodDisruptionBudget")).toHaveLength(2);
+    expect(await render("--set", "crds.install=false")).not.toContainEqual(
+      expect.objectContaining({ kind: "CustomResourceDefinition" }),
+    );
+  });
+});
+
+describe("the chart on the cluster", () => {
+  let keyBefore: string;
+  let sandboxId: string;
+
+  it("installs: the operator leads, the provisioner serves, a sandbox runs Python and TypeScript", async () => {
+    const started = Date.now();
+    // The CRDs may exist already (other suites apply crds/): the release takes them over.
+    const notes = await helm(
+      "install",
+      release,
+      CHART,
+      "-n",
+      systemNs,
+      "--create-namespace",
+      "--take-ownership",
+      "--wait",
+      "--timeout",
+      "5m",
+      ...releaseValues(),
+    );
+    installed = true;
+    log(`installed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    expect(notes).toContain(`kubectl -n ${systemNs} port-forward service/${fullname}-provisioner`);
+
+    await deploymentRolled(`${fullname}-operator`, 2);
+    await deploymentRolled(`${fullname}-provisioner`, 2);
+    const pods = await core.listNamespacedPod({
+      namespace: systemNs,
+      labelSelector: "app.kubernetes.io/name=sandpit-operator",
+    });
+    const holder = await waitFor(
+      "the operator's Lease held by one of its pods",
+      120_000,
+      async () => {
+        const lease = await leases
+          .readNamespacedLease({ name: `${fullname}-operator`, namespace: systemNs })
+          .catch(() => undefined);
+        const who = lease?.spec?.holderIdentity;
+        return who && pods.items.some((p) => p.metadata!.name === who) ? who : undefined;
+      },
+    );
+    log(`lease held by ${holder}`);
+
+    keyBefore = await apiKey();
+    expect(keyBefore).toMatch(/^sp_[A-Za-z0-9]{40}$/);
+    const url = await provisionerUrl();
+    const health = await fetch(`${url}/healthz`);
+    expect(health.status).toBe(200);
+    const refused = await fetch(`${url}/v1/sandboxes`, {
+      headers: { authorization: "Bearer not-a-key-not-a-key-not-a-key" },
+    });
+    expect(refused.status).toBe(401);
+
+    const provider = createProvider({
+      use: "kubernetes",
+      kubernetes: { provisionerUrl: url, apiKey: keyBefore },
+    });
+    const sbx = await provider.create({ language: "python", threadId: `chart-${id}` });
+    sandboxId = sbx.sandboxId;
+    try {
+      const py = await sbx.executeCode("print(6*7)", "python");
+      expect(py.stdout.trim(), JSON.stringify(py)).toBe("42");
+      const ts = await sbx.executeCode(
+        "const n: number = 6 * 7;\nconsole.log(`ts ${n}`);",
+        "typescript",
+      );
+      expect(ts.stdout.trim(), JSON.stringify(ts)).toBe("ts 42");
+    } catch (err) {
+      throw new Error(`${String(err)}\n${await podLogs("provisioner")}`, { cause: err });
+    }
+    const sandboxes = await custom.listNamespacedCustomObject({
+      group: "sandpit.dev",
+      version: "v1alpha1",
+      namespace: sandboxNs,
+      plural: "sandboxes",
+    });
+    expect((sandboxes as { items: unknown[] }).items).toHaveLength(1);
+
+    // The ClusterRole (bound in the watched namespace) is enough: the operator recorded events
+    // and was refused nothing.
+    const recorded = await events.listNamespacedEvent({ namespace: sandboxNs });
+    expect(recorded.items.some((e) => e.reportingController === "sandpit.dev/operator")).toBe(true);
+    expect(await podLogs("operator", 1000)).not.toMatch(/forbidden/i);
+    expect(await podLogs("provisioner", 1000)).not.toMatch(/forbidden/i);
+  }, 600_000);
+
+  it("upgrades: both Deployments roll, the generated key and the sandbox stay", async () => {
+    expect(installed, "needs the install above").toBe(true);
+    const before = await apps.readNamespacedDeployment({
+      name: `${fullname}-provisioner`,
+      namespace: systemNs,
+    });
+    await helm(
+      "upgrade",
+      release,
+      CHART,
+      "-n",
+      systemNs,
+      "--wait",
+      "--timeout",
+      "5m",
+      ...releaseValues(),
+      "--set",
+      "operator.logLevel=debug,provisioner.logLevel=debug",
+    );
+    const history = await helm("history", release, "-n", systemNs, "-o", "json");
+    expect((JSON.parse(history) as { revision: number }[]).map((r) => r.revision)).toEqual([1, 2]);
+    const after = await deploymentRolled(`${fullname}-provisioner`, 2);
+    await deploymentRolled(`${fullname}-operator`, 2);
+    expect(after.metadata!.generation).toBeGreaterThan(before.metadata!.generation!);
+    const env = after.spec!.template.spec!.containers[0]!.env!;
+    expect(env).toContainEqual({ name: "SANDPIT_LOG_LEVEL", value: "debug" });
+
+    expect(await apiKey()).toBe(keyBefore);
+    const provider = createProvider({
+      use: "kubernetes",
+      kubernetes: { provisionerUrl: await provisionerUrl(), apiKey: keyBefore },
+    });
+    const again = await provider.create({ language: "python", threadId: `chart-${id}` });
+    expect(again.sandboxId).toBe(sandboxId);
+    expect((await again.commands.run("echo still here")).stdout).toBe("still here\n");
+  }, 600_000);
+
+  it("uninstalls, leaving the CRDs, the sandboxes' namespace and its Sandbox", async () => {
+    expect(installed, "needs the install above").toBe(true);
+    await helm("uninstall", release, "-n", systemNs, "--wait", "--timeout", "3m");
+    installed = false;
+    await waitFor("the release's Deployments gone", 120_000, async () => {
+      const list = await apps.listNamespacedDeployment({ namespace: systemNs });
+      return list.items.length === 0 ? true : undefined;
+    });
+    for (const name of ["sandboxes.sandpit.dev", "sandboxpools.sandpit.dev"]) {
+      const crd = await extensions.readCustomResourceDefinition({ name });
+      expect(crd.metadata!.deletionTimestamp).toBeUndefined();
+    }
+    const ns = await core.readNamespace({ name: sandboxNs });
+    expect(ns.metadata!.deletionTimestamp).toBeUndefined();
+    const sbx = (await custom.getNamespacedCustomObject({
+      group: "sandpit.dev",
+      version: "v1alpha1",
+      namespace: sandboxNs,
+      plural: "sandboxes",
+      name: sandboxId,
+    })) as { metadata: { deletionTimestamp?: string } };
+    expect(sbx.metadata.deletionTimestamp).toBeUndefined();
+  }, 300_000);
+});
