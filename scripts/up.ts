@@ -200,6 +200,10 @@ async function installChart(cluster: Cluster, imgs: ClusterImages): Promise<void
     `sandboxes.namespace=${SANDBOX_NS}`,
     "--set",
     `provisioner.defaultPool=${POOL}`,
+    // Sandboxes in other namespaces are left to whoever runs an operator there (the test
+    // suites run their own, each in a namespace of its own).
+    "--set",
+    `operator.watchNamespace=${SANDBOX_NS}`,
     ...(cluster.kind === "local" ? ["--set-json", `sandboxes.dnsCidrs=["${LOCAL_DNS_CIDR}"]`] : []),
   ];
   const { stdout } = await run(helm, args, {
