@@ -77,6 +77,8 @@ const BURST = SMOKE ? 5 : 100;
 /** How long the burst's pool may take to have all its warm pods ready. */
 const BURST_FILL_MS = (SMOKE ? 5 : 30) * 60_000;
 /** The harness's settings; debug logging gives one line per API request, timed (the breakdown). */
+/** How long a part waits for the machine to be quiet before it starts. */
+const SETTLE_MS = 180_000;
 const OPERATOR_ENV = {
   SANDPIT_CPU_REQUEST: "10m",
   SANDPIT_IMAGE_PULL_POLICY: "IfNotPresent",
@@ -295,6 +297,31 @@ async function remove(m: Main, s: Sample): Promise<void> {
     .catch((err: unknown) => log(`warning: ${(err as Error).message}`));
 }
 
+/** The machine's CPU time so far, busy and in all (from /proc/stat, every core). */
+async function cpuTimes(): Promise<{ busy: number; total: number }> {
+  const line = (await readFile("/proc/stat", "utf8")).split("\n")[0]!;
+  const f = line.trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - f[3]! - f[4]!, total }; // idle, iowait
+}
+
+/**
+ * Waits (at most `maxMs`) until the machine's CPUs were less than 25% busy over 5 s, so a part
+ * does not start in the wake of the previous one; returns what it found.
+ */
+async function settle(maxMs: number) {
+  const t0 = now();
+  let busy: number;
+  for (;;) {
+    const a = await cpuTimes();
+    await sleep(5_000);
+    const b = await cpuTimes();
+    busy = (b.busy - a.busy) / (b.total - a.total || 1);
+    if (busy < 0.25 || now() - t0 > maxMs) break;
+  }
+  return { cpuBusy: busy, settleS: (now() - t0) / 1000, loadAvg1: os.loadavg()[0]! };
+}
+
 function breakdown(samples: Sample[]) {
   const of = (k: keyof Sample) =>
     stats(
@@ -360,14 +387,14 @@ function opBreakdown(samples: Sample[]) {
 
 async function cold(m: Main) {
   const samples: Sample[] = [];
-  const load = os.loadavg()[0]!;
+  const start = await settle(SETTLE_MS);
   for (let i = 0; i < COLD; i++) {
     const s = await createThenCommand(m, { language: "python" });
     samples.push(s);
     log(`cold ${i + 1}/${COLD}: ${s.total.toFixed(0)} ms (answer ${s.answered.toFixed(0)})`);
     await remove(m, s);
   }
-  return { loadAvg1: load, samples, ...breakdown(samples) };
+  return { start, samples, ...breakdown(samples) };
 }
 
 async function warm(m: Main) {
@@ -384,7 +411,7 @@ async function warm(m: Main) {
     ((await pools.get(m.c, m.ns, pool)).status?.warmReady ?? 0) >= WARM_POOL &&
     claimable() >= WARM_POOL;
   await waitFor(`the pool's ${WARM_POOL} warm pods ready`, 300_000, full, 200);
-  const load = os.loadavg()[0]!;
+  const start = await settle(SETTLE_MS);
   const samples: Sample[] = [];
   const notAdopted: Sample[] = [];
   const waits: number[] = [];
@@ -412,7 +439,7 @@ async function warm(m: Main) {
     .catch(() => undefined);
   await m.pods.until("the warm pool's pods gone", 180_000, () => m.pods.live().length === 0);
   return {
-    loadAvg1: load,
+    start,
     samples,
     notAdopted,
     waitForFull: stats(waits),
@@ -465,7 +492,7 @@ async function roundTrips(m: Main) {
     await f();
     return now() - t0;
   };
-  const load = os.loadavg()[0]!;
+  const start = await settle(SETTLE_MS);
   const t0 = now();
   try {
     for (let i = 0; i < RTT_WARMUP + RTT; i++) {
@@ -503,7 +530,7 @@ async function roundTrips(m: Main) {
       { direct: stats(times[op].direct), proxy: stats(times[op].proxy) },
     ]),
   ) as Record<Op, { direct: Stats; proxy: Stats }>;
-  return { loadAvg1: load, durationS, floor: stats(floorTimes), ...out };
+  return { start, durationS, floor: stats(floorTimes), ...out };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -573,9 +600,8 @@ async function burst(m: Main) {
   const fillS = (now() - filled0) / 1000;
   const atFull = { ...(await nodeCapacity(m)), warmReady, ready };
   log(`burst: ${ready} warm pods ready after ${fillS.toFixed(0)} s; ${BURST} creates at once`);
-  await sleep(5_000); // the last pods' start-up settles
   const n = Math.min(BURST, ready);
-  const load = os.loadavg()[0]!;
+  const start = await settle(SETTLE_MS);
   const t0 = now();
   const answers = await Promise.all(
     Array.from({ length: n }, async () => {
@@ -659,7 +685,7 @@ async function burst(m: Main) {
     fillS,
     before,
     atFull,
-    loadAvg1: load,
+    start,
     wallMs,
     perCreate: stats(ok.map((a) => a.at - a.s0)),
     ...breakdown(samples),
@@ -876,7 +902,7 @@ function report(r: {
     `**${b.issued} at once:** ${b.ok}/${b.issued} answered with a Ready sandbox, the last ${ms(b.wallMs)} ms after the creates were issued; ${b.adopted} of them had adopted a warm pod.${burstLabel} The pool (warm ${b.warmPods}) took ${b.fillS.toFixed(0)} s to have them all ready; then ${b.atFull.podsOnNode} pods were on the node (max ${b.atFull.maxPods}) and ${(b.atFull.freeMemMiB / 1024).toFixed(1)} GiB of memory free. As the creates are answered the pool starts replacements for the adopted pods, which compete for the 2 cores with the rest of the burst and with the \`print(1)\` calls that follow it.${b.failures.length ? ` Failed answers (first 10): ${b.failures.join("; ")}.` : ""}`,
   );
   notes.push(
-    `**Load:** 1-minute load average at the start of the cold, warm, round-trip and burst parts: ${[c, w, rtt, b].map((p) => p.loadAvg1.toFixed(1)).join(", ")} (2 cores).${r.otherNamespaces.length ? ` Other namespaces on the cluster when the run started: ${r.otherNamespaces.join(", ")}.` : ""}${b.otherNamespaces.length ? ` When the burst started: ${b.otherNamespaces.join(", ")}.` : ""}`,
+    `**Load:** before each part the bench waited (at most ${SETTLE_MS / 60_000} min) until the CPUs had been less than 25% busy over 5 s. CPU busy over those last 5 s / time waited / 1-minute load average, at the start of the cold, warm, round-trip and burst parts: ${[c, w, rtt, b].map((p) => `${(p.start.cpuBusy * 100).toFixed(0)}% / ${p.start.settleS.toFixed(0)} s / ${p.start.loadAvg1.toFixed(1)}`).join("; ")} (2 cores).${r.otherNamespaces.length ? ` Other namespaces on the cluster when the run started: ${r.otherNamespaces.join(", ")}.` : ""}${b.otherNamespaces.length ? ` When the burst started: ${b.otherNamespaces.join(", ")}.` : ""}`,
   );
 
   return `${HEADING}
