@@ -1,8 +1,12 @@
 /**
- * Forwarding to sandboxd, streamed both ways: request and response bodies are piped, never
+ * Forwarding to a sandbox, streamed both ways: request and response bodies are piped, never
  * buffered, so a 1 GiB download costs the provisioner a few buffers; an upgrade (WebSocket, or
- * sandboxd's TCP tunnel for getHost) becomes a spliced pair of sockets. The client's credential
- * (an API key or a capability) is replaced by the sandbox's own bearer token on the way.
+ * sandboxd's TCP tunnel for getHost) becomes a spliced pair of sockets.
+ *
+ * Two destinations: sandboxd itself, where the client's credential (an API key or a capability)
+ * is replaced by the sandbox's own bearer token; and a server listening on a port inside the
+ * sandbox, reached through sandboxd's TCP tunnel (`/v1/ports/<port>/tunnel`), which never sees
+ * either credential.
  *
  * A client that goes away mid-upload makes the upstream request abort too, so sandboxd sees a
  * cut-off body and discards the partial file instead of completing it.
@@ -11,14 +15,18 @@ import { type IncomingMessage, type ServerResponse, request as httpRequest } fro
 import { connect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 
+/** A sandbox's sandboxd: its address and bearer token. */
 export interface Target {
   host: string;
   port: number;
   token: string;
 }
 
-/** Hop-by-hop headers (RFC 9110 §7.6.1) and the client's own credentials are not forwarded. */
-const DROP = new Set([
+/** Where a request goes: sandboxd itself, or port `port` inside the sandbox (a tunnel). */
+export type Destination = { kind: "sandboxd" } | { kind: "port"; port: number };
+
+/** Hop-by-hop headers (RFC 9110 §7.6.1) and the provisioner's own credentials are not forwarded. */
+const HOP_BY_HOP = [
   "connection",
   "keep-alive",
   "proxy-connection",
@@ -29,15 +37,92 @@ const DROP = new Set([
   "host",
   "authorization",
   "x-api-key",
-  "cookie",
-]);
+];
+/** sandboxd gets no cookies; a server of the user's inside the sandbox gets its own. */
+const DROP = {
+  sandboxd: new Set([...HOP_BY_HOP, "cookie"]),
+  port: new Set(HOP_BY_HOP),
+};
 
-function forwardHeaders(req: IncomingMessage, target: Target): Record<string, string | string[]> {
+function forwardHeaders(
+  req: IncomingMessage,
+  target: Target,
+  to: Destination,
+): Record<string, string | string[]> {
+  const drop = DROP[to.kind];
   const out: Record<string, string | string[]> = {};
-  for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !DROP.has(k)) out[k] = v;
-  out.host = `${target.host}:${target.port}`;
-  out.authorization = `Bearer ${target.token}`;
+  for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !drop.has(k)) out[k] = v;
+  if (to.kind === "sandboxd") {
+    out.host = `${target.host}:${target.port}`;
+    out.authorization = `Bearer ${target.token}`;
+  } else {
+    out.host = `127.0.0.1:${to.port}`;
+  }
   return out;
+}
+
+/** Why a connection to the destination could not be made, with the HTTP status to answer. */
+export class UpstreamError extends Error {
+  readonly status: number;
+  constructor(status: number, message: string) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/**
+ * A raw connection to 127.0.0.1:`port` inside the sandbox: sandboxd's tunnel, opened with the
+ * sandbox's token. Rejects with sandboxd's own answer when it refuses (nothing listens there,
+ * say).
+ */
+export function openTunnel(target: Target, port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(target.port, target.host);
+    let buffered = Buffer.alloc(0);
+    const fail = (err: Error) => {
+      socket.destroy();
+      reject(err);
+    };
+    socket.setTimeout(30_000, () =>
+      fail(new UpstreamError(504, "sandboxd did not open the tunnel")),
+    );
+    socket.once("connect", () => {
+      socket.write(
+        `GET /v1/ports/${port}/tunnel HTTP/1.1\r\nhost: ${target.host}:${target.port}\r\n` +
+          `authorization: Bearer ${target.token}\r\nconnection: Upgrade\r\nupgrade: tcp\r\n\r\n`,
+      );
+    });
+    const onData = (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      const end = buffered.indexOf("\r\n\r\n");
+      if (end < 0) {
+        if (buffered.length > 16_384) fail(new UpstreamError(502, "sandboxd's answer is too long"));
+        return;
+      }
+      socket.off("data", onData);
+      socket.setTimeout(0);
+      const head = buffered.subarray(0, end).toString("latin1");
+      const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(head)?.[1] ?? 0);
+      if (status === 101) {
+        const rest = buffered.subarray(end + 4);
+        if (rest.length) socket.unshift(rest);
+        return resolve(socket);
+      }
+      const body = buffered.subarray(end + 4).toString();
+      const message =
+        /"message"\s*:\s*"([^"]*)"/.exec(body)?.[1] ?? `sandboxd answered HTTP ${status}`;
+      fail(
+        new UpstreamError(
+          status === 502 ? 502 : status >= 400 && status < 500 ? status : 502,
+          message,
+        ),
+      );
+    };
+    socket.on("data", onData);
+    socket.once("error", (err) =>
+      fail(new UpstreamError(502, `sandboxd did not answer: ${err.message}`)),
+    );
+  });
 }
 
 export function splitEndpoint(endpoint: string): { host: string; port: number } {
@@ -45,20 +130,31 @@ export function splitEndpoint(endpoint: string): { host: string; port: number } 
   return { host: endpoint.slice(0, i), port: Number(endpoint.slice(i + 1)) };
 }
 
-/** Forwards one HTTP request to `path` (with its query) on sandboxd. */
+/** Forwards one HTTP request to `path` (with its query) on the destination. */
 export function proxyRequest(
   req: IncomingMessage,
   res: ServerResponse,
   target: Target,
   path: string,
+  to: Destination = { kind: "sandboxd" },
 ): Promise<void> {
   return new Promise((resolve) => {
     const upstream = httpRequest({
-      host: target.host,
-      port: target.port,
       method: req.method,
       path,
-      headers: forwardHeaders(req, target),
+      headers: forwardHeaders(req, target, to),
+      ...(to.kind === "sandboxd"
+        ? { host: target.host, port: target.port }
+        : {
+            // The request goes over a tunnel opened first; Node waits for `done`.
+            createConnection: (_o: unknown, done: (err: Error | null, s: Duplex) => void) => {
+              openTunnel(target, to.port).then(
+                (s) => done(null, s),
+                (err: Error) => done(err, undefined as unknown as Duplex),
+              );
+              return undefined;
+            },
+          }),
     });
     const fail = (status: number, message: string) => {
       if (!res.headersSent) {
@@ -81,7 +177,14 @@ export function proxyRequest(
         resolve();
       });
     });
-    upstream.on("error", (err) => fail(502, `sandboxd did not answer: ${err.message}`));
+    upstream.on("error", (err) =>
+      err instanceof UpstreamError
+        ? fail(err.status, err.message)
+        : fail(
+            502,
+            `${to.kind === "sandboxd" ? "sandboxd" : `port ${to.port}`} did not answer: ${err.message}`,
+          ),
+    );
     // The client hung up: abort upstream too (an interrupted upload must not look complete).
     res.on("close", () => {
       if (!res.writableFinished) upstream.destroy(new Error("client closed the connection"));
@@ -92,8 +195,8 @@ export function proxyRequest(
 }
 
 /**
- * Forwards an upgrade request (WebSocket, `Upgrade: tcp`) and splices the two sockets once
- * sandboxd agrees. Whatever sandboxd answers (101 or an error) goes back to the client verbatim.
+ * Forwards an upgrade request (WebSocket, `Upgrade: tcp`) and splices the two sockets once the
+ * destination agrees. Whatever it answers (101 or an error) goes back to the client verbatim.
  */
 export function proxyUpgrade(
   req: IncomingMessage,
@@ -101,30 +204,48 @@ export function proxyUpgrade(
   head: Buffer,
   target: Target,
   path: string,
+  to: Destination = { kind: "sandboxd" },
 ): void {
-  const upstream: Socket = connect(target.port, target.host);
-  const headers = forwardHeaders(req, target);
+  const headers = forwardHeaders(req, target, to);
   headers.connection = "Upgrade";
   if (req.headers.upgrade) headers.upgrade = req.headers.upgrade;
   const lines = [`${req.method ?? "GET"} ${path} HTTP/1.1`];
   for (const [k, v] of Object.entries(headers))
     for (const one of Array.isArray(v) ? v : [v]) lines.push(`${k}: ${one}`);
-  upstream.once("connect", () => {
-    upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
-    if (head.length) upstream.write(head);
-    upstream.pipe(client);
-    client.pipe(upstream);
-  });
+  let upstream: Duplex | undefined;
   const close = () => {
-    upstream.destroy();
+    upstream?.destroy();
     client.destroy();
   };
-  upstream.on("error", () => {
-    if (client.writable && !upstream.bytesRead) {
-      client.end("HTTP/1.1 502 Bad Gateway\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
-    } else close();
-  });
+  const refuse = (status: number, message: string) => {
+    const body = JSON.stringify({ error: { code: "UPSTREAM_UNAVAILABLE", message } });
+    client.end(
+      `HTTP/1.1 ${status} Bad Gateway\r\ncontent-type: application/json\r\n` +
+        `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  };
+  const splice = (socket: Duplex) => {
+    upstream = socket;
+    socket.write(`${lines.join("\r\n")}\r\n\r\n`);
+    if (head.length) socket.write(head);
+    socket.pipe(client);
+    client.pipe(socket);
+    socket.on("error", close);
+    socket.on("close", () => client.destroy());
+    client.on("close", () => socket.destroy());
+  };
   client.on("error", close);
-  upstream.on("close", () => client.destroy());
-  client.on("close", () => upstream.destroy());
+  if (to.kind === "port") {
+    openTunnel(target, to.port).then(splice, (err: UpstreamError) =>
+      client.writable ? refuse(err.status ?? 502, err.message) : close(),
+    );
+    return;
+  }
+  const socket: Socket = connect(target.port, target.host);
+  socket.once("connect", () => splice(socket));
+  socket.once("error", (err) => {
+    if (client.writable && !socket.bytesRead)
+      refuse(502, `sandboxd did not answer: ${err.message}`);
+    else close();
+  });
 }

@@ -11,8 +11,8 @@ import { Counter, Histogram, Registry, collectDefaultMetrics } from "prom-client
 import { z } from "zod";
 import { KeyRing } from "./api/auth.ts";
 import { deerflowRouter } from "./api/deerflow.ts";
-import { errorHandler, toApiError } from "./api/errors.ts";
-import { nativeRouter, readyForTraffic } from "./api/native.ts";
+import { ApiError, errorHandler, toApiError } from "./api/errors.ts";
+import { nativeRouter, parsePort, readyForTraffic } from "./api/native.ts";
 import {
   CreateSandbox,
   DeerFlowCreate,
@@ -22,7 +22,7 @@ import {
   SandboxView,
 } from "./api/schemas.ts";
 import type { ProvisionerConfig } from "./config.ts";
-import { proxyUpgrade, splitEndpoint } from "./proxy.ts";
+import { type Destination, proxyUpgrade, splitEndpoint } from "./proxy.ts";
 import { SandboxStore } from "./sandboxes.ts";
 
 export interface App {
@@ -95,7 +95,10 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
   return { server, registry };
 }
 
-/** Upgrades on /v1/sandboxes/:id/proxy/... (API key) are spliced through to sandboxd. */
+/**
+ * Upgrades (API key) on /v1/sandboxes/:id/proxy/... are spliced through to sandboxd, and on
+ * /v1/sandboxes/:id/ports/:port/... to that port inside the sandbox (a WebSocket server, say).
+ */
 async function handleUpgrade(
   req: IncomingMessage,
   socket: Duplex,
@@ -105,15 +108,19 @@ async function handleUpgrade(
   cfg: ProvisionerConfig,
 ): Promise<void> {
   const url = new URL(req.url ?? "/", "http://x");
-  const m = /^\/v1\/sandboxes\/([^/]+)\/proxy(\/.*)$/.exec(url.pathname);
-  if (!m)
-    throw Object.assign(new Error("upgrades are only proxied under /v1/sandboxes/:id/proxy/"), {
-      status: 404,
-    });
+  const m = /^\/v1\/sandboxes\/([^/]+)\/(?:proxy|ports\/([^/]+))(\/.*)?$/.exec(url.pathname);
+  if (!m || (m[2] === undefined && !m[3]))
+    throw new ApiError(
+      404,
+      "NOT_FOUND",
+      "upgrades are only proxied under /v1/sandboxes/:id/proxy/ and /v1/sandboxes/:id/ports/:port/",
+    );
+  const to: Destination =
+    m[2] === undefined ? { kind: "sandboxd" } : { kind: "port", port: parsePort(m[2]) };
   const key = keys.find(/^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "")?.[1]?.trim());
-  if (!key) throw Object.assign(new Error("missing or unknown API key"), { status: 401 });
-  const found = store.get(key.tenant, decodeURIComponent(m[1]!));
-  if (!found) throw Object.assign(new Error("no such sandbox"), { status: 404 });
+  if (!key) throw new ApiError(401, "UNAUTHORIZED", "missing or unknown API key");
+  const found = store.get(key.tenant, safeDecode(m[1]!));
+  if (!found) throw new ApiError(404, "NOT_FOUND", "no such sandbox");
   const s = await readyForTraffic(store, found, cfg.readyTimeoutMs);
   void store.reportActivity(s.metadata.name);
   proxyUpgrade(
@@ -121,8 +128,18 @@ async function handleUpgrade(
     socket,
     head,
     { ...splitEndpoint(s.status!.endpoint!), token: await store.token(s) },
-    `${m[2]}${url.search}`,
+    `${m[3] ?? "/"}${url.search}`,
+    to,
   );
+}
+
+/** A path segment, percent-decoded; a malformed escape is a 400, not a crash. */
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new ApiError(400, "INVALID_ARGUMENT", `malformed percent-encoding in "${segment}"`);
+  }
 }
 
 /** Route labels stay few: parameters are not part of them. */
@@ -196,6 +213,20 @@ function openApi() {
           "Any method: forwarded to sandboxd (bodies streamed; upgrades spliced); resumes a suspended sandbox first",
         parameters: [
           ...id,
+          { name: "path", in: "path", required: true, schema: { type: "string" } },
+        ],
+      },
+      "/v1/sandboxes/{id}/ports/{port}/{path}": {
+        summary:
+          "Any method: forwarded to a server listening on {port} inside the sandbox, through sandboxd's tunnel (bodies streamed; WebSocket upgrades spliced); 502 when nothing listens there",
+        parameters: [
+          ...id,
+          {
+            name: "port",
+            in: "path",
+            required: true,
+            schema: { type: "integer", minimum: 1, maximum: 65535 },
+          },
           { name: "path", in: "path", required: true, schema: { type: "string" } },
         ],
       },

@@ -235,6 +235,80 @@ describe("native API", () => {
   );
 });
 
+describe("ports: servers inside a sandbox over HTTP", () => {
+  // Answers with what it received, so the test sees what the provisioner forwarded.
+  const SERVER = `
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(n) if n else b""
+        out = json.dumps({"method": self.command, "path": self.path, "received": len(body),
+                          "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = do_PUT = answer
+    def log_message(self, *args): pass
+ThreadingHTTPServer(("127.0.0.1", 8765), H).serve_forever()
+`;
+
+  test(
+    "/v1/sandboxes/:id/ports/:port/* reaches the server, streams bodies, and never forwards the API key",
+    { timeout: 180_000 },
+    async () => {
+      const s = await api("POST", "/v1/sandboxes", KEY_A, { threadId: "ports" });
+      expect(s.status, JSON.stringify(s.json)).toBeLessThan(300);
+      const id = s.json.id as string;
+      const start = await api("POST", `/v1/sandboxes/${id}/proxy/v1/code/execute`, KEY_A, {
+        language: "python",
+        code: [
+          "import subprocess, sys",
+          `open("/tmp/echo.py", "w").write(${JSON.stringify(SERVER)})`,
+          "subprocess.Popen([sys.executable, '/tmp/echo.py'], start_new_session=True,",
+          "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+        ].join("\n"),
+      });
+      expect(start.status, JSON.stringify(start.json)).toBe(200);
+
+      const base = `/v1/sandboxes/${id}/ports/8765`;
+      const get = await waitFor("the server in the sandbox to answer", 30_000, async () => {
+        const r = await api("GET", `${base}/hello/world?x=1&y=2`, KEY_A, undefined, {
+          cookie: "session=abc",
+        });
+        return r.status === 200 ? r : undefined;
+      });
+      expect(get.json.path).toBe("/hello/world?x=1&y=2");
+      expect(get.json.headers.cookie).toBe("session=abc");
+      expect(get.json.headers.authorization).toBeUndefined();
+      expect(get.json.headers["x-api-key"]).toBeUndefined();
+      expect(JSON.stringify(get.json.headers)).not.toContain(KEY_A);
+
+      const big = "x".repeat(3 * 1024 * 1024); // beyond the JSON body limit: proxied bodies stream
+      const post = await api("POST", `${base}/upload`, KEY_A, big, {
+        "content-type": "text/plain",
+      });
+      expect(post.status).toBe(200);
+      expect(post.json).toMatchObject({ method: "POST", path: "/upload", received: big.length });
+      expect((await api("GET", base, KEY_A)).json.path).toBe("/");
+
+      expect((await api("GET", `${base}/`, undefined)).status).toBe(401);
+      expect((await api("GET", `${base}/`, KEY_B)).status).toBe(404);
+      for (const bad of ["0", "65536", "http", "-1"]) {
+        const r = await api("GET", `/v1/sandboxes/${id}/ports/${bad}/`, KEY_A);
+        expect(r.status, bad).toBe(400);
+        expect(r.json.error.message).toMatch(/port/);
+      }
+      const closed = await api("GET", `/v1/sandboxes/${id}/ports/8799/`, KEY_A);
+      expect(closed.status).toBe(502);
+      expect(closed.json.error.message).toMatch(/nothing listens on port 8799/);
+    },
+  );
+});
+
 describe("DeerFlow-compatible API", () => {
   test(
     "create, the sandbox_url serves the AIO subset, list, get, delete",

@@ -8,7 +8,7 @@ import { requireKey } from "./auth.ts";
 import { ApiError, notFound, parse } from "./errors.ts";
 import { CreateSandbox, ListQuery } from "./schemas.ts";
 import type { ProvisionerConfig } from "../config.ts";
-import { proxyRequest, splitEndpoint } from "../proxy.ts";
+import { type Destination, proxyRequest, splitEndpoint } from "../proxy.ts";
 import {
   LABEL,
   type Sandbox,
@@ -174,6 +174,13 @@ export function nativeRouter(d: NativeDeps): Router {
     await forward(d.store, owned(req), req, res, d.cfg.readyTimeoutMs);
   });
 
+  // A server the sandbox runs on `port` (a dev server, a notebook), over HTTP: the rest of the
+  // path goes to 127.0.0.1:<port> inside, through sandboxd's tunnel.
+  r.all("/v1/sandboxes/:id/ports/:port{/*rest}", async (req: Request, res: Response) => {
+    const port = parsePort(req.params.port);
+    await forward(d.store, owned(req), req, res, d.cfg.readyTimeoutMs, { kind: "port", port });
+  });
+
   return r;
 }
 
@@ -187,6 +194,7 @@ export async function forward(
   req: Request,
   res: Response,
   readyTimeoutMs: number,
+  to: Destination = { kind: "sandboxd" },
 ): Promise<void> {
   const s = await readyForTraffic(store, sandbox, readyTimeoutMs, abortedBy(req));
   void store.reportActivity(s.metadata.name);
@@ -199,7 +207,20 @@ export async function forward(
     res,
     { ...splitEndpoint(s.status!.endpoint!), token: await store.token(s) },
     `/${rest}${query}`,
+    to,
   );
+}
+
+/** A port number from a path segment: 1-65535, or a 400 saying so. */
+export function parsePort(raw: unknown): number {
+  const port = /^\d{1,5}$/.test(String(raw)) ? Number(raw) : NaN;
+  if (!(port >= 1 && port <= 65535))
+    throw new ApiError(
+      400,
+      "INVALID_ARGUMENT",
+      `port: must be a number from 1 to 65535, not "${String(raw)}"`,
+    );
+  return port;
 }
 
 /** A suspended sandbox is resumed by the call that needs it; the call waits for it. */
