@@ -33,7 +33,7 @@ import Docker from "dockerode";
 import { ensureServiceImage } from "../runtime/image/service.ts";
 import { ensureDocker } from "../test/docker/dockerd.ts";
 import { ensureTestImage } from "../test/docker/test-image.ts";
-import { type ClusterImages, ensureClusterImages } from "../test/cluster/images.ts";
+import { type ClusterImages, chartImageArgs, ensureClusterImages } from "../test/cluster/images.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -168,16 +168,6 @@ async function helmBinary(): Promise<string> {
   return join(stdout.trim(), "helm");
 }
 
-function imageValues(component: string, image: string): string[] {
-  const at = image.lastIndexOf(":");
-  return [
-    "--set",
-    `images.${component}.repository=${image.slice(0, at)}`,
-    "--set",
-    `images.${component}.tag=${image.slice(at + 1)}`,
-  ];
-}
-
 async function installChart(cluster: Cluster, imgs: ClusterImages): Promise<void> {
   const helm = await helmBinary();
   const args = [
@@ -193,9 +183,7 @@ async function installChart(cluster: Cluster, imgs: ClusterImages): Promise<void
     "--wait",
     "--timeout",
     "5m",
-    ...imageValues("operator", imgs.operator),
-    ...imageValues("provisioner", imgs.provisioner),
-    ...imageValues("sandbox", imgs.sandbox),
+    ...chartImageArgs(imgs),
     "--set",
     `sandboxes.namespace=${SANDBOX_NS}`,
     "--set",

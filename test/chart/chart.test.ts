@@ -29,6 +29,7 @@ import {
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { createProvider } from "@sandpit/sdk";
+import { chartImageArgs } from "../cluster/images.ts";
 import { waitFor } from "../operator/harness.ts";
 
 const run = promisify(execFile);
@@ -72,21 +73,12 @@ async function helm(...args: string[]): Promise<string> {
   }
 }
 
-/** `image` (sandpit.local/name:tag) as the chart's repository and tag values. */
-function imageValues(component: string, image: string): string[] {
-  const at = image.lastIndexOf(":");
-  return [
-    "--set",
-    `images.${component}.repository=${image.slice(0, at)}`,
-    "--set",
-    `images.${component}.tag=${image.slice(at + 1)}`,
-  ];
-}
-
 const releaseValues = () => [
-  ...imageValues("operator", inject("clusterOperatorImage")),
-  ...imageValues("provisioner", inject("clusterProvisionerImage")),
-  ...imageValues("sandbox", inject("clusterSandboxImage")),
+  ...chartImageArgs({
+    operator: inject("clusterOperatorImage"),
+    provisioner: inject("clusterProvisionerImage"),
+    sandbox: inject("clusterSandboxImage"),
+  }),
   "--set",
   `sandboxes.namespace=${sandboxNs}`,
   "--set",

@@ -92,3 +92,16 @@ export async function ensureClusterImages(
     await engine.stop();
   }
 }
+
+/** The chart's `images.<name>.repository` and `.tag` values for these images, as helm arguments. */
+export function chartImageArgs(images: ClusterImages): string[] {
+  return Object.entries(images).flatMap(([name, image]: [string, string]) => {
+    const at = image.lastIndexOf(":");
+    return [
+      "--set",
+      `images.${name}.repository=${image.slice(0, at)}`,
+      "--set",
+      `images.${name}.tag=${image.slice(at + 1)}`,
+    ];
+  });
+}
