@@ -33,7 +33,12 @@ import Docker from "dockerode";
 import { ensureServiceImage } from "../runtime/image/service.ts";
 import { ensureDocker } from "../test/docker/dockerd.ts";
 import { ensureTestImage } from "../test/docker/test-image.ts";
-import { type ClusterImages, chartImageArgs, ensureClusterImages } from "../test/cluster/images.ts";
+import {
+  CLUSTER_STATE,
+  type ClusterImages,
+  chartImageArgs,
+  ensureClusterImages,
+} from "../test/cluster/images.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -78,6 +83,10 @@ async function existingCluster(): Promise<Cluster | undefined> {
     return undefined;
   }
   const context = kc.getCurrentContext();
+  // This repository's own cluster, reached through a kubeconfig of the user's.
+  if (kc.getCurrentCluster()?.caFile === join(CLUSTER_STATE, "pki", "ca.crt")) {
+    return { kubeconfig: file, kind: "local", name: context };
+  }
   return context.startsWith("kind-")
     ? { kubeconfig: file, kind: "kind", name: context.slice("kind-".length) }
     : { kubeconfig: file, kind: "other", name: context };
