@@ -26,7 +26,10 @@ export function crdFiles(): { path: string; text: string }[] {
       ...inChart.metadata.annotations,
       "helm.sh/resource-policy": "keep",
     };
-    inChart.metadata.labels = { ...inChart.metadata.labels, "app.kubernetes.io/part-of": "sandpit" };
+    inChart.metadata.labels = {
+      ...inChart.metadata.labels,
+      "app.kubernetes.io/part-of": "sandpit",
+    };
     return [
       {
         path: `${ROOT}crds/${crd.metadata.name}.yaml`,
