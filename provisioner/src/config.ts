@@ -37,6 +37,12 @@ const Env = z.object({
   SANDPIT_READY_TIMEOUT_MS: z.coerce.number().int().min(1000).default(120_000),
   /** At most one activity write per sandbox per this period (DESIGN: 15 s). */
   SANDPIT_ACTIVITY_INTERVAL_MS: z.coerce.number().int().min(1000).default(15_000),
+  /**
+   * After SIGTERM: how long to go on serving, unready, before closing. Kubernetes removes a
+   * terminating pod from its Service while the signal is sent; until every node's proxy has
+   * caught up, new connections still arrive and must not be refused.
+   */
+  SANDPIT_SHUTDOWN_DELAY_MS: z.coerce.number().int().min(0).max(60_000).default(5_000),
   SANDPIT_MAX_BODY_BYTES: z.coerce
     .number()
     .int()
@@ -54,6 +60,7 @@ export interface ProvisionerConfig {
   publicUrl: string | undefined;
   readyTimeoutMs: number;
   activityIntervalMs: number;
+  shutdownDelayMs: number;
   maxBodyBytes: number;
   logLevel: string;
 }
@@ -91,6 +98,7 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
     publicUrl: e.SANDPIT_PUBLIC_URL?.replace(/\/$/, ""),
     readyTimeoutMs: e.SANDPIT_READY_TIMEOUT_MS,
     activityIntervalMs: e.SANDPIT_ACTIVITY_INTERVAL_MS,
+    shutdownDelayMs: e.SANDPIT_SHUTDOWN_DELAY_MS,
     maxBodyBytes: e.SANDPIT_MAX_BODY_BYTES,
     logLevel: e.SANDPIT_LOG_LEVEL,
   };

@@ -1,6 +1,8 @@
 /**
  * The provisioner's entry point: `node provisioner/src/main.ts`, configured by SANDPIT_*
- * variables. SIGTERM stops accepting, lets requests in flight finish (up to 20 s), then exits.
+ * variables. SIGTERM turns /readyz to 503 and keeps serving for SANDPIT_SHUTDOWN_DELAY_MS while
+ * the Service drops this pod, then stops accepting, lets requests in flight finish (up to 20 s)
+ * and exits.
  */
 import { pino } from "pino";
 import { Kube, loadKubeConfig } from "@sandpit/operator/kube/client";
@@ -24,7 +26,7 @@ const store = new SandboxStore(
   cfg.activityIntervalMs,
 );
 store.start();
-const { server } = createApp(cfg, store, log);
+const { server, beginShutdown } = createApp(cfg, store, log);
 server.listen(cfg.listen.port, cfg.listen.host, () => {
   const a = server.address();
   log.info(
@@ -38,10 +40,18 @@ server.listen(cfg.listen.port, cfg.listen.host, () => {
 
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.once(signal, () => {
-    log.info("shutting down");
-    setTimeout(() => process.exit(0), 20_000).unref();
-    server.close(() => process.exit(0));
-    server.closeIdleConnections();
-    store.stop();
+    log.info(
+      { delayMs: cfg.shutdownDelayMs },
+      "shutting down: unready, serving until the delay ends",
+    );
+    beginShutdown();
+    setTimeout(() => {
+      setTimeout(() => process.exit(0), 20_000).unref();
+      server.close(() => {
+        store.stop();
+        process.exit(0);
+      });
+      server.closeIdleConnections();
+    }, cfg.shutdownDelayMs).unref();
   });
 }

@@ -35,10 +35,17 @@ export const CAPABILITY_ANNOTATION = "sandpit.dev/capability";
 export const EXTERNAL_ID_ANNOTATION = "sandpit.dev/external-id";
 /** How long a pool's "at capacity" must hold before a waiting create is told 429. */
 const CAPACITY_GRACE_MS = 2_000;
+/**
+ * How long this process trusts its own write over its cache. The informer normally catches up in
+ * milliseconds; the bound only matters if a watch event is lost (a relist then repairs the cache).
+ */
+const OWN_WRITE_HOLD_MS = 60_000;
+/** How long a create waits for a deleted sandbox of the same name to finish terminating. */
+const TERMINATING_WAIT_MS = 60_000;
 
 /** Why a sandbox cannot be handed out (mapped to HTTP by the API layer). */
 export class SandboxUnavailable extends Error {
-  readonly kind: "capacity" | "failed" | "packages" | "timeout";
+  readonly kind: "capacity" | "failed" | "packages" | "quota" | "timeout";
   readonly retryAfterS: number | undefined;
   constructor(kind: SandboxUnavailable["kind"], message: string, retryAfterS?: number) {
     super(message);
@@ -49,6 +56,8 @@ export class SandboxUnavailable extends Error {
 
 export interface CreateInput {
   tenant: string;
+  /** How many sandboxes the tenant may hold; a create past it is refused (kind "quota"). */
+  quota?: number;
   /** A stable name for idempotent creates; random when undefined. */
   name?: string;
   pool?: string | undefined;
@@ -81,6 +90,14 @@ export class SandboxStore {
   readonly #tokens = new Map<string, string>(); // by Sandbox uid
   readonly #lastActivity = new Map<string, number>();
   readonly #activityIntervalMs: number;
+  /**
+   * Read-your-writes: what this process created or deleted, until its informer shows it. Without
+   * it a create followed at once by a quota check, or a delete followed by a get, would read the
+   * cache from before the write. `undefined` marks a deletion (with the uid it deleted).
+   */
+  readonly #ownWrites = new Map<string, { sandbox?: Sandbox; deletedUid?: string; at: number }>();
+  /** Per tenant, the quota check and the create it allows run one at a time in this process. */
+  readonly #tenantQueues = new Map<string, Promise<unknown>>();
 
   constructor(kube: Kube, namespace: string, logger: Logger, activityIntervalMs: number) {
     this.#kube = kube;
@@ -89,11 +106,13 @@ export class SandboxStore {
     this.#activityIntervalMs = activityIntervalMs;
     this.#informer = new Informer<Sandbox>(kube, { resource: SANDBOXES, namespace, logger });
     const notify = (s: Sandbox) => {
+      this.#caughtUp(s, false);
       for (const w of this.#waiters.get(s.metadata.name) ?? []) w(s);
     };
     this.#informer.on("add", notify);
     this.#informer.on("update", notify);
     this.#informer.on("delete", (s) => {
+      this.#caughtUp(s, true);
       this.#tokens.delete(s.metadata.uid!);
       this.#lastActivity.delete(s.metadata.name);
       for (const w of this.#waiters.get(s.metadata.name) ?? []) w(undefined);
@@ -118,32 +137,101 @@ export class SandboxStore {
 
   /** A tenant's sandbox by name; another tenant's is reported as missing. */
   get(tenant: string, name: string): Sandbox | undefined {
-    const s = this.#informer.get(name, this.namespace);
+    const s = this.#lookup(name);
     return s && s.metadata.labels?.[LABEL.tenant] === tenant ? s : undefined;
   }
 
   /** Any tenant's sandbox: only for a capability URL, which the capability itself authorises. */
   getAnyTenant(name: string): Sandbox | undefined {
-    return this.#informer.get(name, this.namespace);
+    return this.#lookup(name);
   }
 
   list(tenant: string, labels: Record<string, string> = {}): Sandbox[] {
-    return this.#informer
-      .list(this.namespace)
+    const byName = new Map(this.#informer.list(this.namespace).map((s) => [s.metadata.name, s]));
+    for (const [name, w] of this.#freshOwnWrites()) {
+      if (w.sandbox) byName.set(name, w.sandbox);
+      else byName.delete(name);
+    }
+    return [...byName.values()]
       .filter((s) => s.metadata.labels?.[LABEL.tenant] === tenant && !s.metadata.deletionTimestamp)
       .filter((s) => Object.entries(labels).every(([k, v]) => s.metadata.labels?.[k] === v));
+  }
+
+  /** The cache, corrected by this process's own writes it does not show yet. */
+  #lookup(name: string): Sandbox | undefined {
+    const own = this.#freshOwnWrites().get(name);
+    return own ? own.sandbox : this.#informer.get(name, this.namespace);
+  }
+
+  #freshOwnWrites() {
+    const now = Date.now();
+    for (const [name, w] of this.#ownWrites)
+      if (now - w.at > OWN_WRITE_HOLD_MS) this.#ownWrites.delete(name);
+    return this.#ownWrites;
+  }
+
+  /** The informer delivered `s`: an own write it now shows is no longer needed. */
+  #caughtUp(s: Sandbox, deleted: boolean): void {
+    const own = this.#ownWrites.get(s.metadata.name);
+    if (!own) return;
+    const shows = own.sandbox
+      ? own.sandbox.metadata.uid === s.metadata.uid || deleted
+      : deleted || s.metadata.deletionTimestamp || s.metadata.uid !== own.deletedUid;
+    if (shows) this.#ownWrites.delete(s.metadata.name);
   }
 
   count(tenant: string): number {
     return this.list(tenant).length;
   }
 
-  /** Creates the sandbox, or returns the existing one of the same name (idempotent). */
+  /**
+   * Creates the sandbox, or returns the existing one of the same name (idempotent). A sandbox of
+   * that name still terminating is waited out first, so a thread deleted and at once created
+   * again gets a new sandbox, never the dying one.
+   */
   async create(input: CreateInput): Promise<{ sandbox: Sandbox; created: boolean }> {
     const name = input.name ?? `sbx-${randomBytes(10).toString("hex")}`;
-    const existing = this.#informer.get(name, this.namespace);
-    if (existing && !existing.metadata.deletionTimestamp)
-      return { sandbox: existing, created: false };
+    for (let attempt = 0; ; attempt++) {
+      const existing = this.#lookup(name);
+      if (existing?.metadata.deletionTimestamp) {
+        if (attempt > 0)
+          throw new SandboxUnavailable("failed", `sandbox ${name} is still being deleted`, 5);
+        await this.#waitGone(name, TERMINATING_WAIT_MS);
+        continue;
+      }
+      if (existing) {
+        if (existing.metadata.labels?.[LABEL.tenant] !== input.tenant)
+          throw new SandboxUnavailable("failed", `sandbox name ${name} is taken`);
+        return { sandbox: existing, created: false };
+      }
+      const made = await this.#withTenantQueue(input.tenant, async () => {
+        if (input.quota !== undefined && this.count(input.tenant) >= input.quota) {
+          throw new SandboxUnavailable(
+            "quota",
+            `this API key may hold ${input.quota} sandboxes at once; delete some first`,
+            30,
+          );
+        }
+        return this.#createObject(name, input);
+      });
+      if (made) {
+        this.#ownWrites.set(name, { sandbox: made, at: Date.now() });
+        return { sandbox: made, created: true };
+      }
+      // Someone else (another request, another replica) created it first: theirs is the one.
+      const current = await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
+      if (current.metadata.deletionTimestamp && attempt === 0) {
+        await this.#waitGone(name, TERMINATING_WAIT_MS);
+        continue;
+      }
+      if (current.metadata.labels?.[LABEL.tenant] !== input.tenant)
+        throw new SandboxUnavailable("failed", `sandbox name ${name} is taken`);
+      return { sandbox: current, created: false };
+    }
+  }
+
+  /** The new Sandbox, or undefined when one of that name exists already. */
+  async #createObject(name: string, input: CreateInput): Promise<Sandbox | undefined> {
     const body: Sandbox = {
       apiVersion: `${SANDBOXES.group}/${SANDBOXES.version}`,
       kind: "Sandbox",
@@ -159,13 +247,49 @@ export class SandboxStore {
       spec: { ...(input.pool ? { poolRef: input.pool } : {}), ...input.spec } as SandboxSpec,
     };
     try {
-      return { sandbox: await this.#kube.create(SANDBOXES, body), created: true };
+      return await this.#kube.create(SANDBOXES, body);
     } catch (err) {
-      if (!isAlreadyExists(err)) throw err;
-      const current = await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
-      if (current.metadata.labels?.[LABEL.tenant] !== input.tenant) throw err; // not ours: never shared
-      return { sandbox: current, created: false };
+      if (isAlreadyExists(err)) return undefined;
+      throw err;
     }
+  }
+
+  #withTenantQueue<T>(tenant: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.#tenantQueues.get(tenant) ?? Promise.resolve();
+    const next = previous.then(fn, fn);
+    const settled = next.catch(() => undefined);
+    this.#tenantQueues.set(tenant, settled);
+    void settled.then(() => {
+      if (this.#tenantQueues.get(tenant) === settled) this.#tenantQueues.delete(tenant);
+    });
+    return next;
+  }
+
+  /** Resolves once no Sandbox of that name exists, or after `timeoutMs` (the caller re-reads). */
+  async #waitGone(name: string, timeoutMs: number): Promise<void> {
+    let stop = () => {};
+    const deleted = new Promise<void>((resolve) => {
+      const set = this.#waiters.get(name) ?? new Set();
+      this.#waiters.set(name, set);
+      const check = (s: Sandbox | undefined) => {
+        if (!s) stop();
+      };
+      const timer = setTimeout(() => stop(), timeoutMs);
+      stop = () => {
+        clearTimeout(timer);
+        set.delete(check);
+        if (!set.size) this.#waiters.delete(name);
+        resolve();
+      };
+      set.add(check); // before the read below, so a deletion in between is not missed
+    });
+    try {
+      await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      stop();
+    }
+    await deleted;
   }
 
   /**
@@ -189,7 +313,7 @@ export class SandboxStore {
       if (cap) return new SandboxUnavailable("capacity", cap.message, 5);
       return undefined;
     };
-    const current = this.#informer.get(name, this.namespace);
+    const current = this.#lookup(name);
     if (current) {
       const v = verdict(current);
       if (v instanceof SandboxUnavailable && v.kind !== "capacity") throw v;
@@ -245,7 +369,9 @@ export class SandboxStore {
   }
 
   async delete(name: string): Promise<void> {
+    const uid = this.#lookup(name)?.metadata.uid;
     await this.#kube.delete(SANDBOXES, this.namespace, name);
+    this.#ownWrites.set(name, { ...(uid ? { deletedUid: uid } : {}), at: Date.now() });
   }
 
   async setSuspended(name: string, suspended: boolean): Promise<void> {

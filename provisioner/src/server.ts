@@ -28,6 +28,8 @@ import { SandboxStore } from "./sandboxes.ts";
 export interface App {
   server: Server;
   registry: Registry;
+  /** From now on /readyz says 503, so the Service stops sending new traffic here. */
+  beginShutdown: () => void;
 }
 
 export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logger): App {
@@ -61,11 +63,19 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
     });
     next();
   });
+  let shuttingDown = false;
+  // While draining, every answer closes its connection: clients reconnect through the Service,
+  // which by then routes to a replica that stays, instead of reusing a socket that will close.
+  app.use((_req, res, next) => {
+    if (shuttingDown) res.setHeader("connection", "close");
+    next();
+  });
   app.get("/healthz", (_req, res) => {
     res.type("text/plain").send("ok\n");
   });
   app.get("/readyz", (_req, res) => {
-    if (store.isSynced) res.type("text/plain").send("ok\n");
+    if (shuttingDown) res.status(503).type("text/plain").send("shutting down\n");
+    else if (store.isSynced) res.type("text/plain").send("ok\n");
     else res.status(503).type("text/plain").send("sandbox cache not synced\n");
   });
   app.get("/metrics", async (_req, res) => {
@@ -82,6 +92,26 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
   app.use(errorHandler(log));
 
   const server = createServer(app);
+  // What Node's parser refuses before express sees it (headers too large, malformed requests)
+  // gets the same JSON error as everything else.
+  server.on("clientError", (err: NodeJS.ErrnoException, socket: Duplex) => {
+    if (err.code === "ECONNRESET" || !socket.writable) return socket.destroy();
+    const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
+    const status = tooLarge ? 431 : err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400;
+    const body = JSON.stringify({
+      error: {
+        code: tooLarge ? "PAYLOAD_TOO_LARGE" : "INVALID_ARGUMENT",
+        message: tooLarge
+          ? "request line and headers are too large"
+          : `malformed HTTP request (${err.code ?? err.message})`,
+      },
+    });
+    socket.end(
+      `HTTP/1.1 ${status} ${tooLarge ? "Request Header Fields Too Large" : "Bad Request"}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+        `connection: close\r\n\r\n${body}`,
+    );
+  });
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     handleUpgrade(req, socket, head, keys, store, cfg).catch((err: unknown) => {
       const e = toApiError(err);
@@ -92,7 +122,13 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
       );
     });
   });
-  return { server, registry };
+  return {
+    server,
+    registry,
+    beginShutdown: () => {
+      shuttingDown = true;
+    },
+  };
 }
 
 /**

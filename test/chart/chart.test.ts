@@ -121,6 +121,50 @@ async function provisionerUrl(): Promise<string> {
   return `http://${svc.spec!.clusterIP}:${svc.spec!.ports![0]!.port}`;
 }
 
+/**
+ * The Service's address once it routes: ready pods reach the Service's endpoints, and every
+ * node's proxy its rules, a moment after the Deployment reports them ready.
+ */
+async function routedProvisionerUrl(): Promise<string> {
+  const url = await provisionerUrl();
+  await waitFor(`the provisioner Service at ${url} answering`, 120_000, async () => {
+    for (let i = 0; i < 3; i++) {
+      const res = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(2_000) });
+      if (res.status !== 200) return undefined;
+    }
+    return true;
+  });
+  return url;
+}
+
+/** Polls `url` every 200 ms until stopped; resolves with the polls that failed. */
+function pollWhile(url: string): { stop: () => Promise<string[]> } {
+  const failures: string[] = [];
+  let running = true;
+  const loop = (async () => {
+    const until = Date.now() + 600_000;
+    while (running && Date.now() < until) {
+      const at = new Date().toISOString();
+      try {
+        const res = await fetch(url, { signal: AbortSignal.timeout(5_000) });
+        await res.text();
+        if (res.status !== 200) failures.push(`${at} ${res.status}`);
+      } catch (err) {
+        const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+        failures.push(`${at} ${String(err)} ${cause?.code ?? cause?.message ?? ""}`);
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      return failures;
+    },
+  };
+}
+
 async function deploymentRolled(name: string, replicas: number) {
   return waitFor(`deployment ${name}: ${replicas} updated, ready replicas`, 240_000, async () => {
     const d = await apps.readNamespacedDeployment({ name, namespace: systemNs });
@@ -294,7 +338,7 @@ describe("the chart on the cluster", () => {
 
     keyBefore = await apiKey();
     expect(keyBefore).toMatch(/^sp_[A-Za-z0-9]{40}$/);
-    const url = await provisionerUrl();
+    const url = await routedProvisionerUrl();
     const health = await fetch(`${url}/healthz`);
     expect(health.status).toBe(200);
     const refused = await fetch(`${url}/v1/sandboxes`, {
@@ -335,12 +379,14 @@ describe("the chart on the cluster", () => {
     expect(await podLogs("provisioner", 1000)).not.toMatch(/forbidden/i);
   }, 600_000);
 
-  it("upgrades: both Deployments roll, the generated key and the sandbox stay", async () => {
+  it("upgrades: both Deployments roll without refusing a request, the key and the sandbox stay", async () => {
     expect(installed, "needs the install above").toBe(true);
     const before = await apps.readNamespacedDeployment({
       name: `${fullname}-provisioner`,
       namespace: systemNs,
     });
+    const url = await routedProvisionerUrl();
+    const poll = pollWhile(`${url}/healthz`);
     await helm(
       "upgrade",
       release,
@@ -358,6 +404,9 @@ describe("the chart on the cluster", () => {
     expect((JSON.parse(history) as { revision: number }[]).map((r) => r.revision)).toEqual([1, 2]);
     const after = await deploymentRolled(`${fullname}-provisioner`, 2);
     await deploymentRolled(`${fullname}-operator`, 2);
+    // The old pods drain (SANDPIT_SHUTDOWN_DELAY_MS) after the rollout counts them gone.
+    await new Promise((r) => setTimeout(r, 8_000));
+    expect(await poll.stop(), "polls of the Service that failed during the upgrade").toEqual([]);
     expect(after.metadata!.generation).toBeGreaterThan(before.metadata!.generation!);
     const env = after.spec!.template.spec!.containers[0]!.env!;
     expect(env).toContainEqual({ name: "SANDPIT_LOG_LEVEL", value: "debug" });
@@ -365,7 +414,7 @@ describe("the chart on the cluster", () => {
     expect(await apiKey()).toBe(keyBefore);
     const provider = createProvider({
       use: "kubernetes",
-      kubernetes: { provisionerUrl: await provisionerUrl(), apiKey: keyBefore },
+      kubernetes: { provisionerUrl: url, apiKey: keyBefore },
     });
     const again = await provider.create({ language: "python", threadId: `chart-${id}` });
     expect(again.sandboxId).toBe(sandboxId);
@@ -374,6 +423,7 @@ describe("the chart on the cluster", () => {
 
   it("uninstalls, leaving the CRDs, the sandboxes' namespace and its Sandbox", async () => {
     expect(installed, "needs the install above").toBe(true);
+    expect(sandboxId, "needs the sandbox the install made").toBeTruthy();
     await helm("uninstall", release, "-n", systemNs, "--wait", "--timeout", "3m");
     installed = false;
     await waitFor("the release's Deployments gone", 120_000, async () => {

@@ -403,6 +403,8 @@ export async function startProvisioner(o: {
       SANDPIT_LISTEN: `127.0.0.1:${port}`,
       SANDPIT_API_KEYS: JSON.stringify(keys),
       SANDPIT_LOG_LEVEL: "info",
+      // No Service in front of it: nothing to wait for on SIGTERM.
+      SANDPIT_SHUTDOWN_DELAY_MS: "0",
       ...o.env,
     },
     `${url}/readyz`,

@@ -71,19 +71,12 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
       }
       const key = req.apiKey!;
       const name = externalSandboxName(key.tenant, body.sandbox_id);
-      if (!d.store.get(key.tenant, name) && d.store.count(key.tenant) >= key.maxSandboxes) {
-        throw new ApiError(
-          429,
-          "RATE_LIMITED",
-          `this API key may hold ${key.maxSandboxes} sandboxes at once`,
-          30,
-        );
-      }
       const threadId =
         body.thread_id ??
         (/^[A-Za-z0-9_-]{1,64}$/.test(body.sandbox_id) ? body.sandbox_id : undefined);
       const { sandbox } = await d.store.create({
         tenant: key.tenant,
+        quota: key.maxSandboxes,
         name,
         pool: d.cfg.defaultPool,
         labels: { [LABEL.user]: body.user_id, ...(threadId ? { [LABEL.thread]: threadId } : {}) },

@@ -47,6 +47,8 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof SandboxUnavailable) {
     if (err.kind === "capacity")
       return new ApiError(429, "CAPACITY_EXCEEDED", err.message, err.retryAfterS ?? 5);
+    if (err.kind === "quota")
+      return new ApiError(429, "RATE_LIMITED", err.message, err.retryAfterS ?? 30);
     if (err.kind === "timeout") return new ApiError(504, "TIMEOUT", err.message, err.retryAfterS);
     if (err.kind === "packages") return new ApiError(422, "EXECUTION_FAILED", err.message);
     return new ApiError(409, "CONFLICT", err.message);

@@ -66,17 +66,9 @@ export function nativeRouter(d: NativeDeps): Router {
     const key = req.apiKey!;
     const userId = input.userId ?? "default";
     const name = threadSandboxName(key.tenant, userId, input.threadId);
-    const existing = name ? d.store.get(key.tenant, name) : undefined;
-    if (!existing && d.store.count(key.tenant) >= key.maxSandboxes) {
-      throw new ApiError(
-        429,
-        "RATE_LIMITED",
-        `this API key may hold ${key.maxSandboxes} sandboxes at once; delete some first`,
-        30,
-      );
-    }
     const { sandbox, created } = await d.store.create({
       tenant: key.tenant,
+      quota: key.maxSandboxes,
       ...(name ? { name } : {}),
       pool: input.pool ?? d.cfg.defaultPool,
       labels: {

@@ -128,30 +128,40 @@ export class KubernetesProvider implements SandboxProvider {
     return new SandboxdInstance(sandboxId, sandbox, record);
   }
 
-  /** @internal one call to the provisioner's native API. */
+  /**
+   * @internal one call to the provisioner's native API. A connection that was never made (the
+   * provisioner rolling, its Service catching up) is retried twice: the request was not sent, so
+   * any call, a create included, is safe to repeat.
+   */
   async call<T>(method: string, path: string, what: string, body?: unknown): Promise<T> {
     const long = method === "POST" && (path === "/v1/sandboxes" || path.endsWith("/resume"));
-    let res: Response;
-    try {
-      res = await fetch(`${this.options.provisionerUrl.replace(/\/+$/, "")}${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${this.options.apiKey}`,
-          ...(body === undefined ? {} : { "content-type": "application/json" }),
-        },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-        signal: AbortSignal.timeout(
-          long ? this.options.readyTimeoutMs + 10_000 : this.options.requestTimeoutMs,
-        ),
-      });
-    } catch (err) {
-      const e = err as Error;
-      const code: SandboxErrorCode = e.name === "TimeoutError" ? "TIMEOUT" : "CONNECTION_FAILED";
-      throw new SandboxError(
-        `${what}: the provisioner at ${this.options.provisionerUrl} did not answer (${e.message})`,
-        code,
-        err,
-      );
+    let res: Response | undefined;
+    for (let attempt = 1; !res; attempt++) {
+      try {
+        res = await fetch(`${this.options.provisionerUrl.replace(/\/+$/, "")}${path}`, {
+          method,
+          headers: {
+            authorization: `Bearer ${this.options.apiKey}`,
+            ...(body === undefined ? {} : { "content-type": "application/json" }),
+          },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+          signal: AbortSignal.timeout(
+            long ? this.options.readyTimeoutMs + 10_000 : this.options.requestTimeoutMs,
+          ),
+        });
+      } catch (err) {
+        if (attempt < CONNECT_ATTEMPTS && neverConnected(err)) {
+          await new Promise((r) => setTimeout(r, 250 * 4 ** (attempt - 1)));
+          continue;
+        }
+        const e = err as Error;
+        const code: SandboxErrorCode = e.name === "TimeoutError" ? "TIMEOUT" : "CONNECTION_FAILED";
+        throw new SandboxError(
+          `${what}: the provisioner at ${this.options.provisionerUrl} did not answer (${e.message})`,
+          code,
+          err,
+        );
+      }
     }
     const text = await res.text();
     if (!res.ok) throw errorFor(res.status, text, what);
@@ -218,4 +228,17 @@ class ProvisionedSandbox implements SandboxdLifecycle {
     }
     return err;
   }
+}
+
+const CONNECT_ATTEMPTS = 3;
+
+/** Whether fetch failed before a connection existed, so the request never left. */
+function neverConnected(err: unknown): boolean {
+  const code = ((err as { cause?: { code?: string } }).cause ?? {}).code;
+  return (
+    code === "ECONNREFUSED" ||
+    code === "UND_ERR_CONNECT_TIMEOUT" ||
+    code === "EHOSTUNREACH" ||
+    code === "ENETUNREACH"
+  );
 }
