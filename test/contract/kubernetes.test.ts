@@ -4,37 +4,21 @@
  */
 import { inject } from "vitest";
 import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
-import {
-  clients,
-  createNamespace,
-  deleteNamespace,
-  ensureCrds,
-  startOperator,
-  startProvisioner,
-} from "../operator/harness.ts";
+import { startStack } from "../operator/harness.ts";
 import { contractSuite } from "./suite.ts";
 
 contractSuite("kubernetes", async () => {
-  const kubeconfig = inject("kubeconfig");
-  const c = clients(kubeconfig);
-  await ensureCrds(c);
-  const ns = await createNamespace(c, "contract");
-  const operator = await startOperator({
-    kubeconfig,
-    namespace: ns,
+  const stack = await startStack({
+    kubeconfig: inject("kubeconfig"),
     image: inject("clusterSandboxImage"),
+    prefix: "contract",
   });
-  const provisioner = await startProvisioner({ kubeconfig, namespace: ns });
   const provider = new KubernetesProvider({
-    provisionerUrl: provisioner.url,
-    apiKey: provisioner.apiKey,
+    provisionerUrl: stack.prov.url,
+    apiKey: stack.prov.apiKey,
   });
   return {
     provider,
-    teardown: async () => {
-      await provisioner.stop();
-      await operator.stop();
-      await deleteNamespace(c, ns);
-    },
+    teardown: stack.stop,
   };
 });

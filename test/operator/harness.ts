@@ -411,3 +411,49 @@ export async function startProvisioner(o: {
   );
   return { ...service, url, apiKey: keys[0]!.key };
 }
+
+/** A namespace of its own with the real operator and provisioner on it: what provisioner suites need. */
+export interface Stack {
+  c: Clients;
+  ns: string;
+  operator: OperatorProcess;
+  prov: ProvisionerProcess;
+  /** Stops the provisioner and the operator, then deletes the namespace. */
+  stop: () => Promise<void>;
+}
+
+export async function startStack(o: {
+  kubeconfig: string;
+  image: string;
+  /** The namespace's prefix. */
+  prefix: string;
+  keys?: { key: string; tenant: string; maxSandboxes?: number }[];
+  /** The provisioner's settings besides the harness's. */
+  env?: Record<string, string>;
+}): Promise<Stack> {
+  const c = clients(o.kubeconfig);
+  await ensureCrds(c);
+  const ns = await createNamespace(c, o.prefix);
+  const operator = await startOperator({ kubeconfig: o.kubeconfig, namespace: ns, image: o.image });
+  const prov = await startProvisioner({
+    kubeconfig: o.kubeconfig,
+    namespace: ns,
+    ...(o.keys ? { keys: o.keys } : {}),
+    ...(o.env ? { env: o.env } : {}),
+  }).catch(async (err: unknown) => {
+    await operator.stop();
+    await deleteNamespace(c, ns);
+    throw err;
+  });
+  return {
+    c,
+    ns,
+    operator,
+    prov,
+    stop: async () => {
+      await prov.stop();
+      await operator.stop();
+      await deleteNamespace(c, ns);
+    },
+  };
+}

@@ -8,38 +8,26 @@ import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import {
   type Clients,
-  type OperatorProcess,
   type ProvisionerProcess,
-  clients,
-  createNamespace,
-  deleteNamespace,
-  ensureCrds,
+  type Stack,
   pools,
-  startOperator,
-  startProvisioner,
+  startStack,
   waitFor,
 } from "../operator/harness.ts";
 
+let stack: Stack;
 let c: Clients;
 let ns: string;
-let operator: OperatorProcess;
 let prov: ProvisionerProcess;
 const KEY_A = "tenant-a-key-0123456789abcdef";
 const KEY_B = "tenant-b-key-0123456789abcdef";
 const KEY_SMALL = "tenant-s-key-0123456789abcdef";
 
 beforeAll(async () => {
-  c = clients(inject("kubeconfig"));
-  await ensureCrds(c);
-  ns = await createNamespace(c, "prov");
-  operator = await startOperator({
+  stack = await startStack({
     kubeconfig: inject("kubeconfig"),
-    namespace: ns,
     image: inject("clusterSandboxImage"),
-  });
-  prov = await startProvisioner({
-    kubeconfig: inject("kubeconfig"),
-    namespace: ns,
+    prefix: "prov",
     keys: [
       { key: KEY_A, tenant: "a", maxSandboxes: 50 },
       { key: KEY_B, tenant: "b", maxSandboxes: 50 },
@@ -47,12 +35,11 @@ beforeAll(async () => {
     ],
     env: { SANDPIT_MAX_BODY_BYTES: "65536" },
   });
+  ({ c, ns, prov } = stack);
 });
 
 afterAll(async () => {
-  await prov?.stop();
-  await operator?.stop();
-  if (ns) await deleteNamespace(c, ns);
+  await stack?.stop();
 });
 
 async function api(
