@@ -428,15 +428,7 @@ async function warm(m: Main) {
     );
     await remove(m, s);
   }
-  await m.c.custom
-    .deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: m.ns,
-      plural: "sandboxpools",
-      name: pool,
-    })
-    .catch(() => undefined);
+  await deletePool(m, pool);
   await m.pods.until("the warm pool's pods gone", 180_000, () => m.pods.live().length === 0);
   return {
     start,
@@ -663,15 +655,7 @@ async function burst(m: Main) {
     .map((a) => `${a.status} ${a.phase}`)
     .slice(0, 10);
   // Clean-up: the pool first (its replacements stop), then the sandboxes.
-  await m.c.custom
-    .deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: m.ns,
-      plural: "sandboxpools",
-      name: pool,
-    })
-    .catch(() => undefined);
+  await deletePool(m, pool);
   await Promise.all(ok.map((a) => call(m.prov, "DELETE", `/v1/sandboxes/${a.id}`)));
   return {
     otherNamespaces,
@@ -926,6 +910,19 @@ ${notes.join("\n\n")}
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/** Deletes a pool (its warm pods go with it); a pool already gone is fine. */
+async function deletePool(m: Main, pool: string): Promise<void> {
+  await m.c.custom
+    .deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: m.ns,
+      plural: "sandboxpools",
+      name: pool,
+    })
+    .catch(() => undefined);
+}
 
 async function main(): Promise<void> {
   const started = now();

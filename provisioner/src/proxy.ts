@@ -11,7 +11,12 @@
  * A client that goes away mid-upload makes the upstream request abort too, so sandboxd sees a
  * cut-off body and discards the partial file instead of completing it.
  */
-import { type IncomingMessage, type ServerResponse, request as httpRequest } from "node:http";
+import {
+  type IncomingMessage,
+  STATUS_CODES,
+  type ServerResponse,
+  request as httpRequest,
+} from "node:http";
 import { connect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 
@@ -130,13 +135,17 @@ export function splitEndpoint(endpoint: string): { host: string; port: number } 
   return { host: endpoint.slice(0, i), port: Number(endpoint.slice(i + 1)) };
 }
 
-/** Forwards one HTTP request to `path` (with its query) on the destination. */
+/**
+ * Forwards one HTTP request to `path` (with its query) on the destination. `onTraffic` is called
+ * on every chunk either way: a long stream is activity for as long as it flows.
+ */
 export function proxyRequest(
   req: IncomingMessage,
   res: ServerResponse,
   target: Target,
   path: string,
   to: Destination = { kind: "sandboxd" },
+  onTraffic: () => void = () => {},
 ): Promise<void> {
   return new Promise((resolve) => {
     const upstream = httpRequest({
@@ -170,6 +179,7 @@ export function proxyRequest(
       for (const [k, v] of Object.entries(up.headers))
         if (v !== undefined && k !== "connection" && k !== "keep-alive") headers[k] = v;
       res.writeHead(up.statusCode ?? 502, headers);
+      up.on("data", onTraffic);
       up.pipe(res);
       up.on("end", () => resolve());
       up.on("error", () => {
@@ -190,6 +200,7 @@ export function proxyRequest(
       if (!res.writableFinished) upstream.destroy(new Error("client closed the connection"));
     });
     req.on("aborted", () => upstream.destroy(new Error("client aborted")));
+    req.on("data", onTraffic);
     req.pipe(upstream);
   });
 }
@@ -197,6 +208,7 @@ export function proxyRequest(
 /**
  * Forwards an upgrade request (WebSocket, `Upgrade: tcp`) and splices the two sockets once the
  * destination agrees. Whatever it answers (101 or an error) goes back to the client verbatim.
+ * `onTraffic` is called on every chunk either way, for as long as the connection lives.
  */
 export function proxyUpgrade(
   req: IncomingMessage,
@@ -205,6 +217,7 @@ export function proxyUpgrade(
   target: Target,
   path: string,
   to: Destination = { kind: "sandboxd" },
+  onTraffic: () => void = () => {},
 ): void {
   const headers = forwardHeaders(req, target, to);
   headers.connection = "Upgrade";
@@ -220,7 +233,7 @@ export function proxyUpgrade(
   const refuse = (status: number, message: string) => {
     const body = JSON.stringify({ error: { code: "UPSTREAM_UNAVAILABLE", message } });
     client.end(
-      `HTTP/1.1 ${status} Bad Gateway\r\ncontent-type: application/json\r\n` +
+      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Bad Gateway"}\r\ncontent-type: application/json\r\n` +
         `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
     );
   };
@@ -228,6 +241,8 @@ export function proxyUpgrade(
     upstream = socket;
     socket.write(`${lines.join("\r\n")}\r\n\r\n`);
     if (head.length) socket.write(head);
+    socket.on("data", onTraffic);
+    client.on("data", onTraffic);
     socket.pipe(client);
     client.pipe(socket);
     socket.on("error", close);

@@ -9,7 +9,7 @@ import express, { type Request } from "express";
 import type { Logger } from "pino";
 import { Counter, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { z } from "zod";
-import { KeyRing } from "./api/auth.ts";
+import { KeyRing, authenticate } from "./api/auth.ts";
 import { deerflowRouter } from "./api/deerflow.ts";
 import { ApiError, errorHandler, toApiError } from "./api/errors.ts";
 import { nativeRouter, parsePort, readyForTraffic } from "./api/native.ts";
@@ -151,14 +151,14 @@ async function handleUpgrade(
       "NOT_FOUND",
       "upgrades are only proxied under /v1/sandboxes/:id/proxy/ and /v1/sandboxes/:id/ports/:port/",
     );
+  const key = authenticate(keys, req.headers, "bearer");
   const to: Destination =
     m[2] === undefined ? { kind: "sandboxd" } : { kind: "port", port: parsePort(m[2]) };
-  const key = keys.find(/^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "")?.[1]?.trim());
-  if (!key) throw new ApiError(401, "UNAUTHORIZED", "missing or unknown API key");
   const found = store.get(key.tenant, safeDecode(m[1]!));
   if (!found) throw new ApiError(404, "NOT_FOUND", "no such sandbox");
   const s = await readyForTraffic(store, found, cfg.readyTimeoutMs);
-  void store.reportActivity(s.metadata.name);
+  const active = () => void store.reportActivity(s.metadata.name);
+  active();
   proxyUpgrade(
     req,
     socket,
@@ -166,6 +166,7 @@ async function handleUpgrade(
     { ...splitEndpoint(s.status!.endpoint!), token: await store.token(s) },
     `${m[3] ?? "/"}${url.search}`,
     to,
+    active,
   );
 }
 

@@ -4,6 +4,7 @@
  * key decides the tenant, and a tenant only ever sees its own sandboxes.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
+import type { IncomingHttpHeaders } from "node:http";
 import type { NextFunction, Request, Response } from "express";
 import type { ApiKey } from "../config.ts";
 import { ApiError } from "./errors.ts";
@@ -30,20 +31,29 @@ declare module "express-serve-static-core" {
   }
 }
 
+/** The key a request presents, or the 401 every route answers without a known one. */
+export function authenticate(
+  ring: KeyRing,
+  headers: IncomingHttpHeaders,
+  from: "bearer" | "x-api-key",
+): ApiKey {
+  const raw =
+    from === "bearer"
+      ? /^Bearer\s+(.+)$/i.exec(headers.authorization ?? "")?.[1]
+      : (headers["x-api-key"] as string | undefined);
+  const key = ring.find(raw?.trim());
+  if (key) return key;
+  const how = from === "bearer" ? "Authorization: Bearer <api key>" : "X-API-Key: <api key>";
+  throw new ApiError(401, "UNAUTHORIZED", raw ? "unknown API key" : `missing API key (${how})`);
+}
+
 export function requireKey(ring: KeyRing, from: "bearer" | "x-api-key") {
   return (req: Request, _res: Response, next: NextFunction) => {
-    const raw =
-      from === "bearer"
-        ? /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "")?.[1]
-        : (req.headers["x-api-key"] as string | undefined);
-    const key = ring.find(raw?.trim());
-    if (!key) {
-      const how = from === "bearer" ? "Authorization: Bearer <api key>" : "X-API-Key: <api key>";
-      return next(
-        new ApiError(401, "UNAUTHORIZED", raw ? "unknown API key" : `missing API key (${how})`),
-      );
+    try {
+      req.apiKey = authenticate(ring, req.headers, from);
+      next();
+    } catch (err) {
+      next(err);
     }
-    req.apiKey = key;
-    next();
   };
 }

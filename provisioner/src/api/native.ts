@@ -189,7 +189,8 @@ export async function forward(
   to: Destination = { kind: "sandboxd" },
 ): Promise<void> {
   const s = await readyForTraffic(store, sandbox, readyTimeoutMs, abortedBy(req));
-  void store.reportActivity(s.metadata.name);
+  const active = () => void store.reportActivity(s.metadata.name);
+  active();
   const rest = ([] as string[]).concat(req.params.rest ?? []).join("/");
   const query = req.originalUrl.includes("?")
     ? req.originalUrl.slice(req.originalUrl.indexOf("?"))
@@ -200,6 +201,7 @@ export async function forward(
     { ...splitEndpoint(s.status!.endpoint!), token: await store.token(s) },
     `/${rest}${query}`,
     to,
+    active,
   );
 }
 
