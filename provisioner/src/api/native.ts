@@ -191,18 +191,28 @@ export async function forward(
   const s = await readyForTraffic(store, sandbox, readyTimeoutMs, abortedBy(req));
   const active = () => void store.reportActivity(s.metadata.name);
   active();
-  const rest = ([] as string[]).concat(req.params.rest ?? []).join("/");
-  const query = req.originalUrl.includes("?")
-    ? req.originalUrl.slice(req.originalUrl.indexOf("?"))
-    : "";
+  const q = req.originalUrl.indexOf("?");
+  const query = q >= 0 ? req.originalUrl.slice(q) : "";
   await proxyRequest(
     req,
     res,
     { ...splitEndpoint(s.status!.endpoint!), token: await store.token(s) },
-    `/${rest}${query}`,
+    `${rawRest(req)}${query}`,
     to,
     active,
   );
+}
+
+/**
+ * The path below the route's prefix as the client sent it, still percent-encoded: decoded, `a%2Fb`
+ * would become two segments and `%00` a byte no request line may carry. Express decodes each
+ * segment of `*rest` on its own, so their number is the number of raw segments to keep.
+ */
+function rawRest(req: Request): string {
+  const segments = ([] as string[]).concat(req.params.rest ?? []).length;
+  if (!segments) return "/";
+  const path = req.originalUrl.split("?")[0]!;
+  return `/${path.split("/").slice(-segments).join("/")}`;
 }
 
 /** A port number from a path segment: 1-65535, or a 400 saying so. */
