@@ -96,8 +96,12 @@ export class SandboxStore {
    * cache from before the write. `undefined` marks a deletion (with the uid it deleted).
    */
   readonly #ownWrites = new Map<string, { sandbox?: Sandbox; deletedUid?: string; at: number }>();
-  /** Per tenant, the quota check and the create it allows run one at a time in this process. */
-  readonly #tenantQueues = new Map<string, Promise<unknown>>();
+  /**
+   * Creates this process has sent and not yet seen answered, by name. Concurrent creates of one
+   * name share one API call; and they count against their tenant's quota, so concurrent creates
+   * cannot pass it together, yet run in parallel.
+   */
+  readonly #creating = new Map<string, { tenant: string; made: Promise<Sandbox | undefined> }>();
 
   constructor(kube: Kube, namespace: string, logger: Logger, activityIntervalMs: number) {
     this.#kube = kube;
@@ -204,19 +208,13 @@ export class SandboxStore {
           throw new SandboxUnavailable("failed", `sandbox name ${name} is taken`);
         return { sandbox: existing, created: false };
       }
-      const made = await this.#withTenantQueue(input.tenant, async () => {
-        if (input.quota !== undefined && this.count(input.tenant) >= input.quota) {
-          throw new SandboxUnavailable(
-            "quota",
-            `this API key may hold ${input.quota} sandboxes at once; delete some first`,
-            30,
-          );
-        }
-        return this.#createObject(name, input);
-      });
-      if (made) {
-        this.#ownWrites.set(name, { sandbox: made, at: Date.now() });
-        return { sandbox: made, created: true };
+      const joined = this.#creating.get(name);
+      if (joined) {
+        const theirs = await joined.made;
+        if (theirs) return { sandbox: theirs, created: false };
+      } else {
+        const made = await this.#createOnce(name, input);
+        if (made) return { sandbox: made, created: true };
       }
       // Someone else (another request, another replica) created it first: theirs is the one.
       const current = await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
@@ -228,6 +226,32 @@ export class SandboxStore {
         throw new SandboxUnavailable("failed", `sandbox name ${name} is taken`);
       return { sandbox: current, created: false };
     }
+  }
+
+  /** One create call for `name`, counted against the quota while it is on its way. */
+  #createOnce(name: string, input: CreateInput): Promise<Sandbox | undefined> {
+    const inFlight = [...this.#creating.values()].filter((c) => c.tenant === input.tenant).length;
+    if (input.quota !== undefined && this.count(input.tenant) + inFlight >= input.quota) {
+      throw new SandboxUnavailable(
+        "quota",
+        `this API key may hold ${input.quota} sandboxes at once; delete some first`,
+        30,
+      );
+    }
+    const made = this.#createObject(name, input).then(
+      (sandbox) => {
+        // In the same turn as leaving #creating: counted once, never missed.
+        if (sandbox) this.#ownWrites.set(name, { sandbox, at: Date.now() });
+        this.#creating.delete(name);
+        return sandbox;
+      },
+      (err: unknown) => {
+        this.#creating.delete(name);
+        throw err;
+      },
+    );
+    this.#creating.set(name, { tenant: input.tenant, made });
+    return made;
   }
 
   /** The new Sandbox, or undefined when one of that name exists already. */
@@ -252,17 +276,6 @@ export class SandboxStore {
       if (isAlreadyExists(err)) return undefined;
       throw err;
     }
-  }
-
-  #withTenantQueue<T>(tenant: string, fn: () => Promise<T>): Promise<T> {
-    const previous = this.#tenantQueues.get(tenant) ?? Promise.resolve();
-    const next = previous.then(fn, fn);
-    const settled = next.catch(() => undefined);
-    this.#tenantQueues.set(tenant, settled);
-    void settled.then(() => {
-      if (this.#tenantQueues.get(tenant) === settled) this.#tenantQueues.delete(tenant);
-    });
-    return next;
   }
 
   /** Resolves once no Sandbox of that name exists, or after `timeoutMs` (the caller re-reads). */

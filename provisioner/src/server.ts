@@ -94,24 +94,29 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
   const server = createServer(app);
   // What Node's parser refuses before express sees it (headers too large, malformed requests)
   // gets the same JSON error as everything else.
-  server.on("clientError", (err: NodeJS.ErrnoException, socket: Duplex) => {
-    if (err.code === "ECONNRESET" || !socket.writable) return socket.destroy();
-    const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
-    const status = tooLarge ? 431 : err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400;
-    const body = JSON.stringify({
-      error: {
-        code: tooLarge ? "PAYLOAD_TOO_LARGE" : "INVALID_ARGUMENT",
-        message: tooLarge
-          ? "request line and headers are too large"
-          : `malformed HTTP request (${err.code ?? err.message})`,
-      },
-    });
-    socket.end(
-      `HTTP/1.1 ${status} ${tooLarge ? "Request Header Fields Too Large" : "Bad Request"}\r\n` +
-        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-        `connection: close\r\n\r\n${body}`,
-    );
-  });
+  server.on(
+    "clientError",
+    (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex) => {
+      if (err.code === "ECONNRESET" || !socket.writable) return socket.destroy();
+      const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
+      const status = tooLarge ? 431 : err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400;
+      const body = JSON.stringify({
+        error: {
+          code: tooLarge ? "PAYLOAD_TOO_LARGE" : "INVALID_ARGUMENT",
+          message: tooLarge
+            ? "request line and headers are too large"
+            : `malformed HTTP request (${err.code ?? err.message})`,
+        },
+      });
+      // A HEAD's answer has no body, or the client would read it as a next response.
+      const head = err.rawPacket?.toString("latin1", 0, 5) === "HEAD ";
+      socket.end(
+        `HTTP/1.1 ${status} ${tooLarge ? "Request Header Fields Too Large" : "Bad Request"}\r\n` +
+          `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+          `connection: close\r\n\r\n${head ? "" : body}`,
+      );
+    },
+  );
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     handleUpgrade(req, socket, head, keys, store, cfg).catch((err: unknown) => {
       const e = toApiError(err);
