@@ -107,10 +107,6 @@ export interface Ctx {
   warmCreating: (poolKey: string) => Set<string>;
   /** UIDs of warm pods a reconcile is claiming right now. */
   claiming: Set<string>;
-  /** Pool key -> adoptions of its warm pods in flight; their writes go before replenishment. */
-  adopting: Map<string, number>;
-  /** Pool key -> since when its replenishment has been held for adoptions in flight. */
-  replenishHeldSince: Map<string, number>;
   enqueueSandbox: (key: string, afterMs?: number) => void;
   enqueuePool: (key: string, afterMs?: number) => void;
 }

@@ -111,8 +111,6 @@ export class Manager {
         return set;
       },
       claiming: new Set(),
-      adopting: new Map(),
-      replenishHeldSince: new Map(),
       enqueueSandbox: (key, afterMs) => this.#sandboxes.enqueue(key, afterMs),
       enqueuePool: (key, afterMs) => this.#pools.enqueue(key, afterMs),
     };

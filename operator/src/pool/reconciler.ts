@@ -25,9 +25,6 @@ import { poolView } from "../sandbox/reconciler.ts";
 import { init, packageSpecs } from "../sandbox/sandboxd.ts";
 import { claimable, shapeHash, templateHash, warmPods, warmSecretName, warmToken } from "./warm.ts";
 
-/** The longest a pool's replenishment waits for adoptions in flight. */
-const REPLENISH_HOLD_MS = 5_000;
-
 export async function reconcilePool(ctx: Ctx, key: string): Promise<ReconcileResult | void> {
   const [ns, name] = splitKey(key);
   const pool = ctx.caches.pools.get(name, ns);
@@ -71,16 +68,6 @@ export async function reconcilePool(ctx: Ctx, key: string): Promise<ReconcileRes
   const want = pool.spec.warm;
 
   await installTemplatePackages(ctx, pool, fresh);
-
-  // While sandboxes are adopting this pool's pods, their few writes go first: replacing the
-  // pods (a pod, a volume, a status write each, and the pods' start on the node) waits, for
-  // REPLENISH_HOLD_MS at most, so a burst of creates is not slowed by its own replacements.
-  const now = Date.now();
-  const adopting = (ctx.adopting.get(key) ?? 0) > 0;
-  if (adopting && !ctx.replenishHeldSince.has(key)) ctx.replenishHeldSince.set(key, now);
-  const held = adopting && now - ctx.replenishHeldSince.get(key)! < REPLENISH_HOLD_MS;
-  if (!held) ctx.replenishHeldSince.delete(key);
-  if (held) return { requeueAfterMs: 200 };
 
   // Fill up with pods of the current template.
   const creates: Promise<void>[] = [];

@@ -92,27 +92,6 @@ export async function tryAdopt(
   const poolToken = warmToken(ctx, pool);
   if (!poolToken) return false;
   const ns = sbx.metadata.namespace!;
-  const poolKey = `${ns}/${pool.metadata.name}`;
-  ctx.adopting.set(poolKey, (ctx.adopting.get(poolKey) ?? 0) + 1);
-  try {
-    return await adoptOne(ctx, sbx, pool, eff, token, st, { shape, template, poolToken });
-  } finally {
-    const left = (ctx.adopting.get(poolKey) ?? 1) - 1;
-    if (left > 0) ctx.adopting.set(poolKey, left);
-    else ctx.adopting.delete(poolKey);
-  }
-}
-
-async function adoptOne(
-  ctx: Ctx,
-  sbx: Sandbox,
-  pool: SandboxPool,
-  eff: Effective,
-  token: Promise<string>,
-  st: SandboxStatusBuilder,
-  { shape, template, poolToken }: { shape: string; template: Effective; poolToken: string },
-): Promise<boolean> {
-  const ns = sbx.metadata.namespace!;
   for (let attempt = 0; attempt < 3; attempt++) {
     const candidate = warmPods(ctx, pool).find(
       (p) => !ctx.claiming.has(p.metadata.uid!) && claimable(pool, p, shape),
