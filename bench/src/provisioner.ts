@@ -397,16 +397,20 @@ async function cold(m: Main) {
   return { start, samples, ...breakdown(samples) };
 }
 
+/** The pool's warm pods that are ready, as this process's own pod watch shows them. */
+function readyWarmPods(m: Main, pool: string): number {
+  return m.pods.live(
+    (o) =>
+      o.metadata.labels?.["sandpit.dev/pool"] === pool &&
+      o.metadata.labels?.["sandpit.dev/warm"] === "true" &&
+      podReady(o),
+  ).length;
+}
+
 async function warm(m: Main) {
   const pool = "warm";
   await pools.create(m.c, m.ns, pool, { warm: WARM_POOL, maxActive: 1000, template: {} });
-  const claimable = () =>
-    m.pods.live(
-      (o) =>
-        o.metadata.labels?.["sandpit.dev/pool"] === pool &&
-        o.metadata.labels?.["sandpit.dev/warm"] === "true" &&
-        podReady(o),
-    ).length;
+  const claimable = () => readyWarmPods(m, pool);
   const full = async () =>
     ((await pools.get(m.c, m.ns, pool)).status?.warmReady ?? 0) >= WARM_POOL &&
     claimable() >= WARM_POOL;
@@ -561,13 +565,7 @@ async function burst(m: Main) {
   if (want < BURST) log(`burst: only ${want} warm pods and their replacements fit the node`);
   const filled0 = now();
   await pools.create(m.c, m.ns, pool, { warm: want, maxActive: 1000, template: {} });
-  const claimable = () =>
-    m.pods.live(
-      (o) =>
-        o.metadata.labels?.["sandpit.dev/pool"] === pool &&
-        o.metadata.labels?.["sandpit.dev/warm"] === "true" &&
-        podReady(o),
-    ).length;
+  const claimable = () => readyWarmPods(m, pool);
   let warmReady = 0;
   let ready = 0;
   let lastLog = now();
