@@ -372,27 +372,34 @@ export async function sha256File(path: string): Promise<string> {
   return h.digest("hex");
 }
 
-/** CLI: prints the tag on stdout; progress on stderr. */
-async function main(): Promise<void> {
+/**
+ * An image builder's command line, when `moduleUrl` is the script node runs: `ensure` builds or
+ * finds the image, its tag goes to stdout, progress and errors to stderr (exit 1).
+ */
+export async function imageCli(
+  moduleUrl: string,
+  ensure: (
+    log: (line: string) => void,
+  ) => Promise<{ built: boolean; tag: string; seconds: number }>,
+): Promise<void> {
+  const script = process.argv[1] && (await realpath(process.argv[1]).catch(() => ""));
+  if (script !== fileURLToPath(moduleUrl)) return;
+  try {
+    const result = await ensure((line) => process.stderr.write(`${line}\n`));
+    process.stderr.write(
+      `${result.built ? "built" : "found"} ${result.tag} in ${result.seconds.toFixed(1)} s\n`,
+    );
+    process.stdout.write(`${result.tag}\n`);
+  } catch (err) {
+    process.stderr.write(`build: ${(err as Error).message}\n`);
+    process.exit(1);
+  }
+}
+
+/** CLI: `build.ts [--ca-bundle FILE]`. */
+await imageCli(import.meta.url, (log) => {
   const { values } = parseArgs({ options: { "ca-bundle": { type: "string" } } });
   const caBundle = values["ca-bundle"];
   if (caBundle && !existsSync(caBundle)) throw new Error(`--ca-bundle ${caBundle}: no such file`);
-  const result = await ensureSandboxImage({
-    ...(caBundle ? { caBundle } : {}),
-    log: (line) => process.stderr.write(`${line}\n`),
-  });
-  process.stderr.write(
-    `${result.built ? "built" : "found"} ${result.tag} in ${result.seconds.toFixed(1)} s\n`,
-  );
-  process.stdout.write(`${result.tag}\n`);
-}
-
-if (
-  process.argv[1] &&
-  (await realpath(process.argv[1]).catch(() => "")) === fileURLToPath(import.meta.url)
-) {
-  main().catch((err: unknown) => {
-    process.stderr.write(`build: ${(err as Error).message}\n`);
-    process.exit(1);
-  });
-}
+  return ensureSandboxImage({ ...(caBundle ? { caBundle } : {}), log });
+});

@@ -15,7 +15,7 @@
  */
 import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { chmod, mkdir, realpath, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, rm, writeFile } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -30,6 +30,7 @@ import {
   linkOrCopy,
   nodeAndNpm,
   sandpitCacheDir,
+  imageCli,
   sha256File,
   withBuildLock,
 } from "./build.ts";
@@ -274,26 +275,10 @@ export function membersFor(entries: Map<string, TarEntry>, wanted: string[]): st
   return [...members].sort().map((m) => `./${m}`);
 }
 
-/** CLI: `service.ts operator|provisioner` prints the tag on stdout; progress on stderr. */
-async function main(): Promise<void> {
+/** CLI: `service.ts operator|provisioner`. */
+await imageCli(import.meta.url, (log) => {
   const service = process.argv[2];
   if (!service || !Object.hasOwn(SERVICES, service))
     throw new Error(`usage: service.ts ${Object.keys(SERVICES).join("|")}`);
-  const result = await ensureServiceImage(service as Service, {
-    log: (line) => process.stderr.write(`${line}\n`),
-  });
-  process.stderr.write(
-    `${result.built ? "built" : "found"} ${result.tag} in ${result.seconds.toFixed(1)} s\n`,
-  );
-  process.stdout.write(`${result.tag}\n`);
-}
-
-if (
-  process.argv[1] &&
-  (await realpath(process.argv[1]).catch(() => "")) === fileURLToPath(import.meta.url)
-) {
-  main().catch((err: unknown) => {
-    process.stderr.write(`build: ${(err as Error).message}\n`);
-    process.exit(1);
-  });
-}
+  return ensureServiceImage(service as Service, { log });
+});

@@ -457,3 +457,36 @@ export async function startStack(o: {
     },
   };
 }
+
+/** One call to a provisioner's API with `Authorization: Bearer <key>`; the answer parsed if JSON. */
+export type ProvisionerApi = (
+  method: string,
+  path: string,
+  key: string | undefined,
+  body?: unknown,
+  headers?: Record<string, string>,
+) => Promise<{ status: number; json: any; headers: Headers }>; // eslint-disable-line @typescript-eslint/no-explicit-any -- API answers of several shapes
+
+export async function provisionerCall(
+  baseUrl: string,
+  ...[method, path, key, body, headers = {}]: Parameters<ProvisionerApi>
+): ReturnType<ProvisionerApi> {
+  const res = await fetch(`${baseUrl}${path}`, {
+    method,
+    headers: {
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+      ...(body !== undefined ? { "content-type": "application/json" } : {}),
+      ...headers,
+    },
+    ...(body !== undefined ? { body: typeof body === "string" ? body : JSON.stringify(body) } : {}),
+    signal: AbortSignal.timeout(180_000),
+  });
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = text;
+  }
+  return { status: res.status, json, headers: res.headers };
+}

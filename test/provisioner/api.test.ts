@@ -8,9 +8,11 @@ import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import {
   type Clients,
+  type ProvisionerApi,
   type ProvisionerProcess,
   type Stack,
   pools,
+  provisionerCall,
   startStack,
   waitFor,
 } from "../operator/harness.ts";
@@ -42,32 +44,7 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-async function api(
-  method: string,
-  path: string,
-  key: string | undefined,
-  body?: unknown,
-  headers: Record<string, string> = {},
-) {
-  const res = await fetch(`${prov.url}${path}`, {
-    method,
-    headers: {
-      ...(key ? { authorization: `Bearer ${key}` } : {}),
-      ...(body !== undefined ? { "content-type": "application/json" } : {}),
-      ...headers,
-    },
-    ...(body !== undefined ? { body: typeof body === "string" ? body : JSON.stringify(body) } : {}),
-    signal: AbortSignal.timeout(180_000),
-  });
-  const text = await res.text();
-  let json: any; // eslint-disable-line @typescript-eslint/no-explicit-any -- API answers of several shapes
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = text;
-  }
-  return { status: res.status, json, headers: res.headers };
-}
+const api: ProvisionerApi = (...args) => provisionerCall(prov.url, ...args);
 
 describe("native API", () => {
   test(

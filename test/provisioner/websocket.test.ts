@@ -15,8 +15,10 @@ import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
 import type { SandboxInstance } from "@sandpit/sdk";
 import {
+  type ProvisionerApi,
   type ProvisionerProcess,
   type Stack,
+  provisionerCall,
   sandboxes,
   startStack,
   waitFor,
@@ -376,25 +378,7 @@ const bearer = { authorization: `Bearer ${KEY_A}` };
 const wsUrl = (path = "/", port: number | string = WS_PORT, sandboxId = id) =>
   `${prov.url}/v1/sandboxes/${sandboxId}/ports/${port}${path}`;
 
-async function api(method: string, path: string, key: string, body?: unknown) {
-  const res = await fetch(`${prov.url}${path}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${key}`,
-      ...(body !== undefined ? { "content-type": "application/json" } : {}),
-    },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    signal: AbortSignal.timeout(180_000),
-  });
-  const raw = await res.text();
-  let json: any; // eslint-disable-line @typescript-eslint/no-explicit-any -- API answers of several shapes
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    json = raw;
-  }
-  return { status: res.status, json };
-}
+const api: ProvisionerApi = (...args) => provisionerCall(prov.url, ...args);
 
 /** Starts the echo server in sandbox `sandboxId`, in the background, and waits for it. */
 async function startEchoServer(sandboxId: string): Promise<void> {
