@@ -29,9 +29,7 @@ import { PODS, SECRETS } from "../../operator/src/kube/resources.ts";
 import { effectiveSpec, pod as podManifest } from "../../operator/src/sandbox/children.ts";
 import {
   type Clients,
-  GROUP,
   type OperatorProcess,
-  VERSION,
   clients,
   ensureCrds,
   pools,
@@ -407,15 +405,7 @@ async function warm(m: Main) {
     const seen = m.pods.at(p, "seen");
     if (p.startsWith(`${POOL}-`) && seen !== undefined && seen >= phaseStart) replenished++;
   }
-  await m.c.custom
-    .deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: m.ns,
-      plural: "sandboxpools",
-      name: POOL,
-    })
-    .catch(() => undefined);
+  await pools.delete(m.c, m.ns, POOL);
   await removeAll(m, names);
   return {
     ready: summarize(ready),

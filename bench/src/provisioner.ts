@@ -28,10 +28,8 @@ import { Kube } from "../../operator/src/kube/client.ts";
 import { SECRETS } from "../../operator/src/kube/resources.ts";
 import {
   type Clients,
-  GROUP,
   type OperatorProcess,
   type ProvisionerProcess,
-  VERSION,
   clients,
   ensureCrds,
   pools,
@@ -432,7 +430,7 @@ async function warm(m: Main) {
     );
     await remove(m, s);
   }
-  await deletePool(m, pool);
+  await pools.delete(m.c, m.ns, pool);
   await m.pods.until("the warm pool's pods gone", 180_000, () => m.pods.live().length === 0);
   return {
     start,
@@ -653,7 +651,7 @@ async function burst(m: Main) {
     .map((a) => `${a.status} ${a.phase}`)
     .slice(0, 10);
   // Clean-up: the pool first (its replacements stop), then the sandboxes.
-  await deletePool(m, pool);
+  await pools.delete(m.c, m.ns, pool);
   await Promise.all(ok.map((a) => call(m.prov, "DELETE", `/v1/sandboxes/${a.id}`)));
   return {
     otherNamespaces,
@@ -908,19 +906,6 @@ ${notes.join("\n\n")}
 }
 
 // ---------------------------------------------------------------------------------------------
-
-/** Deletes a pool (its warm pods go with it); a pool already gone is fine. */
-async function deletePool(m: Main, pool: string): Promise<void> {
-  await m.c.custom
-    .deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: m.ns,
-      plural: "sandboxpools",
-      name: pool,
-    })
-    .catch(() => undefined);
-}
 
 async function main(): Promise<void> {
   const started = now();

@@ -11,14 +11,10 @@
  * A client that goes away mid-upload makes the upstream request abort too, so sandboxd sees a
  * cut-off body and discards the partial file instead of completing it.
  */
-import {
-  type IncomingMessage,
-  STATUS_CODES,
-  type ServerResponse,
-  request as httpRequest,
-} from "node:http";
+import { type IncomingMessage, type ServerResponse, request as httpRequest } from "node:http";
 import { connect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
+import { ApiError, endSocket } from "./api/errors.ts";
 
 /** A sandbox's sandboxd: its address and bearer token. */
 export interface Target {
@@ -230,13 +226,8 @@ export function proxyUpgrade(
     upstream?.destroy();
     client.destroy();
   };
-  const refuse = (status: number, message: string) => {
-    const body = JSON.stringify({ error: { code: "UPSTREAM_UNAVAILABLE", message } });
-    client.end(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Bad Gateway"}\r\ncontent-type: application/json\r\n` +
-        `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-    );
-  };
+  const refuse = (status: number, message: string) =>
+    endSocket(client, new ApiError(status, "UPSTREAM_UNAVAILABLE", message));
   const splice = (socket: Duplex) => {
     upstream = socket;
     socket.write(`${lines.join("\r\n")}\r\n\r\n`);

@@ -11,7 +11,7 @@ import { Counter, Histogram, Registry, collectDefaultMetrics } from "prom-client
 import { z } from "zod";
 import { KeyRing, authenticate } from "./api/auth.ts";
 import { deerflowRouter } from "./api/deerflow.ts";
-import { ApiError, errorHandler, toApiError } from "./api/errors.ts";
+import { ApiError, endSocket, errorHandler, toApiError } from "./api/errors.ts";
 import { nativeRouter, parsePort, readyForTraffic } from "./api/native.ts";
 import {
   CreateSandbox,
@@ -98,33 +98,22 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
     "clientError",
     (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex) => {
       if (err.code === "ECONNRESET" || !socket.writable) return socket.destroy();
-      const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
-      const status = tooLarge ? 431 : err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400;
-      const body = JSON.stringify({
-        error: {
-          code: tooLarge ? "PAYLOAD_TOO_LARGE" : "INVALID_ARGUMENT",
-          message: tooLarge
-            ? "request line and headers are too large"
-            : `malformed HTTP request (${err.code ?? err.message})`,
-        },
-      });
-      // A HEAD's answer has no body, or the client would read it as a next response.
-      const head = err.rawPacket?.toString("latin1", 0, 5) === "HEAD ";
-      socket.end(
-        `HTTP/1.1 ${status} ${tooLarge ? "Request Header Fields Too Large" : "Bad Request"}\r\n` +
-          `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-          `connection: close\r\n\r\n${head ? "" : body}`,
-      );
+      const e =
+        err.code === "HPE_HEADER_OVERFLOW"
+          ? new ApiError(431, "PAYLOAD_TOO_LARGE", "request line and headers are too large")
+          : new ApiError(
+              err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400,
+              "INVALID_ARGUMENT",
+              `malformed HTTP request (${err.code ?? err.message})`,
+            );
+      endSocket(socket, e, err.rawPacket?.toString("latin1", 0, 5) !== "HEAD ");
     },
   );
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     handleUpgrade(req, socket, head, keys, store, cfg).catch((err: unknown) => {
       const e = toApiError(err);
       if (e.status >= 500) log.error({ err }, "upgrade failed");
-      const body = JSON.stringify({ error: { code: e.code, message: e.message } });
-      socket.end(
-        `HTTP/1.1 ${e.status} ${e.code}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-      );
+      endSocket(socket, e);
     });
   });
   return {

@@ -310,6 +310,20 @@ export const pools = {
       spec: Record<string, unknown>;
       status?: { active?: number; warmReady?: number; evictions?: number };
     }>,
+  /** Deletes the pool (its warm pods go with it); one already gone is fine. */
+  delete: async (c: Clients, namespace: string, name: string) => {
+    await c.custom
+      .deleteNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: "sandboxpools",
+        name,
+      })
+      .catch((err: unknown) => {
+        if ((err as { code?: number }).code !== 404) throw err;
+      });
+  },
   patchSpec: (c: Clients, namespace: string, name: string, spec: Record<string, unknown>) =>
     c.custom.patchNamespacedCustomObject(
       { group: GROUP, version: VERSION, namespace, plural: "sandboxpools", name, body: { spec } },

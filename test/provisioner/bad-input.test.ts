@@ -156,7 +156,6 @@ function paths(): fc.Arbitrary<string> {
       .map((kv) => `?${kv.map(([k, v]) => `${k}=${v}`).join("&")}`),
     fc.constantFrom("?label=a=b", "?label=", "?label=%zz", "?label=a&label=b=c", "?wait=false"),
   );
-  const free = (p: fc.Arbitrary<string>) => p;
   const t = (tpl: (id: string, r: string) => string) =>
     fc.tuple(anyId, rest).map(([id, r]) => tpl(id, r));
   // Routes that stop a sandbox never get a real id.
@@ -164,24 +163,21 @@ function paths(): fc.Arbitrary<string> {
   return fc
     .tuple(
       fc.oneof(
-        free(fc.constantFrom("/v1/sandboxes", "/api/sandboxes", "/health", "/healthz")),
-        free(fc.constantFrom("/readyz", "/openapi.json", "/metrics", "/api/capabilities", "/")),
+        fc.constantFrom("/v1/sandboxes", "/api/sandboxes", "/health", "/healthz"),
+        fc.constantFrom("/readyz", "/openapi.json", "/metrics", "/api/capabilities", "/"),
         t((id) => `/v1/sandboxes/${id}`),
         t((id) => `/api/sandboxes/${id}`),
         t((id) => `/v1/sandboxes/${id}/keepalive`),
         t((id, r) => `/v1/sandboxes/${id}/proxy/${r}`),
         t((id, r) => `/v1/sandboxes/${id}/proxy/v1/${r}`),
-        free(rest.map((r) => `${real.aio}/${r}`)),
+        rest.map((r) => `${real.aio}/${r}`),
         t((id, r) => `/aio/${id}/${r}`),
         unreal((id) => `/v1/sandboxes/${id}/pause`),
         unreal((id) => `/v1/sandboxes/${id}/resume`),
         unreal((id) => `/v1/sandboxes/${id}/ports/8080/`),
-        free(
-          fc
-            .tuple(segment, segment)
-            .map(([p, r]) => `/v1/sandboxes/${real.native}x/ports/${p}/${r}`),
-        ),
-        free(rest.map((r) => `/${r}`)),
+
+        fc.tuple(segment, segment).map(([p, r]) => `/v1/sandboxes/${real.native}x/ports/${p}/${r}`),
+        rest.map((r) => `/${r}`),
       ),
       query,
     )

@@ -30,7 +30,7 @@ export function jsonSchemaOf(schema: z.ZodType): JsonSchema {
 }
 
 /** Values `s` accepts. Sizes are kept small: the point is shape, not volume. */
-export function validValue(s: JsonSchema): fc.Arbitrary<unknown> {
+function validValue(s: JsonSchema): fc.Arbitrary<unknown> {
   if (s.anyOf) return fc.oneof(...s.anyOf.map(validValue));
   if (s.enum) return fc.constantFrom(...s.enum);
   if (s.const !== undefined) return fc.constant(s.const);

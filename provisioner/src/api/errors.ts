@@ -2,6 +2,8 @@
  * Errors as the API returns them: a status, a code from the SDK's SandboxError vocabulary and a
  * message a person can act on. Nothing the client sent ever produces a 5xx.
  */
+import { STATUS_CODES } from "node:http";
+import type { Duplex } from "node:stream";
 import type { NextFunction, Request, Response } from "express";
 import { z } from "zod";
 import { KubeApiError } from "@sandpit/operator/kube/client";
@@ -30,6 +32,20 @@ export class ApiError extends Error {
     this.code = code;
     this.retryAfterS = retryAfterS;
   }
+}
+
+/**
+ * Answers `err` on a raw socket and closes it: an upgrade that is refused, or a request Node's
+ * parser refused before express saw it. A HEAD's answer carries no body.
+ */
+export function endSocket(socket: Duplex, err: ApiError, withBody = true): void {
+  const body = JSON.stringify({ error: { code: err.code, message: err.message } });
+  socket.end(
+    `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? ""}\r\n` +
+      `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      (err.retryAfterS !== undefined ? `retry-after: ${err.retryAfterS}\r\n` : "") +
+      `connection: close\r\n\r\n${withBody ? body : ""}`,
+  );
 }
 
 export const notFound = (id: string) => new ApiError(404, "NOT_FOUND", `no sandbox "${id}"`);
