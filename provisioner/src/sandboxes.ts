@@ -196,36 +196,34 @@ export class SandboxStore {
   async create(input: CreateInput): Promise<{ sandbox: Sandbox; created: boolean }> {
     const name = input.name ?? `sbx-${randomBytes(10).toString("hex")}`;
     for (let attempt = 0; ; attempt++) {
-      const existing = this.#lookup(name);
-      if (existing?.metadata.deletionTimestamp) {
+      const found = await this.#findOrCreate(name, input);
+      if (found.sandbox.metadata.deletionTimestamp) {
         if (attempt > 0)
           throw new SandboxUnavailable("failed", `sandbox ${name} is still being deleted`, 5);
         await this.#waitGone(name, TERMINATING_WAIT_MS);
         continue;
       }
-      if (existing) {
-        if (existing.metadata.labels?.[LABEL.tenant] !== input.tenant)
-          throw new SandboxUnavailable("failed", `sandbox name ${name} is taken`);
-        return { sandbox: existing, created: false };
-      }
-      const joined = this.#creating.get(name);
-      if (joined) {
-        const theirs = await joined.made;
-        if (theirs) return { sandbox: theirs, created: false };
-      } else {
-        const made = await this.#createOnce(name, input);
-        if (made) return { sandbox: made, created: true };
-      }
-      // Someone else (another request, another replica) created it first: theirs is the one.
-      const current = await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
-      if (current.metadata.deletionTimestamp && attempt === 0) {
-        await this.#waitGone(name, TERMINATING_WAIT_MS);
-        continue;
-      }
-      if (current.metadata.labels?.[LABEL.tenant] !== input.tenant)
+      if (found.sandbox.metadata.labels?.[LABEL.tenant] !== input.tenant)
         throw new SandboxUnavailable("failed", `sandbox name ${name} is taken`);
-      return { sandbox: current, created: false };
+      return found;
     }
+  }
+
+  /** The sandbox of that name as it is: this process's view, its own create, or the API's. */
+  async #findOrCreate(
+    name: string,
+    input: CreateInput,
+  ): Promise<{ sandbox: Sandbox; created: boolean }> {
+    const existing = this.#lookup(name);
+    if (existing) return { sandbox: existing, created: false };
+    const joined = this.#creating.get(name);
+    const made = joined ? await joined.made : await this.#createOnce(name, input);
+    if (made) return { sandbox: made, created: !joined };
+    // Someone else (another replica) created it first: theirs is the one.
+    return {
+      sandbox: await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name),
+      created: false,
+    };
   }
 
   /** One create call for `name`, counted against the quota while it is on its way. */
