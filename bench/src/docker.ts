@@ -871,7 +871,7 @@ async function main(): Promise<void> {
   await ensureDocker({ log });
   const probe = spawnSync("docker", ["image", "inspect", IMAGE], { stdio: "ignore" });
   if (probe.status !== 0)
-    throw new Error(`${IMAGE} is not present: build it with \`node runtime/image/build.ts\``);
+    throw new Error(`${IMAGE} is not present: build it with \`node images/build.ts\``);
   const machine = await machineInfo();
   await cleanup(); // leftovers of an earlier, interrupted run
   let results: Results;

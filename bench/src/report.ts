@@ -21,7 +21,7 @@ export function commitMeasured(): string | null {
   const dirty = spawnSync("git", ["status", "--porcelain", "--", "runtime", "sdk"], {
     encoding: "utf8",
   });
-  return `${git.stdout.trim()}${dirty.stdout.trim() ? " (runtime/ or sdk/ modified)" : ""}`;
+  return `${git.stdout.trim()}${dirty.stdout.trim() ? " (sandboxd/ or sdk/ modified)" : ""}`;
 }
 
 /** Writes a benchmark's raw results (bench/results/<name>.json), which bench/RESULTS.md cites. */

@@ -362,7 +362,7 @@ describe("faults", () => {
   it("a missing image is a clear error, not a pull", async () => {
     const p = provider({ image: "sandpit-sandbox:does-not-exist" });
     const err = await expectSandboxError(p.create({ language: "python" }), "EXECUTION_FAILED");
-    expect(err.message).toContain("runtime/image/build.ts");
+    expect(err.message).toContain("images/build.ts");
   });
 });
 

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { z } from "zod";
 
 export const DockerProviderOptions = z.strictObject({
-  /** The sandbox image (built by runtime/image/build.ts). */
+  /** The sandbox image (built by images/build.ts). */
   image: z.string().min(1).default("sandpit-sandbox:latest"),
   /** Docker socket; default: DOCKER_HOST (unix://) or /var/run/docker.sock. */
   socketPath: z.string().optional(),

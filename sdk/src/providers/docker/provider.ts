@@ -208,7 +208,7 @@ export class DockerProvider implements SandboxProvider {
     const rt = await this.runtime();
     if (!this.imageChecked && !(this.imageChecked = await rt.imageExists(this.options.image))) {
       throw new SandboxError(
-        `the sandbox image ${this.options.image} is not present: build it with \`node runtime/image/build.ts\``,
+        `the sandbox image ${this.options.image} is not present: build it with \`node images/build.ts\``,
         "EXECUTION_FAILED",
       );
     }

@@ -1,4 +1,4 @@
-/** Starts a real sandboxd process (runtime/src/main.ts) on a temporary root for tests. */
+/** Starts a real sandboxd process (sandboxd/src/main.ts) on a temporary root for tests. */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
