@@ -47,6 +47,17 @@ export function resolveVirtualPath(
   return { virtual, parts };
 }
 
+/**
+ * A user or thread id, the same rule on every API that takes one (the SDK's create options, the
+ * provisioner's native and DeerFlow bodies, the Sandbox resource's spec).
+ */
+export const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+export const ID_RULE = "1-64 of [A-Za-z0-9_-]";
+
+/** An environment variable name, on every API that takes an environment. */
+export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+export const ENV_NAME_RULE = "environment variable names are [A-Za-z_][A-Za-z0-9_]*";
+
 export const PROTOCOL_VERSION = "1";
 export const CAPABILITIES = ["commands", "commands.stream", "code", "files", "packages"] as const;
 
@@ -61,9 +72,7 @@ export const MAX_SOURCE_BYTES = 4 * MiB;
 
 const envMap = z
   .record(
-    z
-      .string()
-      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are [A-Za-z_][A-Za-z0-9_]*"),
+    z.string().regex(ENV_NAME_PATTERN, ENV_NAME_RULE),
     z.string().refine((v) => !v.includes("\0"), "environment values may not contain NUL"),
   )
   .refine((m) => Object.keys(m).length <= 1000, "at most 1000 environment variables");
