@@ -173,14 +173,24 @@ export const InitRequest = z.strictObject({
   language: ExecuteCodeRequest.shape.language.optional(),
 });
 
+/**
+ * Every error code a Sandpit API answers with (sandboxd, the provisioner) and every code the
+ * SDK's SandboxError carries: one vocabulary end to end, so a code means the same thing
+ * wherever it is seen. Not every code comes from every component: CONNECTION_FAILED is the
+ * SDK's own (nothing answered), UPSTREAM_UNAVAILABLE the provisioner's (a sandbox did not).
+ */
 export const ERROR_CODES = [
   "INVALID_ARGUMENT",
   "UNAUTHORIZED",
   "NOT_FOUND",
   "CONFLICT",
   "PAYLOAD_TOO_LARGE",
+  "CAPACITY_EXCEEDED",
+  "RATE_LIMITED",
   "TIMEOUT",
   "EXECUTION_FAILED",
+  "UPSTREAM_UNAVAILABLE",
+  "CONNECTION_FAILED",
   "INTERNAL",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -189,14 +199,19 @@ export interface ErrorBody {
   message: string;
 }
 
+/** The HTTP status each code is answered with. */
 export const HTTP_STATUS: Record<ErrorCode, number> = {
   INVALID_ARGUMENT: 400,
   UNAUTHORIZED: 401,
   NOT_FOUND: 404,
   CONFLICT: 409,
   PAYLOAD_TOO_LARGE: 413,
+  CAPACITY_EXCEEDED: 429,
+  RATE_LIMITED: 429,
   TIMEOUT: 504,
   EXECUTION_FAILED: 422,
+  UPSTREAM_UNAVAILABLE: 502,
+  CONNECTION_FAILED: 502,
   INTERNAL: 500,
 };
 
