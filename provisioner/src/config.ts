@@ -35,7 +35,7 @@ const Env = z.object({
   SANDPIT_PUBLIC_URL: z.string().url().optional(),
   /** How long a create waits for Ready before answering 504. */
   SANDPIT_READY_TIMEOUT_MS: z.coerce.number().int().min(1000).default(120_000),
-  /** At most one activity write per sandbox per this period (DESIGN: 15 s). */
+  /** At most one activity write per sandbox per this period (docs/operations.md#provisioner). */
   SANDPIT_ACTIVITY_INTERVAL_MS: z.coerce.number().int().min(1000).default(15_000),
   /**
    * After SIGTERM: how long to go on serving, unready, before closing. Kubernetes removes a

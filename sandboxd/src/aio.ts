@@ -1,5 +1,5 @@
 /**
- * The DeerFlow / AIO-sandbox compatibility subset (DESIGN §2), so DeerFlow's sandbox client works
+ * The DeerFlow / AIO-sandbox subset (docs/architecture.md#sandboxd), so DeerFlow's client works
  * against sandboxd unchanged: the `{success, message, data}` envelope and the routes DeerFlow
  * calls. Everything goes through the same executor and path jail as the native API.
  *

@@ -1,5 +1,5 @@
 /**
- * sandboxd's HTTP API (DESIGN §2). Every route but /healthz needs `Authorization: Bearer
+ * sandboxd's HTTP API (docs/architecture.md). Every route but /healthz needs `Authorization: Bearer
  * <token>`; bodies are validated by the protocol schemas; every failure is a JSON error envelope
  * `{error: {code, message}}` with a matching status, never a stack trace or a host path.
  */

@@ -1,5 +1,5 @@
 /**
- * The `sandpit.dev/v1alpha1` API (DESIGN §3): the one source of truth for the Sandbox and
+ * The `sandpit.dev/v1alpha1` API (docs/api/sandbox.md): the one source of truth for the Sandbox and
  * SandboxPool types. The CRDs in crds/ are generated from these schemas (`npm run crds`), with
  * every description, default and CEL rule, and a test fails when the two drift apart.
  */

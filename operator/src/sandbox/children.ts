@@ -1,7 +1,7 @@
 /**
  * The objects a sandbox is made of, as pure functions of its effective spec: the Pod running
  * sandboxd, the ClusterIP Service in front of it, the PVC at /mnt/user-data, the NetworkPolicy
- * and the Secret holding its bearer token. Secure defaults (DESIGN §3) live here and nowhere else.
+ * and the Secret holding its bearer token. Secure defaults (docs/security.md) live here alone.
  */
 import { createHash, randomBytes } from "node:crypto";
 import type { OperatorConfig } from "../config.ts";

@@ -4,7 +4,7 @@
  * timeout, eviction or expiry. Level-triggered: it reads everything from the caches by key, and
  * each pass moves the sandbox one step closer to what its spec says.
  *
- * Writes are kept few (DESIGN: an agent runtime creates thousands of these): children are
+ * Writes are kept few (an agent runtime creates thousands; docs/architecture.md): children are
  * applied only when missing or changed, and a status that only says "still starting" is written
  * only when starting takes long enough for someone to want to know why.
  */

@@ -1,5 +1,5 @@
 /**
- * The native API (DESIGN §4): create (waiting for Ready, idempotent per user and thread), get,
+ * The native API (docs/architecture.md): create (waits for Ready, idempotent per user+thread), get,
  * list by label, delete, pause, resume, keepalive, and the streaming proxy to sandboxd.
  */
 import { Router, json, type Request, type Response } from "express";
