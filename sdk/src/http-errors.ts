@@ -9,9 +9,11 @@ import { sandboxErrorCode, type SandboxErrorCode } from "./errors.ts";
 
 const BY_STATUS = new Map<number, SandboxErrorCode>([
   ...ERROR_CODES.map((code) => [HTTP_STATUS[code], sandboxErrorCode(code)!] as const),
-  // The protocol answers 429 for CAPACITY_EXCEEDED too, always with its envelope: bare, a 429
-  // means what it means everywhere, slow down.
+  // 429 is two protocol codes and 422 a meaning of the protocol's own (EXECUTION_FAILED); a
+  // Sandpit service sends them with its envelope, so bare they mean what they mean anywhere:
+  // slow down, and unprocessable input.
   [429, "RATE_LIMITED"],
+  [422, "INVALID_ARGUMENT"],
   // Statuses the protocol does not use, as proxies and load balancers do.
   [403, "UNAUTHORIZED"],
   [408, "TIMEOUT"],
