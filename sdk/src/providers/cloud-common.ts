@@ -21,7 +21,7 @@ import type { SandboxCreateOptions, SandboxLanguage } from "../types.ts";
 export { VIRTUAL_ROOT, VIRTUAL_WORKSPACE };
 export const VIRTUAL_LAYOUT = VIRTUAL_DIRS.map((d) => `${VIRTUAL_ROOT}/${d}`);
 
-/** Metadata / label keys that tie a remote sandbox to a Sandpit user and thread. */
+/** Metadata / label keys that tie a cloud sandbox to a Sandpit user and thread. */
 export const META = {
   user: "sandpit-user",
   thread: "sandpit-thread",
@@ -143,7 +143,7 @@ export function elapsed(started: number): number {
   return Math.max(0, Math.round(performance.now() - started));
 }
 
-/** What a remote sandbox does on every create: make the working directory, install packages. */
+/** What a cloud sandbox does on every create: make the working directory, install packages. */
 export interface ThreadSandbox {
   setup(
     language: SandboxLanguage,
@@ -153,7 +153,7 @@ export interface ThreadSandbox {
 }
 
 /**
- * The create() both remote providers share: validate, then find or create the thread's sandbox,
+ * The create() both cloud providers share: validate, then find or create the thread's sandbox,
  * with concurrent creates for one (user, thread) in this process sharing one attempt.
  */
 export async function createForThread<I extends ThreadSandbox>(
