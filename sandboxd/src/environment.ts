@@ -7,14 +7,7 @@ import { execFile } from "node:child_process";
 import * as fs from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { delimiter, dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-
-/** Static files sandboxd runs code with (language runners); read-only inside the sandbox. */
-export const RUNNERS_DIR = fileURLToPath(new URL("../runners/", import.meta.url)).replace(
-  /\/$/,
-  "",
-);
 
 /** Variables a sandbox may inherit from its host: locale, paths, and proxy/registry settings. */
 const INHERITABLE = [

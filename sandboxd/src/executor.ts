@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import {
   DEFAULT_TIMEOUT_MS,
+  parseOutput,
   SandboxdError,
   type CodeExecutionResult,
   type ExecuteCodeRequest,
@@ -16,7 +17,8 @@ import {
   type RunCommandRequest,
   type RunCommandResult,
 } from "./protocol.ts";
-import { RUNNERS_DIR, type Interpreters } from "./environment.ts";
+import type { Interpreters } from "./environment.ts";
+import { RUNNERS, RUNNERS_DIR } from "./runners.ts";
 import type { JailPath, PathJail } from "./jail.ts";
 import { runProcess } from "./process.ts";
 
@@ -81,13 +83,13 @@ export class Executor {
     try {
       const argv =
         req.language === "python"
-          ? [interp.python, "-u", join(RUNNERS_DIR, "python_runner.py"), code, error]
+          ? [interp.python, "-u", join(RUNNERS_DIR, RUNNERS.python), code, error]
           : [
               interp.node,
               "--experimental-transform-types",
               "--disable-warning=ExperimentalWarning",
               "--import",
-              pathToFileURL(join(RUNNERS_DIR, "node_preload.mjs")).href,
+              pathToFileURL(join(RUNNERS_DIR, RUNNERS.typescript)).href,
               code,
             ];
       const env =
@@ -265,23 +267,6 @@ export class Executor {
         `could not start ${file}: ${(err as Error).message}`,
         { cause: err },
       );
-    }
-  }
-}
-
-/** The contract's `output`: stdout parsed as JSON, or else its last non-empty line. */
-export function parseOutput(stdout: string): unknown {
-  const text = stdout.trim();
-  if (!text) return undefined;
-  try {
-    return JSON.parse(text);
-  } catch {
-    const last = text.slice(text.lastIndexOf("\n") + 1).trim();
-    if (last === text) return undefined;
-    try {
-      return JSON.parse(last);
-    } catch {
-      return undefined;
     }
   }
 }

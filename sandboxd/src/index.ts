@@ -16,8 +16,8 @@ import type { Settings } from "./config.ts";
 export * from "./protocol.ts";
 export { PathJail } from "./jail.ts";
 export { readSettings, type Settings } from "./config.ts";
-export { scrubEnv, discoverInterpreters, RUNNERS_DIR, type Interpreters } from "./environment.ts";
-export { parseOutput } from "./executor.ts";
+export { scrubEnv, discoverInterpreters, type Interpreters } from "./environment.ts";
+export { RUNNERS_DIR, RUNNERS } from "./runners.ts";
 
 export interface RunningSandboxd {
   /** "127.0.0.1:41234" or "unix:/path/to/socket". */

@@ -130,6 +130,7 @@ export type ExecuteCodeRequest = z.infer<typeof ExecuteCodeRequest>;
 
 export interface CodeExecutionResult {
   success: boolean;
+  /** The cell's result: see parseOutput. */
   output?: unknown;
   stdout: string;
   stderr: string;
@@ -137,19 +138,42 @@ export interface CodeExecutionResult {
   error?: { name: string; message: string; traceback?: string };
 }
 
+/**
+ * The contract's `output`: stdout parsed as JSON, or else its last non-empty line. Providers that
+ * run code without sandboxd (E2B, Daytona) derive it the same way.
+ */
+export function parseOutput(stdout: string): unknown {
+  const text = stdout.trim();
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    const last = text.slice(text.lastIndexOf("\n") + 1).trim();
+    if (last === text) return undefined;
+    try {
+      return JSON.parse(last);
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+/**
+ * A package as pip or npm takes it, a name with an optional version (`numpy==2.1.0`, `zod@4`):
+ * the one form packages have from the SDK's create options to the installer. It is passed to
+ * pip/npm as one argv entry, never through a shell; still, option-like or whitespace-laden specs
+ * are refused so no flag can be smuggled in.
+ */
+export const PackageSpec = z
+  .string()
+  .min(1)
+  .max(200)
+  .regex(/^[^\s-][^\s]*$/, "a package is a name with an optional version, not an option");
+export const PackageSpecs = z.array(PackageSpec).max(200);
+
 export const InstallPackagesRequest = z.strictObject({
   language: ExecuteCodeRequest.shape.language,
-  packages: z
-    .array(
-      z
-        .string()
-        .min(1)
-        .max(200)
-        // A package spec is passed to pip/npm as one argv entry, never through a shell; still,
-        // refuse option-like or whitespace-laden specs so no flag can be smuggled in.
-        .regex(/^[^\s-][^\s]*$/, "a package is a name with an optional version, not an option"),
-    )
-    .max(200),
+  packages: PackageSpecs,
   timeoutMs: timeoutMs.optional(),
 });
 export type InstallPackagesRequest = z.infer<typeof InstallPackagesRequest>;
@@ -169,9 +193,10 @@ export interface FileEntry {
 export const InitRequest = z.strictObject({
   token: z.string().min(32).max(512),
   env: envMap.optional(),
-  packages: z.array(z.string()).optional(),
+  packages: PackageSpecs.optional(),
   language: ExecuteCodeRequest.shape.language.optional(),
 });
+export type InitRequest = z.infer<typeof InitRequest>;
 
 /**
  * Every error code a Sandpit API answers with (sandboxd, the provisioner) and every code the

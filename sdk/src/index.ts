@@ -9,9 +9,8 @@
 import { pino, type Logger } from "pino";
 import { parseConfig, type SandboxSection } from "./config.ts";
 import { FallbackProvider } from "./fallback.ts";
-import { getProvider, registerProvider } from "./registry.ts";
-import { LocalProvider, LocalProviderOptions } from "./providers/local.ts";
-import { registerRemoteProviders } from "./providers/remote.ts";
+import { getProvider } from "./registry.ts";
+import { registerBuiltinProviders } from "./providers/builtin.ts";
 import { parseOptions } from "./parse-options.ts";
 import type { SandboxProvider } from "./types.ts";
 
@@ -27,21 +26,16 @@ export {
 export { FallbackProvider } from "./fallback.ts";
 export { SandboxdClient, type SandboxdClientOptions } from "./sandboxd-client.ts";
 export { SandboxdInstance, type SandboxdLifecycle } from "./sandboxd-instance.ts";
-export { LocalProvider, type LocalProviderOptions } from "./providers/local.ts";
+export { LocalProvider } from "./providers/local/index.ts";
+export type { LocalProviderOptions } from "./providers/local/options.ts";
 export { LazyProvider } from "./lazy-provider.ts";
 // Provider classes with heavy SDKs are separate entry points: @sandpit/sdk/docker, /e2b, /daytona.
 export type { DockerProviderOptions } from "./providers/docker/options.ts";
-export type { E2BProviderOptions } from "./providers/e2b-options.ts";
-export type { DaytonaProviderOptions } from "./providers/daytona-options.ts";
+export type { E2BProviderOptions } from "./providers/e2b/options.ts";
+export type { DaytonaProviderOptions } from "./providers/daytona/options.ts";
 export { validateCreate } from "./create-options.ts";
 
-registerProvider({
-  name: "local",
-  description: "sandboxes as host processes, isolated with bubblewrap where installed",
-  options: LocalProviderOptions,
-  create: (options, ctx) => new LocalProvider(options, ctx.logger),
-});
-registerRemoteProviders(); // docker, e2b, daytona: loaded on first use
+registerBuiltinProviders();
 
 /**
  * Builds the provider a config selects: `use: "local"` gives that provider, `use: [a, b]` a

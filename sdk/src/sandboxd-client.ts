@@ -11,6 +11,7 @@ import type {
   ExecuteCodeRequest,
   FileEntry,
   HealthResponse,
+  InitRequest,
   InstallPackagesRequest,
   RunCommandRequest,
   RunCommandResult,
@@ -18,7 +19,8 @@ import type {
 import { request as httpRequest } from "node:http";
 import type { Duplex } from "node:stream";
 import { Agent, type Dispatcher } from "undici";
-import { SandboxError, type SandboxErrorCode } from "./errors.ts";
+import { SandboxError, sandboxErrorCode } from "./errors.ts";
+import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
 
 export interface SandboxdClientOptions {
   /** e.g. http://127.0.0.1:41234, or a proxy prefix such as https://host/v1/sandboxes/x/proxy */
@@ -35,21 +37,6 @@ export interface SandboxdClientOptions {
 
 /** A streamed command still needs this long beyond its own timeout for the final line. */
 const GRACE_MS = 15_000;
-
-const CODES: Record<ErrorBody["code"], SandboxErrorCode> = {
-  INVALID_ARGUMENT: "INVALID_ARGUMENT",
-  UNAUTHORIZED: "UNAUTHORIZED",
-  NOT_FOUND: "NOT_FOUND",
-  CONFLICT: "CONFLICT",
-  PAYLOAD_TOO_LARGE: "INVALID_ARGUMENT",
-  CAPACITY_EXCEEDED: "CAPACITY_EXCEEDED",
-  RATE_LIMITED: "RATE_LIMITED",
-  TIMEOUT: "TIMEOUT",
-  EXECUTION_FAILED: "EXECUTION_FAILED",
-  UPSTREAM_UNAVAILABLE: "CONNECTION_FAILED",
-  CONNECTION_FAILED: "CONNECTION_FAILED",
-  INTERNAL: "INTERNAL",
-};
 
 /** A response whose status was OK; its body is still to be read. */
 type Body = Dispatcher.ResponseData["body"];
@@ -139,12 +126,7 @@ export class SandboxdClient {
     await this.json("POST", "/v1/packages/install", req, (req.timeoutMs ?? 10 * 60_000) + GRACE_MS);
   }
 
-  async init(req: {
-    token: string;
-    env?: Record<string, string>;
-    packages?: string[];
-    language?: "python" | "typescript";
-  }): Promise<void> {
+  async init(req: InitRequest): Promise<void> {
     await this.json("POST", "/v1/init", req, 10 * 60_000);
   }
 
@@ -172,18 +154,13 @@ export class SandboxdClient {
         let body = "";
         res.on("data", (c: Buffer) => (body += c.toString()));
         res.on("end", () => {
-          let e: ErrorBody | undefined;
-          try {
-            e = (JSON.parse(body) as { error?: ErrorBody }).error;
-          } catch {
-            // not our envelope
-          }
+          const e = errorEnvelope(body);
           reject(
             e
               ? fromBody(e)
               : new SandboxError(
                   `port tunnel refused with HTTP ${res.statusCode}`,
-                  statusCode(res.statusCode ?? 500),
+                  codeForAnswer(res.statusCode ?? 500),
                 ),
           );
         });
@@ -293,23 +270,13 @@ export class SandboxdClient {
     if (body?.error) throw fromBody(body.error);
     throw new SandboxError(
       `sandboxd answered HTTP ${res.statusCode} to ${method} ${path.split("?")[0]}`,
-      statusCode(res.statusCode),
+      codeForAnswer(res.statusCode),
     );
   }
 }
 
 function fromBody(e: ErrorBody): SandboxError {
-  return new SandboxError(e.message, CODES[e.code] ?? "INTERNAL", e);
-}
-
-function statusCode(status: number): SandboxErrorCode {
-  if (status === 401 || status === 403) return "UNAUTHORIZED";
-  if (status === 404) return "NOT_FOUND";
-  if (status === 408 || status === 504) return "TIMEOUT";
-  if (status === 429) return "RATE_LIMITED";
-  if (status === 502 || status === 503) return "CONNECTION_FAILED";
-  if (status >= 400 && status < 500) return "INVALID_ARGUMENT";
-  return "INTERNAL";
+  return new SandboxError(e.message, sandboxErrorCode(e.code) ?? "INTERNAL", e);
 }
 
 /** Network-level failures: refused, reset, timed out. */

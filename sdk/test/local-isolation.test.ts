@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalProvider, type SandboxInstance } from "@sandpit/sdk";
 import { expectSandboxError } from "../../test/contract/suite.ts";
-import { bwrapAvailable } from "../src/providers/local-bwrap.ts";
+import { bwrapAvailable } from "../src/providers/local/bwrap.ts";
 
 const SECRET = "host-secret-value-7f3a";
 

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalProvider, SandboxdClient, type SandboxInstance } from "@sandpit/sdk";
 import { expectSandboxError } from "../../test/contract/suite.ts";
-import { bwrapAvailable } from "../src/providers/local-bwrap.ts";
+import { bwrapAvailable } from "../src/providers/local/bwrap.ts";
 
 const available = await bwrapAvailable();
 if (!available && process.env.CI) throw new Error("bubblewrap must be installed in CI");

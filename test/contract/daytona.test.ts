@@ -3,7 +3,7 @@
  * loopback Daytona fake (test/fakes/daytona.ts), whose sandboxes run real processes in
  * bubblewrap. Without bubblewrap the run is reported as skipped (and fails in CI).
  */
-import { DaytonaProvider } from "../../sdk/src/providers/daytona.ts";
+import { DaytonaProvider } from "@sandpit/sdk/daytona";
 import { FakeDaytona } from "../fakes/daytona.ts";
 import { bwrapUsable } from "../fakes/sandbox-host.ts";
 import { contractSuite } from "./suite.ts";

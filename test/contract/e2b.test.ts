@@ -3,7 +3,7 @@
  * SDKs, against the loopback E2B fake (test/fakes/e2b.ts), whose sandboxes run real processes
  * in bubblewrap. Without bubblewrap the run is reported as skipped (and fails in CI).
  */
-import { E2BProvider } from "../../sdk/src/providers/e2b.ts";
+import { E2BProvider } from "@sandpit/sdk/e2b";
 import { FakeE2B } from "../fakes/e2b.ts";
 import { bwrapUsable } from "../fakes/sandbox-host.ts";
 import { contractSuite } from "./suite.ts";

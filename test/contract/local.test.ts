@@ -6,7 +6,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LocalProvider } from "@sandpit/sdk";
-import { bwrapAvailable } from "../../sdk/src/providers/local-bwrap.ts";
+import { bwrapAvailable } from "../../sdk/src/providers/local/bwrap.ts";
 import { contractSuite } from "./suite.ts";
 
 for (const isolation of ["none", "bwrap"] as const) {

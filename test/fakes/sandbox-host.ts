@@ -17,7 +17,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
 import { promisify } from "node:util";
 import { discoverInterpreters, RUNNERS_DIR, scrubEnv, type Interpreters } from "@sandpit/sandboxd";
-import { systemMounts } from "../../sdk/src/providers/local-bwrap.ts";
+import { systemMounts } from "../../sdk/src/providers/local/bwrap.ts";
 
 const run = promisify(execFile);
 

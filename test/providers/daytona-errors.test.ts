@@ -12,8 +12,8 @@ import {
 } from "@daytonaio/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance } from "@sandpit/sdk";
-import { DaytonaProvider, type DaytonaProviderOptions } from "../../sdk/src/providers/daytona.ts";
-import { daytonaErrorCode } from "../../sdk/src/providers/daytona-errors.ts";
+import { DaytonaProvider, type DaytonaProviderOptions } from "@sandpit/sdk/daytona";
+import { daytonaErrorCode } from "../../sdk/src/providers/daytona/errors.ts";
 import { FakeDaytona } from "../fakes/daytona.ts";
 import { bwrapUsable } from "../fakes/sandbox-host.ts";
 import { expectSandboxError } from "../contract/suite.ts";

@@ -14,8 +14,8 @@ import {
 } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance } from "@sandpit/sdk";
-import { E2BProvider, type E2BProviderOptions } from "../../sdk/src/providers/e2b.ts";
-import { e2bErrorCode } from "../../sdk/src/providers/e2b-errors.ts";
+import { E2BProvider, type E2BProviderOptions } from "@sandpit/sdk/e2b";
+import { e2bErrorCode } from "../../sdk/src/providers/e2b/errors.ts";
 import { FakeE2B } from "../fakes/e2b.ts";
 import { closedPort } from "../fakes/net.ts";
 import { bwrapUsable } from "../fakes/sandbox-host.ts";

@@ -10,14 +10,14 @@ import { Writable } from "node:stream";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createProvider, parseConfig, SandboxError } from "@sandpit/sdk";
-import { registerRemoteProviders } from "../../sdk/src/providers/remote.ts";
+import { registerBuiltinProviders } from "../../sdk/src/providers/builtin.ts";
 import { closedPort } from "../fakes/net.ts";
 
 describe("fallback: e2b unreachable → local", () => {
   let baseDir: string;
   beforeAll(async () => {
-    registerRemoteProviders();
-    registerRemoteProviders(); // idempotent: a second call (another test file, the app) is harmless
+    registerBuiltinProviders();
+    registerBuiltinProviders(); // idempotent: a second call (another test file, the app) is harmless
     baseDir = await mkdtemp(join(tmpdir(), "sandpit-fallback-"));
   });
   afterAll(async () => {

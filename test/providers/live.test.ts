@@ -6,8 +6,8 @@
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import type { SandboxProvider } from "@sandpit/sdk";
-import { DaytonaProvider } from "../../sdk/src/providers/daytona.ts";
-import { E2BProvider } from "../../sdk/src/providers/e2b.ts";
+import { DaytonaProvider } from "@sandpit/sdk/daytona";
+import { E2BProvider } from "@sandpit/sdk/e2b";
 
 const e2bKey = process.env.E2B_API_KEY;
 const daytonaKey = process.env.DAYTONA_API_KEY;

@@ -9,28 +9,21 @@
  *  - pause → POST …/pause (pod stopped, volume kept); resume(id) → POST …/resume;
  *    kill → DELETE; getHost(port) → a local listener tunnelled through the proxy.
  */
-import { z } from "zod";
+import type { z } from "zod";
 import { VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
-import { validateCreate } from "../create-options.ts";
-import { SandboxError, type SandboxErrorCode } from "../errors.ts";
-import { parseOptions } from "../parse-options.ts";
-import { PortForwarder } from "../port-forward.ts";
-import { SandboxdClient } from "../sandboxd-client.ts";
-import { SandboxdInstance, type SandboxdLifecycle } from "../sandboxd-instance.ts";
-import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "../types.ts";
+import { validateCreate } from "../../create-options.ts";
+import { SandboxError, type SandboxErrorCode } from "../../errors.ts";
+import { parseOptions } from "../../parse-options.ts";
+import { PortForwarder } from "../../port-forward.ts";
+import { SandboxdClient } from "../../sandboxd-client.ts";
+import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
+import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "../../types.ts";
+import { provisionerError } from "./errors.ts";
+import { KubernetesProviderOptions, type KubernetesProviderInput } from "./options.ts";
 
-export const KubernetesProviderOptions = z.strictObject({
-  /** Base URL of the provisioner, e.g. http://sandpit-provisioner.sandpit-system:8080 */
-  provisionerUrl: z.string().url(),
-  apiKey: z.string().min(24, "apiKey: the provisioner's API keys are at least 24 characters"),
-  /** SandboxPool to take sandboxes from; the provisioner's default when omitted. */
-  pool: z.string().optional(),
-  /** How long create and resume may wait for a sandbox to be Ready. */
-  readyTimeoutMs: z.number().int().positive().default(180_000),
-  /** Deadline of calls that do not run user code. */
-  requestTimeoutMs: z.number().int().positive().default(30_000),
-});
-export type KubernetesProviderInput = z.input<typeof KubernetesProviderOptions>;
+/** Re-exported so the provider's entry point carries its options schema. */
+export { KubernetesProviderOptions, type KubernetesProviderInput };
+
 type Options = z.output<typeof KubernetesProviderOptions>;
 
 /** The defaults create() was given, kept in the sandbox so resume(id) finds them again. */
@@ -39,38 +32,6 @@ const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
 interface SandboxView {
   id: string;
   phase: string;
-}
-
-/** Maps the provisioner's answers onto SandboxError codes. */
-function errorFor(status: number, body: string, what: string): SandboxError {
-  let code = "";
-  let message = body.slice(0, 500);
-  try {
-    const parsed = JSON.parse(body) as { error?: { code?: string; message?: string } };
-    code = parsed.error?.code ?? "";
-    message = parsed.error?.message ?? message;
-  } catch {
-    // not JSON: keep the text
-  }
-  const byStatus: Record<number, SandboxErrorCode> = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHORIZED",
-    403: "UNAUTHORIZED",
-    404: "NOT_FOUND",
-    409: "CONFLICT",
-    413: "INVALID_ARGUMENT",
-    504: "TIMEOUT",
-  };
-  if (code === "EXECUTION_FAILED" || code === "CAPACITY_EXCEEDED" || code === "TIMEOUT") {
-    return new SandboxError(`${what}: ${message}`, code);
-  }
-  const mapped: SandboxErrorCode =
-    status === 429
-      ? code === "CAPACITY_EXCEEDED"
-        ? "CAPACITY_EXCEEDED"
-        : "RATE_LIMITED"
-      : (byStatus[status] ?? "CONNECTION_FAILED");
-  return new SandboxError(`${what}: ${message || `HTTP ${status}`}`, mapped);
 }
 
 export class KubernetesProvider implements SandboxProvider {
@@ -164,7 +125,7 @@ export class KubernetesProvider implements SandboxProvider {
       }
     }
     const text = await res.text();
-    if (!res.ok) throw errorFor(res.status, text, what);
+    if (!res.ok) throw provisionerError(res.status, text, what);
     return (text ? JSON.parse(text) : undefined) as T;
   }
 

@@ -17,11 +17,10 @@ import { Sandbox, type Context, type ConnectionOpts } from "@e2b/code-interprete
 import { CommandExitError, FileType, TimeoutError } from "e2b";
 import type { Logger } from "pino";
 import { z } from "zod";
-import { E2BProviderOptions } from "./e2b-options.ts";
-import { parseOutput } from "@sandpit/sandboxd";
-import { ID } from "../create-options.ts";
-import { SandboxError } from "../errors.ts";
-import { parseOptions } from "../parse-options.ts";
+import { E2BProviderOptions } from "./options.ts";
+import { DEFAULT_TIMEOUT_MS, ID_PATTERN, parseOutput } from "@sandpit/sandboxd/protocol";
+import { SandboxError } from "../../errors.ts";
+import { parseOptions } from "../../parse-options.ts";
 import type {
   CodeExecutionOptions,
   CodeExecutionResult,
@@ -34,12 +33,11 @@ import type {
   SandboxInstance,
   SandboxLanguage,
   SandboxProvider,
-} from "../types.ts";
+} from "../../types.ts";
 import {
   createForThread,
   checkEnvs,
   checkPort,
-  DEFAULT_EXEC_TIMEOUT_MS,
   elapsed,
   INSTALL_TIMEOUT_MS,
   installCommand,
@@ -51,8 +49,8 @@ import {
   VIRTUAL_ROOT,
   VIRTUAL_WORKSPACE,
   virtualPath,
-} from "./e2b-daytona-common.ts";
-import { fromE2B } from "./e2b-errors.ts";
+} from "../cloud-common.ts";
+import { fromE2B } from "./errors.ts";
 
 /** Re-exported so the provider's entry point carries its options schema. */
 export { E2BProviderOptions };
@@ -152,7 +150,7 @@ export class E2BProvider implements SandboxProvider {
 
   /** The running or paused sandbox of a thread, by metadata. */
   private async findThread(userId: string, threadId: string): Promise<string | undefined> {
-    if (!ID.test(userId) || !ID.test(threadId)) return undefined;
+    if (!ID_PATTERN.test(userId) || !ID_PATTERN.test(threadId)) return undefined;
     try {
       const pages = Sandbox.list({
         ...this.connection(),
@@ -266,7 +264,7 @@ export class E2BInstance implements SandboxInstance {
     return this.exec(command, {
       cwd,
       envs: o.envs,
-      timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+      timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS,
       stdin: o.stdin,
       onStdout: o.onStdout,
       onStderr: o.onStderr,
@@ -346,7 +344,7 @@ export class E2BInstance implements SandboxInstance {
     checkEnvs(o.envs);
     this.alive();
     const cwd = virtualPath(o.cwd ?? this.defaults.workingDirectory);
-    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const context = await this.context(language, cwd);
     const started = performance.now();
     let execution;

@@ -21,13 +21,13 @@ import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { Daytona, DaytonaNotFoundError, type Sandbox } from "@daytonaio/sdk";
-import { parseOutput, RUNNERS_DIR } from "@sandpit/sandboxd";
+import { DEFAULT_TIMEOUT_MS, ID_PATTERN, parseOutput } from "@sandpit/sandboxd/protocol";
+import { RUNNERS, RUNNERS_DIR } from "@sandpit/sandboxd/runners";
 import type { Logger } from "pino";
 import { z } from "zod";
-import { DaytonaProviderOptions } from "./daytona-options.ts";
-import { ID } from "../create-options.ts";
-import { SandboxError } from "../errors.ts";
-import { parseOptions } from "../parse-options.ts";
+import { DaytonaProviderOptions } from "./options.ts";
+import { SandboxError } from "../../errors.ts";
+import { parseOptions } from "../../parse-options.ts";
 import type {
   CodeExecutionOptions,
   CodeExecutionResult,
@@ -40,12 +40,11 @@ import type {
   SandboxInstance,
   SandboxLanguage,
   SandboxProvider,
-} from "../types.ts";
+} from "../../types.ts";
 import {
   createForThread,
   checkEnvs,
   checkPort,
-  DEFAULT_EXEC_TIMEOUT_MS,
   elapsed,
   INSTALL_TIMEOUT_MS,
   installCommand,
@@ -56,8 +55,8 @@ import {
   VIRTUAL_ROOT,
   VIRTUAL_WORKSPACE,
   virtualPath,
-} from "./e2b-daytona-common.ts";
-import { fromDaytona } from "./daytona-errors.ts";
+} from "../cloud-common.ts";
+import { fromDaytona } from "./errors.ts";
 
 /** Re-exported so the provider's entry point carries its options schema. */
 export { DaytonaProviderOptions };
@@ -66,11 +65,11 @@ type Options = z.output<typeof DaytonaProviderOptions>;
 
 /** Sandpit's state inside the data directory: code runners, code cells, packages. */
 const STATE = `${VIRTUAL_ROOT}/.sandpit`;
-const RUNNERS = `${STATE}/runners`;
+/** Where sandboxd's code-cell runners are uploaded to. */
+const RUNNER_DIR = `${STATE}/runners`;
 const RUN = `${STATE}/run`;
 const PY_PACKAGES = `${STATE}/python`;
 const NODE_MODULES = `${STATE}/node_modules`;
-const RUNNER_FILES = ["python_runner.py", "node_preload.mjs"];
 /** Extra time the client waits past a command's own deadline before giving up on it. */
 const DEADLINE_GRACE_MS = 5_000;
 /** Exit statuses of coreutils `timeout` when it stopped the command (TERM, then KILL). */
@@ -177,7 +176,7 @@ export class DaytonaProvider implements SandboxProvider {
   }
 
   private async findThread(userId: string, threadId: string): Promise<Sandbox | undefined> {
-    if (!ID.test(userId) || !ID.test(threadId)) return undefined;
+    if (!ID_PATTERN.test(userId) || !ID_PATTERN.test(threadId)) return undefined;
     try {
       let seen = 0;
       for await (const s of this.client.list({
@@ -261,7 +260,7 @@ export class DaytonaInstance implements SandboxInstance {
 
   /** /mnt/user-data and Sandpit's state; as root through sudo when the image user cannot. */
   async layout(): Promise<void> {
-    const dirs = [...VIRTUAL_LAYOUT, RUNNERS, RUN].map(shq).join(" ");
+    const dirs = [...VIRTUAL_LAYOUT, RUNNER_DIR, RUN].map(shq).join(" ");
     const cmd = `mkdir -p ${dirs} 2>/dev/null || { sudo -n mkdir -p ${dirs} && sudo -n chown -R "$(id -u):$(id -g)" ${shq(VIRTUAL_ROOT)}; }`;
     const r = await this.exec(cmd, { cwd: "/", timeoutMs: 60_000 });
     if (r.exitCode !== 0)
@@ -270,9 +269,9 @@ export class DaytonaInstance implements SandboxInstance {
         "EXECUTION_FAILED",
       );
     const files = await Promise.all(
-      RUNNER_FILES.map(async (f) => ({
+      Object.values(RUNNERS).map(async (f) => ({
         source: await readFile(join(RUNNERS_DIR, f)),
-        destination: `${RUNNERS}/${f}`,
+        destination: `${RUNNER_DIR}/${f}`,
       })),
     );
     try {
@@ -304,7 +303,7 @@ export class DaytonaInstance implements SandboxInstance {
     if (typeof command !== "string" || command.length === 0)
       throw new SandboxError("command must be a non-empty string", "INVALID_ARGUMENT");
     checkEnvs(o.envs);
-    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const started = performance.now();
     const r = await this.exec(command, {
       cwd: virtualPath(o.cwd ?? this.defaults.workingDirectory),
@@ -430,7 +429,7 @@ export class DaytonaInstance implements SandboxInstance {
     checkEnvs(o.envs);
     this.alive();
     const cwd = virtualPath(o.cwd ?? this.defaults.workingDirectory);
-    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+    const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const id = randomUUID();
     const codeFile = `${RUN}/${id}.${language === "python" ? "py" : "mts"}`;
     const errorFile = `${RUN}/${id}.error.json`;
@@ -441,8 +440,8 @@ export class DaytonaInstance implements SandboxInstance {
     }
     const runner =
       language === "python"
-        ? `python3 -u ${shq(`${RUNNERS}/python_runner.py`)} ${shq(codeFile)} ${shq(errorFile)}`
-        : `node --experimental-transform-types --disable-warning=ExperimentalWarning --import ${shq(`file://${RUNNERS}/node_preload.mjs`)} ${shq(codeFile)}`;
+        ? `python3 -u ${shq(`${RUNNER_DIR}/${RUNNERS.python}`)} ${shq(codeFile)} ${shq(errorFile)}`
+        : `node --experimental-transform-types --disable-warning=ExperimentalWarning --import ${shq(`file://${RUNNER_DIR}/${RUNNERS.typescript}`)} ${shq(codeFile)}`;
     const envs =
       language === "typescript"
         ? { ...o.envs, SANDPIT_ERROR_FILE: errorFile, SANDPIT_CODE_FILE: codeFile }

@@ -1,26 +1,27 @@
 /**
- * What the E2B and Daytona providers share: the virtual path rule, port and package checks,
- * shell quoting, the per-thread sandbox identity, and how a network failure is recognised.
- * Neither service knows about /mnt/user-data, so these providers enforce it on the client
- * (lexically, with the same function sandboxd uses) before any request leaves.
+ * What the cloud providers (E2B, Daytona), which run code without sandboxd, share: the virtual
+ * path rule, port and environment checks, shell quoting, package installs, the per-thread
+ * sandbox identity, and how a network failure is recognised. Neither service knows about
+ * /mnt/user-data, so these providers enforce it on the client (lexically, with the same
+ * function sandboxd uses) before any request leaves.
  */
 import { randomUUID } from "node:crypto";
-import { validateCreate } from "../create-options.ts";
-import type { SandboxCreateOptions, SandboxLanguage } from "../types.ts";
 import {
+  ENV_NAME_PATTERN,
   resolveVirtualPath,
   SandboxdError,
+  VIRTUAL_DIRS,
   VIRTUAL_ROOT,
   VIRTUAL_WORKSPACE,
 } from "@sandpit/sandboxd/protocol";
+import { validateCreate } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
+import type { SandboxCreateOptions, SandboxLanguage } from "../types.ts";
 
 export { VIRTUAL_ROOT, VIRTUAL_WORKSPACE };
-export const VIRTUAL_LAYOUT = ["workspace", "uploads", "outputs"].map(
-  (d) => `${VIRTUAL_ROOT}/${d}`,
-);
+export const VIRTUAL_LAYOUT = VIRTUAL_DIRS.map((d) => `${VIRTUAL_ROOT}/${d}`);
 
-/** Metadata / label keys that tie a remote sandbox to a Sandpit user and thread. */
+/** Metadata / label keys that tie a cloud sandbox to a Sandpit user and thread. */
 export const META = {
   user: "sandpit-user",
   thread: "sandpit-thread",
@@ -29,8 +30,6 @@ export const META = {
   timeoutMs: "sandpit-timeout-ms",
 } as const;
 
-/** Commands and code without a timeout are stopped after this long (as sandboxd does). */
-export const DEFAULT_EXEC_TIMEOUT_MS = 5 * 60_000;
 /** Package installs get longer. */
 export const INSTALL_TIMEOUT_MS = 10 * 60_000;
 
@@ -53,22 +52,9 @@ export function checkPort(port: number): void {
   }
 }
 
-/** Same rule as sandboxd: a package is a name with an optional version, never an option. */
-export function checkPackages(packages: string[]): void {
-  for (const p of packages) {
-    if (!/^[^\s-][^\s]*$/.test(p) || p.length > 200) {
-      throw new SandboxError(
-        `invalid package ${JSON.stringify(p)}: a package is a name with an optional version, not an option`,
-        "INVALID_ARGUMENT",
-      );
-    }
-  }
-}
-
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 export function checkEnvs(envs: Record<string, string> | undefined): void {
   for (const name of Object.keys(envs ?? {})) {
-    if (!ENV_NAME.test(name))
+    if (!ENV_NAME_PATTERN.test(name))
       throw new SandboxError(
         `invalid environment variable name ${JSON.stringify(name)}`,
         "INVALID_ARGUMENT",
@@ -157,7 +143,7 @@ export function elapsed(started: number): number {
   return Math.max(0, Math.round(performance.now() - started));
 }
 
-/** What a remote sandbox does on every create: make the working directory, install packages. */
+/** What a cloud sandbox does on every create: make the working directory, install packages. */
 export interface ThreadSandbox {
   setup(
     language: SandboxLanguage,
@@ -167,7 +153,7 @@ export interface ThreadSandbox {
 }
 
 /**
- * The create() both remote providers share: validate, then find or create the thread's sandbox,
+ * The create() both cloud providers share: validate, then find or create the thread's sandbox,
  * with concurrent creates for one (user, thread) in this process sharing one attempt.
  */
 export async function createForThread<I extends ThreadSandbox>(
@@ -182,7 +168,6 @@ export async function createForThread<I extends ThreadSandbox>(
 ): Promise<I> {
   const o = validateCreate(options);
   checkEnvs(o.envs);
-  if (o.packages) checkPackages(o.packages);
   const workingDirectory = o.workingDirectory ? virtualPath(o.workingDirectory) : VIRTUAL_WORKSPACE;
   const userId = o.userId ?? "default";
   const threadId = o.threadId ?? randomUUID();

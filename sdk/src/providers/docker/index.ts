@@ -17,8 +17,8 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
-import { VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
-import { ID, validateCreate } from "../../create-options.ts";
+import { ID_PATTERN, VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
+import { validateCreate } from "../../create-options.ts";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { SandboxdClient } from "../../sandboxd-client.ts";
@@ -266,7 +266,7 @@ export class DockerProvider implements SandboxProvider {
     if (
       typeof sandboxId !== "string" ||
       !sandboxId.startsWith(`${this.options.containerPrefix}-`) ||
-      !ID.test(sandboxId.replace(/\./g, "_"))
+      !ID_PATTERN.test(sandboxId.replace(/\./g, "_"))
     ) {
       throw new SandboxError(
         `${JSON.stringify(sandboxId)} is not a docker sandbox ID`,

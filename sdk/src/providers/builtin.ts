@@ -1,17 +1,29 @@
 /**
- * Registers the providers whose sandboxes run elsewhere: Docker (a local or remote engine),
- * Kubernetes (through a Sandpit provisioner), E2B and Daytona. Their implementations, and the SDKs they use, load on first use (LazyProvider);
- * only their option schemas load here, so config validation stays cheap. Idempotent.
+ * Registers the providers Sandpit ships: local, docker, kubernetes, e2b and daytona. Docker,
+ * E2B and Daytona load their implementations, and the SDKs they use, on first use
+ * (LazyProvider); only their option schemas load here, so config validation stays cheap.
+ * Idempotent: a provider already registered is left as it is.
  */
 import { LazyProvider } from "../lazy-provider.ts";
 import { providerNames, registerProvider } from "../registry.ts";
-import { DaytonaProviderOptions } from "./daytona-options.ts";
+import { DaytonaProviderOptions } from "./daytona/options.ts";
 import { DockerProviderOptions } from "./docker/options.ts";
-import { E2BProviderOptions } from "./e2b-options.ts";
-import { KubernetesProvider, KubernetesProviderOptions } from "./kubernetes.ts";
+import { E2BProviderOptions } from "./e2b/options.ts";
+import { KubernetesProvider } from "./kubernetes/index.ts";
+import { KubernetesProviderOptions } from "./kubernetes/options.ts";
+import { LocalProvider } from "./local/index.ts";
+import { LocalProviderOptions } from "./local/options.ts";
 
-export function registerRemoteProviders(): void {
+export function registerBuiltinProviders(): void {
   const known = new Set(providerNames());
+  if (!known.has("local")) {
+    registerProvider({
+      name: "local",
+      description: "sandboxes as host processes, isolated with bubblewrap where installed",
+      options: LocalProviderOptions,
+      create: (options, ctx) => new LocalProvider(options, ctx.logger),
+    });
+  }
   if (!known.has("docker")) {
     registerProvider({
       name: "docker",
@@ -20,8 +32,7 @@ export function registerRemoteProviders(): void {
       options: DockerProviderOptions,
       create: (options, ctx) =>
         new LazyProvider(
-          async () =>
-            new (await import("./docker/provider.ts")).DockerProvider(options, ctx.logger),
+          async () => new (await import("./docker/index.ts")).DockerProvider(options, ctx.logger),
         ),
     });
   }
@@ -41,7 +52,7 @@ export function registerRemoteProviders(): void {
       options: E2BProviderOptions,
       create: (options, ctx) =>
         new LazyProvider(
-          async () => new (await import("./e2b.ts")).E2BProvider(options, ctx.logger),
+          async () => new (await import("./e2b/index.ts")).E2BProvider(options, ctx.logger),
         ),
     });
   }
@@ -52,7 +63,7 @@ export function registerRemoteProviders(): void {
       options: DaytonaProviderOptions,
       create: (options, ctx) =>
         new LazyProvider(
-          async () => new (await import("./daytona.ts")).DaytonaProvider(options, ctx.logger),
+          async () => new (await import("./daytona/index.ts")).DaytonaProvider(options, ctx.logger),
         ),
     });
   }

@@ -14,40 +14,29 @@ import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs/promises";
 import { createRequire } from "node:module";
-import { homedir, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { discoverInterpreters, scrubEnv, VIRTUAL_ROOT, type Interpreters } from "@sandpit/sandboxd";
-import { bwrapArgs, bwrapAvailable } from "./local-bwrap.ts";
+// The local provider starts sandboxd itself, so it (alone) uses sandboxd's host-side helpers.
+import { discoverInterpreters, scrubEnv, type Interpreters } from "@sandpit/sandboxd";
+import { ID_PATTERN, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
 import type { Logger } from "pino";
-import { z } from "zod";
-import { SandboxError } from "../errors.ts";
-import { parseOptions } from "../parse-options.ts";
-import { SandboxdClient } from "../sandboxd-client.ts";
-import { SandboxdInstance, type SandboxdLifecycle } from "../sandboxd-instance.ts";
-import { PortForwarder } from "../port-forward.ts";
+import type { z } from "zod";
+import { validateCreate } from "../../create-options.ts";
+import { SandboxError } from "../../errors.ts";
+import { parseOptions } from "../../parse-options.ts";
+import { PortForwarder } from "../../port-forward.ts";
+import { SandboxdClient } from "../../sandboxd-client.ts";
+import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
 import type {
   SandboxCreateOptions,
   SandboxInstance,
   SandboxLanguage,
   SandboxProvider,
-} from "../types.ts";
-import { ID, validateCreate } from "../create-options.ts";
-
-export const LocalProviderOptions = z.strictObject({
-  /** Where sandbox directories live. */
-  baseDir: z.string().default(join(homedir(), ".local", "share", "sandpit")),
-  /** "auto" uses bubblewrap when it works on this host and says so in the log when it does not. */
-  isolation: z.enum(["auto", "bwrap", "none"]).default("auto"),
-  /** With bubblewrap: false gives the sandbox a private network namespace (loopback only). */
-  network: z.boolean().default(true),
-  /** Cap on each captured output stream of one command. */
-  outputCapBytes: z.number().int().positive().optional(),
-  /** How long sandboxd may take to start. */
-  startTimeoutMs: z.number().int().positive().default(15_000),
-});
-export type LocalProviderOptions = z.input<typeof LocalProviderOptions>;
+} from "../../types.ts";
+import { bwrapArgs, bwrapAvailable } from "./bwrap.ts";
+import { LocalProviderOptions } from "./options.ts";
 
 const SANDBOXD_MAIN = fileURLToPath(import.meta.resolve("@sandpit/sandboxd/main"));
 /** Where sandboxd's socket is mounted inside bubblewrap. */
@@ -223,7 +212,13 @@ export class LocalProvider implements SandboxProvider {
 
   async resume(sandboxId: string): Promise<SandboxInstance> {
     const [userId, threadId, ...rest] = typeof sandboxId === "string" ? sandboxId.split(".") : [];
-    if (!userId || !threadId || rest.length || !ID.test(userId) || !ID.test(threadId)) {
+    if (
+      !userId ||
+      !threadId ||
+      rest.length ||
+      !ID_PATTERN.test(userId) ||
+      !ID_PATTERN.test(threadId)
+    ) {
       throw new SandboxError(
         `${JSON.stringify(sandboxId)} is not a local sandbox ID (<user>.<thread>)`,
         "NOT_FOUND",

@@ -20,8 +20,8 @@ import {
   DaytonaTimeoutError,
   DaytonaUnprocessableEntityError,
 } from "@daytonaio/sdk";
-import { SandboxError, type SandboxErrorCode } from "../errors.ts";
-import { errorText, networkErrorCode } from "./e2b-daytona-common.ts";
+import { SandboxError, type SandboxErrorCode } from "../../errors.ts";
+import { errorText, networkErrorCode } from "../cloud-common.ts";
 
 export function daytonaErrorCode(err: unknown): SandboxErrorCode {
   if (err instanceof SandboxError) return err.code;

@@ -19,8 +19,8 @@ import {
   TemplateError,
   TimeoutError,
 } from "e2b";
-import { SandboxError, type SandboxErrorCode } from "../errors.ts";
-import { errorText, networkErrorCode } from "./e2b-daytona-common.ts";
+import { SandboxError, type SandboxErrorCode } from "../../errors.ts";
+import { errorText, networkErrorCode } from "../cloud-common.ts";
 
 export function e2bErrorCode(err: unknown): SandboxErrorCode {
   if (err instanceof SandboxError) return err.code;
