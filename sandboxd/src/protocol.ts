@@ -162,12 +162,13 @@ export function parseOutput(stdout: string): unknown {
  * A package as pip or npm takes it, a name with an optional version (`numpy==2.1.0`, `zod@4`):
  * the one form packages have from the SDK's create options to the installer. It is passed to
  * pip/npm as one argv entry, never through a shell; still, option-like or whitespace-laden specs
- * are refused so no flag can be smuggled in.
+ * are refused so no flag can be smuggled in. Long enough for the longest spec a Sandbox resource
+ * can name (a 200-character name, an operator, a 100-character version).
  */
 export const PackageSpec = z
   .string()
   .min(1)
-  .max(200)
+  .max(320)
   .regex(/^[^\s-][^\s]*$/, "a package is a name with an optional version, not an option");
 export const PackageSpecs = z.array(PackageSpec).max(200);
 
