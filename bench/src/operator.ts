@@ -23,10 +23,10 @@ import os from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { StorageV1Api } from "@kubernetes/client-node";
-import { readConfig } from "../../operator/src/config.ts";
-import { Kube, type KObject } from "../../operator/src/kube/client.ts";
-import { PODS, SECRETS } from "../../operator/src/kube/resources.ts";
-import { effectiveSpec, pod as podManifest } from "../../operator/src/sandbox/children.ts";
+import { readConfig } from "@sandpit/operator";
+import { Kube, type KObject, PODS, SECRETS } from "@sandpit/operator/kube/client";
+import { pod as podManifest } from "@sandpit/operator/workload/manifests";
+import { effectiveSpec } from "@sandpit/operator/workload/spec";
 import {
   type Clients,
   type OperatorProcess,
@@ -864,7 +864,7 @@ async function main(): Promise<void> {
   const image = await clusterImage();
   const c = clients(kubeconfig);
   await ensureCrds(c);
-  const kube = new Kube(c.kc);
+  const kube = new Kube(c.kc, { fieldManager: "sandpit-bench" });
   const nsList = await c.core.listNamespace();
   const otherNamespaces = nsList.items
     .map((n) => n.metadata!.name!)

@@ -24,8 +24,7 @@ import { createServer } from "node:http";
 import os from "node:os";
 import { join } from "node:path";
 import { SandboxdClient } from "@sandpit/sdk";
-import { Kube } from "../../operator/src/kube/client.ts";
-import { SECRETS } from "../../operator/src/kube/resources.ts";
+import { Kube, SECRETS } from "@sandpit/operator/kube/client";
 import {
   type Clients,
   type OperatorProcess,
@@ -914,7 +913,7 @@ async function main(): Promise<void> {
   const image = await clusterImage();
   const c = clients(kubeconfig);
   await ensureCrds(c);
-  const kube = new Kube(c.kc);
+  const kube = new Kube(c.kc, { fieldManager: "sandpit-bench" });
   const otherNamespaces = await namespacesBesides(c, "");
   const ns = await benchNamespace(c, "bench-prov");
   log(`namespace ${ns}, image ${image}`);
