@@ -24,6 +24,7 @@ import { createServer } from "node:http";
 import os from "node:os";
 import { join } from "node:path";
 import { SandboxdClient } from "@sandpit/sdk";
+import { LABEL, dataClaimName } from "@sandpit/operator/api";
 import { Kube, SECRETS } from "@sandpit/operator/kube/client";
 import {
   type Clients,
@@ -208,7 +209,9 @@ function timeline(calls: ApiCall[], t0: number, s: Sample, attributeSecret: bool
     calls.find((c) => c.method === method && c.path.endsWith(suffix) && c.status < 300);
   const secret = attributeSecret ? find("POST", "/secrets") : undefined;
   const claim = s.adopted ? find("PATCH", `/pods/${s.podName}`) : undefined;
-  const volume = s.adopted ? find("PATCH", `/persistentvolumeclaims/${s.podName}-data`) : undefined;
+  const volume = s.adopted
+    ? find("PATCH", `/persistentvolumeclaims/${dataClaimName(s.podName!)}`)
+    : undefined;
   const status = find("PATCH", `/sandboxes/${s.id}/status`);
   const mine = new Set([secret, claim, volume, status]);
   return {
@@ -231,7 +234,7 @@ function marks(m: Main, s: Sample, t0: number): void {
   s.ready = rel(m.sbx.at(s.id, "ready"));
   if (s.adopted) {
     s.pod = rel(m.pods.at(s.podName!, "claimed"));
-    s.claim = rel(m.claims.at(`${s.podName}-data`, "claimed"));
+    s.claim = rel(m.claims.at(dataClaimName(s.podName!), "claimed"));
   } else {
     s.pod = rel(m.pods.at(s.id, "seen"));
     s.podRunning = rel(m.pods.at(s.id, "running"));
@@ -398,8 +401,8 @@ async function cold(m: Main) {
 function readyWarmPods(m: Main, pool: string): number {
   return m.pods.live(
     (o) =>
-      o.metadata.labels?.["sandpit.dev/pool"] === pool &&
-      o.metadata.labels?.["sandpit.dev/warm"] === "true" &&
+      o.metadata.labels?.[LABEL.pool] === pool &&
+      o.metadata.labels?.[LABEL.warm] === "true" &&
       podReady(o),
   ).length;
 }
