@@ -23,10 +23,11 @@ import os from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { StorageV1Api } from "@kubernetes/client-node";
-import { readConfig } from "../../operator/src/config.ts";
-import { Kube, type KObject } from "../../operator/src/kube/client.ts";
-import { PODS, SECRETS } from "../../operator/src/kube/resources.ts";
-import { effectiveSpec, pod as podManifest } from "../../operator/src/sandbox/children.ts";
+import { readConfig } from "@sandpit/operator";
+import { LABEL, dataClaimName } from "@sandpit/operator/api";
+import { Kube, type KObject, PODS, SECRETS } from "@sandpit/operator/kube/client";
+import { pod as podManifest } from "@sandpit/operator/workload/manifests";
+import { effectiveSpec } from "@sandpit/operator/workload/spec";
 import {
   type Clients,
   type OperatorProcess,
@@ -318,7 +319,7 @@ async function cold(m: Main) {
       await sandboxes.create(m.c, m.ns, name, {});
       ready.push((await m.sbx.waitMark(name, "ready", 120_000)) - t0);
       stored.push(m.sbx.at(name, "seen")! - t0);
-      const b = m.claims.at(`${name}-data`, "bound");
+      const b = m.claims.at(dataClaimName(name), "bound");
       if (b) bound.push(b - t0);
       const s = m.pods.at(name, "seen");
       if (s) podSeen.push(s - t0);
@@ -353,8 +354,8 @@ async function warm(m: Main) {
   const claimable = () =>
     m.pods.live(
       (o) =>
-        o.metadata.labels?.["sandpit.dev/pool"] === POOL &&
-        o.metadata.labels?.["sandpit.dev/warm"] === "true" &&
+        o.metadata.labels?.[LABEL.pool] === POOL &&
+        o.metadata.labels?.[LABEL.warm] === "true" &&
         podReady(o),
     ).length;
   const ready: number[] = [];
@@ -390,7 +391,7 @@ async function warm(m: Main) {
         stored.push(m.sbx.at(name, "seen")! - t0);
         const pc = m.pods.at(podName, "claimed");
         if (pc !== undefined) podClaimed.push(pc - t0);
-        const cc = m.claims.at(`${podName}-data`, "claimed");
+        const cc = m.claims.at(dataClaimName(podName), "claimed");
         if (cc !== undefined) claimClaimed.push(cc - t0);
       } else notAdopted.push(`${name} (pod ${podName})`);
     }
@@ -864,7 +865,7 @@ async function main(): Promise<void> {
   const image = await clusterImage();
   const c = clients(kubeconfig);
   await ensureCrds(c);
-  const kube = new Kube(c.kc);
+  const kube = new Kube(c.kc, { fieldManager: "sandpit-bench" });
   const nsList = await c.core.listNamespace();
   const otherNamespaces = nsList.items
     .map((n) => n.metadata!.name!)

@@ -24,8 +24,8 @@ import { createServer } from "node:http";
 import os from "node:os";
 import { join } from "node:path";
 import { SandboxdClient } from "@sandpit/sdk";
-import { Kube } from "../../operator/src/kube/client.ts";
-import { SECRETS } from "../../operator/src/kube/resources.ts";
+import { LABEL, dataClaimName } from "@sandpit/operator/api";
+import { Kube, SECRETS } from "@sandpit/operator/kube/client";
 import {
   type Clients,
   type OperatorProcess,
@@ -209,7 +209,9 @@ function timeline(calls: ApiCall[], t0: number, s: Sample, attributeSecret: bool
     calls.find((c) => c.method === method && c.path.endsWith(suffix) && c.status < 300);
   const secret = attributeSecret ? find("POST", "/secrets") : undefined;
   const claim = s.adopted ? find("PATCH", `/pods/${s.podName}`) : undefined;
-  const volume = s.adopted ? find("PATCH", `/persistentvolumeclaims/${s.podName}-data`) : undefined;
+  const volume = s.adopted
+    ? find("PATCH", `/persistentvolumeclaims/${dataClaimName(s.podName!)}`)
+    : undefined;
   const status = find("PATCH", `/sandboxes/${s.id}/status`);
   const mine = new Set([secret, claim, volume, status]);
   return {
@@ -232,7 +234,7 @@ function marks(m: Main, s: Sample, t0: number): void {
   s.ready = rel(m.sbx.at(s.id, "ready"));
   if (s.adopted) {
     s.pod = rel(m.pods.at(s.podName!, "claimed"));
-    s.claim = rel(m.claims.at(`${s.podName}-data`, "claimed"));
+    s.claim = rel(m.claims.at(dataClaimName(s.podName!), "claimed"));
   } else {
     s.pod = rel(m.pods.at(s.id, "seen"));
     s.podRunning = rel(m.pods.at(s.id, "running"));
@@ -399,8 +401,8 @@ async function cold(m: Main) {
 function readyWarmPods(m: Main, pool: string): number {
   return m.pods.live(
     (o) =>
-      o.metadata.labels?.["sandpit.dev/pool"] === pool &&
-      o.metadata.labels?.["sandpit.dev/warm"] === "true" &&
+      o.metadata.labels?.[LABEL.pool] === pool &&
+      o.metadata.labels?.[LABEL.warm] === "true" &&
       podReady(o),
   ).length;
 }
@@ -914,7 +916,7 @@ async function main(): Promise<void> {
   const image = await clusterImage();
   const c = clients(kubeconfig);
   await ensureCrds(c);
-  const kube = new Kube(c.kc);
+  const kube = new Kube(c.kc, { fieldManager: "sandpit-bench" });
   const otherNamespaces = await namespacesBesides(c, "");
   const ns = await benchNamespace(c, "bench-prov");
   log(`namespace ${ns}, image ${image}`);

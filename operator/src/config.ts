@@ -4,6 +4,7 @@
  */
 import { hostname } from "node:os";
 import { z } from "zod";
+import { HOST_PORT_PATTERN, HOST_PORT_RULE } from "./api/rules.ts";
 
 const json = <T extends z.ZodType>(schema: T) =>
   z.string().transform((s, ctx): z.infer<T> => {
@@ -63,7 +64,7 @@ const Env = z.object({
   /** host:port of /healthz, /readyz and /metrics. */
   SANDPIT_PROBE_ADDRESS: z
     .string()
-    .regex(/^[^:]*:\d+$/)
+    .regex(HOST_PORT_PATTERN, HOST_PORT_RULE)
     .default("0.0.0.0:8081"),
   SANDPIT_LEADER_ELECTION: z
     .enum(["true", "false"])

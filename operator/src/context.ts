@@ -1,54 +1,14 @@
 /**
- * What the controllers share: the API client, the informer caches, the pool ledger, the event
- * recorder and the ways to enqueue each other's keys.
+ * What the controllers share: the API client, the informer caches, the event recorder, the
+ * writes not yet seen and the ways to enqueue each other's keys.
  */
 import type { Logger } from "pino";
-import type {
-  SandboxPoolSpec,
-  SandboxPoolStatus,
-  SandboxSpec,
-  SandboxStatus,
-} from "./api/v1alpha1.ts";
+import type { Sandbox, SandboxPool } from "./api/v1alpha1.ts";
 import type { OperatorConfig } from "./config.ts";
-import type { KObject, Kube } from "./kube/client.ts";
 import type { EventRecorder } from "./kube/events.ts";
 import type { Informer } from "./kube/informer.ts";
-import type { PoolAdmission } from "./pool/admission.ts";
-
-export interface Sandbox extends KObject {
-  spec: SandboxSpec;
-  status?: SandboxStatus;
-}
-export interface SandboxPool extends KObject {
-  spec: SandboxPoolSpec;
-  status?: SandboxPoolStatus;
-}
-export interface Pod extends KObject {
-  spec?: Record<string, unknown>;
-  status?: {
-    phase?: string;
-    podIP?: string;
-    reason?: string;
-    message?: string;
-    conditions?: { type: string; status: string; reason?: string; message?: string }[];
-    containerStatuses?: {
-      restartCount: number;
-      ready?: boolean;
-      state?: {
-        running?: { startedAt?: string };
-        waiting?: { reason?: string; message?: string };
-        terminated?: { reason?: string; exitCode?: number; message?: string };
-      };
-      lastState?: { terminated?: { reason?: string; exitCode?: number } };
-    }[];
-  };
-}
-export interface Claim extends KObject {
-  status?: { phase?: string };
-}
-export interface Secret extends KObject {
-  data?: Record<string, string>;
-}
+import type { Claim, Pod, Secret } from "./kube/resources.ts";
+import type { KObject, Kube } from "./kube/rest.ts";
 
 export interface Caches {
   sandboxes: Informer<Sandbox>;
@@ -93,20 +53,10 @@ export interface Ctx {
   log: Logger;
   events: EventRecorder;
   caches: Caches;
-  admission: PoolAdmission;
   /** Pods created but not yet seen in the cache, by namespace/name. */
   podExpectations: Expectations;
   /** Services, NetworkPolicies (by spec hash) and PVCs written but not yet seen in the cache. */
   writeExpectations: Expectations;
-  /**
-   * Sandbox key -> adopted warm pod, remembered until the sandbox goes: the caches may not show
-   * the adoption yet, and a sandbox must never adopt twice.
-   */
-  adoptedPods: Map<string, string>;
-  /** Names of warm pods a pool created that its cache may not show yet. */
-  warmCreating: (poolKey: string) => Set<string>;
-  /** UIDs of warm pods a reconcile is claiming right now. */
-  claiming: Set<string>;
   enqueueSandbox: (key: string, afterMs?: number) => void;
   enqueuePool: (key: string, afterMs?: number) => void;
 }

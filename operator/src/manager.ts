@@ -6,37 +6,36 @@
  */
 import { createServer, type Server } from "node:http";
 import type { Logger } from "pino";
+import { ANNOTATION, LABEL, MANAGED_BY } from "./api/labels.ts";
+import { POOLS, SANDBOXES, type Sandbox, type SandboxPool } from "./api/v1alpha1.ts";
 import type { OperatorConfig } from "./config.ts";
-import {
-  type Caches,
-  type Ctx,
-  Expectations,
-  type Pod,
-  type Sandbox,
-  type SandboxPool,
-  keyOf,
-} from "./context.ts";
+import { type Caches, type Ctx, Expectations, keyOf } from "./context.ts";
 import { Controller } from "./controller/controller.ts";
-import { type KObject, Kube, loadKubeConfig } from "./kube/client.ts";
 import { EventRecorder } from "./kube/events.ts";
 import { Informer } from "./kube/informer.ts";
 import { LeaderElector } from "./kube/leader-election.ts";
+import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "./kube/resources.ts";
+import { type KObject, Kube, loadKubeConfig, resourceOfPath } from "./kube/rest.ts";
 import {
-  NETWORK_POLICIES,
-  PODS,
-  POOLS,
-  PVCS,
-  SANDBOXES,
-  SECRETS,
-  SERVICES,
-} from "./kube/resources.ts";
-import { registry } from "./metrics.ts";
-import { PoolAdmission } from "./pool/admission.ts";
+  apiWrites,
+  informerRestarts,
+  leaderElectionStatus,
+  registry,
+  restRequests,
+} from "./metrics.ts";
+import { Pools } from "./pool/pools.ts";
 import { reconcilePool } from "./pool/reconciler.ts";
-import { ANNOTATION, LABEL, MANAGED_BY } from "./sandbox/children.ts";
 import { reconcileSandbox } from "./sandbox/reconciler.ts";
+import { INIT_TIMEOUT_MS } from "./workload/sandboxd.ts";
 
 const CACHE_SYNC_TIMEOUT_MS = 120_000;
+/** Who the operator writes as (server-side apply field manager). */
+const FIELD_MANAGER = "sandpit-operator";
+/**
+ * A reconcile running longer than this is aborted through its signal. Both reconcilers may wait
+ * on sandboxd's /v1/init while it installs packages, so they get that long and a minute more.
+ */
+const RECONCILE_TIMEOUT_MS = INIT_TIMEOUT_MS + 60_000;
 
 export class Manager {
   readonly ctx: Ctx;
@@ -45,6 +44,7 @@ export class Manager {
   readonly #informers: Informer<KObject>[];
   readonly #sandboxes: Controller;
   readonly #pools: Controller;
+  readonly #poolState: Pools;
   readonly #elector: LeaderElector | undefined;
   #server: Server | undefined;
   #leading = false;
@@ -57,17 +57,23 @@ export class Manager {
     this.#cfg = cfg;
     this.#log = log;
     this.done = new Promise((resolve) => (this.#end = resolve));
-    const kube = new Kube(loadKubeConfig(cfg.kubeconfig));
-    if (log.isLevelEnabled("debug")) {
-      kube.onResponse = (method, path, status, ms) =>
-        log.debug({ method, path, status, ms: Math.round(ms) }, "api request");
-    }
+    const debug = log.isLevelEnabled("debug");
+    const kube = new Kube(loadKubeConfig(cfg.kubeconfig), {
+      fieldManager: FIELD_MANAGER,
+      onResponse: (method, path, status, ms) => {
+        restRequests.inc({ method, code: String(status) });
+        if (method !== "GET" && status < 400)
+          apiWrites.inc({ resource: resourceOfPath(path), verb: method });
+        if (debug) log.debug({ method, path, status, ms: Math.round(ms) }, "api request");
+      },
+    });
     const ns = cfg.watchNamespace;
-    const owned = `${LABEL.managedBy}=${MANAGED_BY}`;
+    const owned = `${LABEL.managedBy}=${MANAGED_BY.operator}`;
     const informer = <T extends KObject>(resource: typeof PODS, labelSelector?: string) =>
       new Informer<T>(kube, {
         resource,
         logger: log,
+        onRestart: (cause) => informerRestarts.inc({ resource: resource.plural, cause }),
         ...(ns ? { namespace: ns } : {}),
         ...(labelSelector ? { labelSelector } : {}),
       });
@@ -85,37 +91,36 @@ export class Manager {
       name: "sandbox",
       logger: log,
       workers: cfg.sandboxWorkers,
-      reconcile: (key, signal) => reconcileSandbox(this.ctx, key, signal),
+      timeoutMs: RECONCILE_TIMEOUT_MS,
+      reconcile: (key, signal) => reconcileSandbox(this.ctx, this.#poolState, key, signal),
     });
     this.#pools = new Controller({
       name: "sandboxpool",
       logger: log,
       workers: cfg.poolWorkers,
-      reconcile: (key) => reconcilePool(this.ctx, key),
+      timeoutMs: RECONCILE_TIMEOUT_MS,
+      reconcile: (key, signal) => reconcilePool(this.ctx, this.#poolState, key, signal),
     });
     const identity = cfg.leaderElection.identity;
-    const warmCreating = new Map<string, Set<string>>();
     this.ctx = {
       kube,
       cfg,
       log,
       events: new EventRecorder(kube, identity, log),
       caches,
-      admission: new PoolAdmission(),
       podExpectations: new Expectations(),
       writeExpectations: new Expectations(),
-      adoptedPods: new Map(),
-      warmCreating: (poolKey) => {
-        let set = warmCreating.get(poolKey);
-        if (!set) warmCreating.set(poolKey, (set = new Set()));
-        return set;
-      },
-      claiming: new Set(),
       enqueueSandbox: (key, afterMs) => this.#sandboxes.enqueue(key, afterMs),
       enqueuePool: (key, afterMs) => this.#pools.enqueue(key, afterMs),
     };
+    this.#poolState = new Pools(this.ctx);
     if (cfg.leaderElection.enabled) {
-      this.#elector = new LeaderElector(kube, { ...cfg.leaderElection, logger: log });
+      this.#elector = new LeaderElector(kube, {
+        ...cfg.leaderElection,
+        logger: log,
+        onLeading: (leading) =>
+          leaderElectionStatus.set({ name: cfg.leaderElection.name }, leading ? 1 : 0),
+      });
     }
     this.#wireEvents(caches);
   }
@@ -188,12 +193,8 @@ export class Manager {
     c.sandboxes.on("add", onSandbox);
     c.sandboxes.on("update", onSandbox);
     c.sandboxes.on("delete", (s) => {
-      this.ctx.adoptedPods.delete(keyOf(s));
-      if (!s.spec.poolRef) return;
-      const poolKey = `${s.metadata.namespace}/${s.spec.poolRef}`;
-      for (const k of this.ctx.admission.release(poolKey, keyOf(s))) this.#sandboxes.enqueue(k);
-      this.ctx.admission.evicted(keyOf(s));
-      this.#pools.enqueue(poolKey);
+      this.#poolState.forget(s);
+      if (s.spec.poolRef) this.#pools.enqueue(`${s.metadata.namespace}/${s.spec.poolRef}`);
     });
     const onPool = (p: SandboxPool) => {
       this.#pools.enqueue(keyOf(p));

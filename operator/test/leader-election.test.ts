@@ -165,7 +165,7 @@ beforeEach(async () => {
     contexts: [{ name: "fake", cluster: "fake", user: "fake" }],
     currentContext: "fake",
   });
-  kube = new Kube(kc);
+  kube = new Kube(kc, { fieldManager: "sandpit-operator" });
 });
 
 afterEach(async () => {

@@ -1,7 +1,7 @@
 /** Explaining why a pod does not serve yet. */
 import { describe, expect, it } from "vitest";
-import type { Pod } from "../src/context.ts";
-import { containerRunning, podProblem, podReady, restartCount } from "../src/sandbox/pod-state.ts";
+import type { Pod } from "../src/kube/resources.ts";
+import { containerRunning, podProblem, podReady, restartCount } from "../src/workload/pod-state.ts";
 
 const pod = (status: Pod["status"]): Pod => ({ metadata: { name: "p" }, status });
 

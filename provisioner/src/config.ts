@@ -3,6 +3,7 @@
  * or a malformed key list stops it at start-up with a message naming the variable.
  */
 import { readFileSync } from "node:fs";
+import { HOST_PORT_PATTERN, HOST_PORT_RULE } from "@sandpit/operator/api";
 import { z } from "zod";
 
 /** One API key: who it belongs to (tenant), and how many sandboxes it may hold at once. */
@@ -27,10 +28,7 @@ const Env = z.object({
   /** JSON list of {key, tenant, maxSandboxes}; or SANDPIT_API_KEYS_FILE pointing at one. */
   SANDPIT_API_KEYS: z.string().optional(),
   SANDPIT_API_KEYS_FILE: z.string().optional(),
-  SANDPIT_LISTEN: z
-    .string()
-    .regex(/^[^:]*:\d+$/, "expected host:port")
-    .default("0.0.0.0:8080"),
+  SANDPIT_LISTEN: z.string().regex(HOST_PORT_PATTERN, HOST_PORT_RULE).default("0.0.0.0:8080"),
   /** Base URL clients reach this service at, for the URLs it hands out. */
   SANDPIT_PUBLIC_URL: z.string().url().optional(),
   /** How long a create waits for Ready before answering 504. */

@@ -20,7 +20,7 @@ const cfg = (() => {
 })();
 const log = pino({ level: cfg.logLevel, base: { component: "sandpit-provisioner" } });
 const store = new SandboxStore(
-  new Kube(loadKubeConfig(cfg.kubeconfig)),
+  new Kube(loadKubeConfig(cfg.kubeconfig), { fieldManager: "sandpit-provisioner" }),
   cfg.namespace,
   log,
   cfg.activityIntervalMs,

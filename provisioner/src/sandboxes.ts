@@ -9,30 +9,27 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
 import {
+  ANNOTATION,
+  LABEL,
+  MANAGED_BY,
+  SANDBOXES,
+  type Sandbox,
+  type SandboxSpec,
+} from "@sandpit/operator/api";
+import {
+  Informer,
   type KObject,
   type Kube,
+  SECRETS,
   isAlreadyExists,
   isNotFound,
 } from "@sandpit/operator/kube/client";
-import { Informer } from "@sandpit/operator/kube/informer";
-import { SANDBOXES, SECRETS } from "@sandpit/operator/kube/resources";
-import type { SandboxSpec, SandboxStatus } from "@sandpit/operator";
 
-export interface Sandbox extends KObject {
-  spec: SandboxSpec;
-  status?: SandboxStatus;
-}
-
-export const LABEL = {
-  managedBy: "app.kubernetes.io/managed-by",
-  tenant: "sandpit.dev/tenant",
-  user: "sandpit.dev/user",
-  thread: "sandpit.dev/thread",
-} as const;
-export const MANAGED_BY = "sandpit-provisioner";
+// The provisioner's routes see the Sandbox API through this module.
+export { LABEL, type Sandbox };
 /** The capability in a DeerFlow sandbox_url (DeerFlow sends no credential to the sandbox). */
-export const CAPABILITY_ANNOTATION = "sandpit.dev/capability";
-export const EXTERNAL_ID_ANNOTATION = "sandpit.dev/external-id";
+export const CAPABILITY_ANNOTATION = ANNOTATION.capability;
+export const EXTERNAL_ID_ANNOTATION = ANNOTATION.externalId;
 /** How long a pool's "at capacity" must hold before a waiting create is told 429. */
 const CAPACITY_GRACE_MS = 2_000;
 /**
@@ -260,7 +257,11 @@ export class SandboxStore {
       metadata: {
         name,
         namespace: this.namespace,
-        labels: { ...input.labels, [LABEL.managedBy]: MANAGED_BY, [LABEL.tenant]: input.tenant },
+        labels: {
+          ...input.labels,
+          [LABEL.managedBy]: MANAGED_BY.provisioner,
+          [LABEL.tenant]: input.tenant,
+        },
         annotations: {
           ...input.annotations,
           [CAPABILITY_ANNOTATION]: randomBytes(24).toString("base64url"),
@@ -415,15 +416,21 @@ export class SandboxStore {
     }
   }
 
-  /** sandboxd's bearer token, from the Secret the operator made (read once per sandbox). */
+  /**
+   * sandboxd's bearer token, from the Secret the operator made and names in the status (read
+   * once per sandbox).
+   */
   async token(s: Sandbox): Promise<string> {
     const uid = s.metadata.uid!;
     const cached = this.#tokens.get(uid);
     if (cached) return cached;
+    const secretName = s.status?.tokenSecretRef;
+    if (!secretName)
+      throw new Error(`the operator has not reported ${s.metadata.name}'s token yet`);
     const secret = await this.#kube.get<KObject & { data?: Record<string, string> }>(
       SECRETS,
       this.namespace,
-      `${s.metadata.name}-token`,
+      secretName,
     );
     const token = Buffer.from(secret.data?.token ?? "", "base64").toString();
     if (!token) throw new Error(`the token Secret of ${s.metadata.name} is empty`);

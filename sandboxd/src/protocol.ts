@@ -259,3 +259,6 @@ export interface HealthResponse {
   /** Milliseconds since the last authenticated request ended; 0 while one is running. */
   idleMs: number;
 }
+
+/** The port sandboxd listens on in the sandbox image (and so in every sandbox pod). */
+export const SANDBOXD_PORT = 8080;

@@ -58,7 +58,7 @@ export function clients(kubeconfig: string): Clients {
  */
 export async function ensureCrds(c: Clients): Promise<void> {
   const ext = c.kc.makeApiClient(ApiextensionsV1Api);
-  const kube = new Kube(c.kc);
+  const kube = new Kube(c.kc, { fieldManager: "sandpit-tests" });
   const dir = join(ROOT, "crds");
   for (const file of readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
     for (const doc of parseAllDocuments(readFileSync(join(dir, file), "utf8"))) {

@@ -3,7 +3,10 @@
  * SandboxPool types. The CRDs in crds/ are generated from these schemas (`npm run crds`), with
  * every description, default and CEL rule, and a test fails when the two drift apart.
  */
+import { ENV_NAME_PATTERN, ENV_NAME_RULE, ID_PATTERN, ID_RULE } from "@sandpit/sandboxd/protocol";
 import { z } from "zod";
+import type { KObject, Resource } from "../kube/rest.ts";
+import { Port, QUANTITY_PATTERN, QUANTITY_RULE } from "./rules.ts";
 
 export const GROUP = "sandpit.dev";
 export const VERSION = "v1alpha1";
@@ -11,14 +14,10 @@ export const VERSION = "v1alpha1";
 /** A CEL rule checked by the API server; messages are what a user sees on a rejected apply. */
 const cel = (rule: string, message: string) => ({ rule, message });
 
-const ID = /^[A-Za-z0-9_-]{1,64}$/;
 const quantity = (what: string) =>
   z
     .string()
-    .regex(
-      /^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/,
-      `${what} is a Kubernetes quantity such as 500m, 1, 512Mi or 2Gi`,
-    )
+    .regex(QUANTITY_PATTERN, `${what} is ${QUANTITY_RULE}`)
     .describe(`${what}, as a Kubernetes quantity (for example 500m, 1, 512Mi, 2Gi).`);
 
 export const Package = z
@@ -39,10 +38,7 @@ export const Package = z
 
 export const EnvVar = z
   .strictObject({
-    name: z
-      .string()
-      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are [A-Za-z_][A-Za-z0-9_]*")
-      .describe("Variable name."),
+    name: z.string().regex(ENV_NAME_PATTERN, ENV_NAME_RULE).describe("Variable name."),
     value: z.string().max(32768).describe("Variable value."),
   })
   .describe("An environment variable every process in the sandbox sees.");
@@ -84,7 +80,7 @@ export const AllowRule = z
       .regex(/^[0-9a-fA-F:.]+\/[0-9]{1,3}$/, "cidr is an address range such as 203.0.113.0/24")
       .describe("Destination address range, for example 203.0.113.0/24."),
     ports: z
-      .array(z.number().int().min(1).max(65535).describe("A TCP port."))
+      .array(Port.describe("A TCP port."))
       .max(64)
       .optional()
       .describe("TCP ports allowed to that range; all ports when omitted."),
@@ -198,14 +194,14 @@ export const SandboxSpec = z
     ...templateFields,
     threadId: z
       .string()
-      .regex(ID)
+      .regex(ID_PATTERN)
       .optional()
-      .describe("Conversation this sandbox serves (1-64 of [A-Za-z0-9_-])."),
+      .describe(`Conversation this sandbox serves (${ID_RULE}).`),
     userId: z
       .string()
-      .regex(ID)
+      .regex(ID_PATTERN)
       .optional()
-      .describe("User owning the thread (1-64 of [A-Za-z0-9_-])."),
+      .describe(`User owning the thread (${ID_RULE}).`),
   })
   .meta({
     "x-kubernetes-validations": [
@@ -365,3 +361,26 @@ export type SandboxSpec = z.infer<typeof SandboxSpec>;
 export type SandboxStatus = z.infer<typeof SandboxStatus>;
 export type SandboxPoolSpec = z.infer<typeof SandboxPoolSpec>;
 export type SandboxPoolStatus = z.infer<typeof SandboxPoolStatus>;
+
+export interface Sandbox extends KObject {
+  spec: SandboxSpec;
+  status?: SandboxStatus;
+}
+export interface SandboxPool extends KObject {
+  spec: SandboxPoolSpec;
+  status?: SandboxPoolStatus;
+}
+
+/** Where the two kinds live in the API. */
+export const SANDBOXES: Resource = {
+  group: GROUP,
+  version: VERSION,
+  plural: "sandboxes",
+  kind: "Sandbox",
+};
+export const POOLS: Resource = {
+  group: GROUP,
+  version: VERSION,
+  plural: "sandboxpools",
+  kind: "SandboxPool",
+};

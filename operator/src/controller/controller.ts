@@ -35,7 +35,10 @@ export interface ControllerOptions {
   reconcile: Reconciler;
   logger: Logger;
   workers?: number;
-  /** A reconcile running longer than this is aborted through its signal and counts as an error. */
+  /**
+   * A reconcile's signal aborts after this long. Reconcilers pass it to every wait that can be
+   * long (sandboxd's health checks and /v1/init), so a stuck reconcile gives its worker back.
+   */
   timeoutMs?: number;
   backoff?: ExponentialBackoff;
 }

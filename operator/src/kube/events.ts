@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
-import type { KObject, Kube, Resource } from "./client.ts";
+import type { KObject, Kube, Resource } from "./rest.ts";
 
 const EVENTS: Resource = { group: "events.k8s.io", version: "v1", plural: "events", kind: "Event" };
 const DEDUP_WINDOW_MS = 5 * 60_000;

@@ -16,8 +16,7 @@ import {
   Watch,
 } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { informerRestarts } from "../metrics.ts";
-import { type KObject, type Kube, type Resource, resourcePath } from "./client.ts";
+import { type KObject, type Kube, type Resource, resourcePath } from "./rest.ts";
 
 export type Handler<T> = (obj: T) => void;
 
@@ -29,6 +28,8 @@ export interface InformerOptions {
   logger: Logger;
   /** Restart when nothing has been heard for this long (ms). */
   staleAfterMs?: number;
+  /** Sees every restart and its cause (for the caller's metrics). */
+  onRestart?: (cause: "error" | "stale") => void;
 }
 
 const MIN_BACKOFF_MS = 500;
@@ -41,6 +42,7 @@ export class Informer<T extends KObject> {
   readonly #lw: ListWatch<KubernetesObject>;
   readonly #log: Logger;
   readonly #staleAfterMs: number;
+  readonly #onRestart: InformerOptions["onRestart"];
   #markSynced!: () => void;
   #isSynced = false;
   #stopped = true;
@@ -55,6 +57,7 @@ export class Informer<T extends KObject> {
     this.resource = opts.resource;
     this.#log = opts.logger.child({ informer: opts.resource.plural });
     this.#staleAfterMs = opts.staleAfterMs ?? 5 * 60_000;
+    this.#onRestart = opts.onRestart;
     this.synced = new Promise((resolve) => (this.#markSynced = resolve));
     const path = resourcePath(opts.resource, opts.namespace);
     const list = async () => {
@@ -137,7 +140,7 @@ export class Informer<T extends KObject> {
     const delay = Math.min(MIN_BACKOFF_MS * 2 ** this.#failures, MAX_BACKOFF_MS);
     const jittered = Math.round(delay * (0.8 + Math.random() * 0.4));
     this.#failures++;
-    informerRestarts.inc({ resource: this.resource.plural, cause: "error" });
+    this.#onRestart?.("error");
     this.#log.warn(
       { err: (err as Error)?.message ?? String(err), retryInMs: jittered },
       "watch or list failed; restarting",
@@ -155,7 +158,7 @@ export class Informer<T extends KObject> {
       return;
     }
     if (performance.now() - this.#lastHeard < this.#staleAfterMs || this.#restartTimer) return;
-    informerRestarts.inc({ resource: this.resource.plural, cause: "stale" });
+    this.#onRestart?.("stale");
     this.#log.warn(
       { silentForMs: Math.round(performance.now() - this.#lastHeard) },
       "watch went quiet; restarting it",

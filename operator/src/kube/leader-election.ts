@@ -6,8 +6,7 @@
  * releases the lease so a standby takes over at once instead of waiting for it to expire.
  */
 import type { Logger } from "pino";
-import { leaderElectionStatus } from "../metrics.ts";
-import { type KObject, type Kube, type Resource, isConflict, isNotFound } from "./client.ts";
+import { type KObject, type Kube, type Resource, isConflict, isNotFound } from "./rest.ts";
 
 const LEASES: Resource = {
   group: "coordination.k8s.io",
@@ -34,6 +33,8 @@ export interface LeaderElectionOptions {
   renewDeadlineMs?: number;
   retryPeriodMs?: number;
   logger: Logger;
+  /** Sees every change of leadership, and the initial "not leading" (for the caller's metrics). */
+  onLeading?: (leading: boolean) => void;
 }
 
 /** MicroTime as the API wants it: RFC 3339 with microseconds. */
@@ -42,7 +43,8 @@ const microTime = (d = new Date()) => d.toISOString().replace(/\.(\d{3})Z$/, ".$
 export class LeaderElector {
   readonly identity: string;
   readonly #kube: Kube;
-  readonly #o: Required<Omit<LeaderElectionOptions, "logger">>;
+  readonly #o: Required<Omit<LeaderElectionOptions, "logger" | "onLeading">>;
+  readonly #onLeading: (leading: boolean) => void;
   readonly #log: Logger;
   #observed: { record: string; at: number } | undefined;
   #leader = false;
@@ -65,7 +67,8 @@ export class LeaderElector {
       lease: `${opts.namespace}/${opts.name}`,
       identity: opts.identity,
     });
-    leaderElectionStatus.set({ name: opts.name }, 0);
+    this.#onLeading = opts.onLeading ?? (() => {});
+    this.#onLeading(false);
   }
 
   get isLeader(): boolean {
@@ -112,7 +115,7 @@ export class LeaderElector {
       }
       if (performance.now() - this.#lastRenew > this.#o.renewDeadlineMs) {
         this.#leader = false;
-        leaderElectionStatus.set({ name: this.#o.name }, 0);
+        this.#onLeading(false);
         this.#log.error("leadership lost: the lease was not renewed within the renew deadline");
         return "lost";
       }
@@ -126,7 +129,7 @@ export class LeaderElector {
     this.#wake?.();
     if (!this.#leader) return;
     this.#leader = false;
-    leaderElectionStatus.set({ name: this.#o.name }, 0);
+    this.#onLeading(false);
     try {
       const lease = await this.#kube.get<Lease>(LEASES, this.#o.namespace, this.#o.name);
       if (lease.spec?.holderIdentity !== this.identity) return;
@@ -217,7 +220,7 @@ export class LeaderElector {
   #becomeLeader(): void {
     this.#leader = true;
     this.#lastRenew = performance.now();
-    leaderElectionStatus.set({ name: this.#o.name }, 1);
+    this.#onLeading(true);
     this.#log.info("became leader");
   }
 

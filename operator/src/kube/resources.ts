@@ -1,19 +1,6 @@
-/** The kinds the operator reads and writes. */
-import { GROUP, VERSION } from "../api/v1alpha1.ts";
-import type { Resource } from "./client.ts";
+/** The core kinds Sandpit reads and writes, and the parts of their shapes it reads. */
+import type { KObject, Resource } from "./rest.ts";
 
-export const SANDBOXES: Resource = {
-  group: GROUP,
-  version: VERSION,
-  plural: "sandboxes",
-  kind: "Sandbox",
-};
-export const POOLS: Resource = {
-  group: GROUP,
-  version: VERSION,
-  plural: "sandboxpools",
-  kind: "SandboxPool",
-};
 export const PODS: Resource = { group: "", version: "v1", plural: "pods", kind: "Pod" };
 export const SERVICES: Resource = { group: "", version: "v1", plural: "services", kind: "Service" };
 export const PVCS: Resource = {
@@ -29,3 +16,30 @@ export const NETWORK_POLICIES: Resource = {
   plural: "networkpolicies",
   kind: "NetworkPolicy",
 };
+
+export interface Pod extends KObject {
+  spec?: Record<string, unknown>;
+  status?: {
+    phase?: string;
+    podIP?: string;
+    reason?: string;
+    message?: string;
+    conditions?: { type: string; status: string; reason?: string; message?: string }[];
+    containerStatuses?: {
+      restartCount: number;
+      ready?: boolean;
+      state?: {
+        running?: { startedAt?: string };
+        waiting?: { reason?: string; message?: string };
+        terminated?: { reason?: string; exitCode?: number; message?: string };
+      };
+      lastState?: { terminated?: { reason?: string; exitCode?: number } };
+    }[];
+  };
+}
+export interface Claim extends KObject {
+  status?: { phase?: string };
+}
+export interface Secret extends KObject {
+  data?: Record<string, string>;
+}

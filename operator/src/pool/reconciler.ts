@@ -4,32 +4,38 @@
  * lowered, and reports the pool's counts.
  */
 import { randomBytes } from "node:crypto";
+import { ANNOTATION, LABEL } from "../api/labels.ts";
+import { dataClaimName } from "../api/names.ts";
+import { POOLS, type SandboxPool } from "../api/v1alpha1.ts";
 import type { ReconcileResult } from "../controller/controller.ts";
-import { type Ctx, type Pod, type SandboxPool, keyOf, splitKey } from "../context.ts";
+import { type Ctx, keyOf, splitKey } from "../context.ts";
 import { type Condition, setCondition } from "../kube/conditions.ts";
 import { canonical } from "../kube/canonical.ts";
-import { isAlreadyExists } from "../kube/client.ts";
-import { NETWORK_POLICIES, PODS, POOLS, PVCS, SECRETS } from "../kube/resources.ts";
+import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
+import { isAlreadyExists } from "../kube/rest.ts";
 import {
-  ANNOTATION,
-  LABEL,
   dataClaim,
-  effectiveSpec,
   networkPolicy,
   newToken,
   pod as podManifest,
   tokenSecret,
-} from "../sandbox/children.ts";
-import { podReady, restartCount } from "../sandbox/pod-state.ts";
-import { poolView } from "../sandbox/reconciler.ts";
-import { init, packageSpecs } from "../sandbox/sandboxd.ts";
-import { claimable, shapeHash, templateHash, warmPods, warmSecretName, warmToken } from "./warm.ts";
+} from "../workload/manifests.ts";
+import { podReady, restartCount } from "../workload/pod-state.ts";
+import { init, packageSpecs } from "../workload/sandboxd.ts";
+import { effectiveSpec, shapeHash } from "../workload/spec.ts";
+import type { Pools } from "./pools.ts";
+import { claimable, templateHash, warmPods, warmSecretName, warmToken } from "./warm.ts";
 
-export async function reconcilePool(ctx: Ctx, key: string): Promise<ReconcileResult | void> {
+export async function reconcilePool(
+  ctx: Ctx,
+  pools: Pools,
+  key: string,
+  signal: AbortSignal,
+): Promise<ReconcileResult | void> {
   const [ns, name] = splitKey(key);
   const pool = ctx.caches.pools.get(name, ns);
   if (!pool || pool.metadata.deletionTimestamp) {
-    ctx.admission.forgetPool(key); // its warm pods go with it (ownerReferences)
+    pools.admission.forgetPool(key); // its warm pods go with it (ownerReferences)
     return;
   }
   const template = effectiveSpec({}, pool.spec, ctx.cfg);
@@ -43,7 +49,7 @@ export async function reconcilePool(ctx: Ctx, key: string): Promise<ReconcileRes
   });
 
   // A lowered maxActive takes effect now, least recently active first.
-  for (const victim of ctx.admission.trim(key, poolView(ctx, pool))) ctx.enqueueSandbox(victim);
+  for (const victim of pools.admission.trim(key, pools.view(pool))) ctx.enqueueSandbox(victim);
 
   if (pool.spec.warm > 0 || warmPods(ctx, pool).length > 0) {
     await ensureWarmSecret(ctx, pool, meta(warmSecretName(pool)));
@@ -67,25 +73,25 @@ export async function reconcilePool(ctx: Ctx, key: string): Promise<ReconcileRes
   const stale = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] !== hash);
   const want = pool.spec.warm;
 
-  await installTemplatePackages(ctx, pool, fresh);
+  await installTemplatePackages(ctx, pool, fresh, signal);
 
   // Fill up with pods of the current template.
   const creates: Promise<void>[] = [];
   // Warm pods created but not in the cache yet count too, or a quick second pass would
   // create them again.
-  const unseen = [...ctx.warmCreating(key)].filter(
+  const unseen = [...pools.warmCreating(key)].filter(
     (n) => !ctx.caches.pods.get(n, ns) && ctx.podExpectations.pending(`${ns}/${n}`),
   );
-  ctx.warmCreating(key).clear();
-  for (const n of unseen) ctx.warmCreating(key).add(n);
+  pools.warmCreating(key).clear();
+  for (const n of unseen) pools.warmCreating(key).add(n);
   for (let i = fresh.length + unseen.length; i < want; i++) {
     const podName = `${name}-${randomBytes(3).toString("hex")}`;
-    ctx.warmCreating(key).add(podName);
+    pools.warmCreating(key).add(podName);
     ctx.podExpectations.expect(`${ns}/${podName}`);
     creates.push(
       createWarmPod(ctx, pool, podName, hash, shape).catch((err: unknown) => {
         ctx.podExpectations.observed(`${ns}/${podName}`);
-        ctx.warmCreating(key).delete(podName);
+        pools.warmCreating(key).delete(podName);
         throw err;
       }),
     );
@@ -118,7 +124,7 @@ export async function reconcilePool(ctx: Ctx, key: string): Promise<ReconcileRes
     deletions.map((p) => ctx.kube.delete(PODS, ns, p.metadata.name, { uid: p.metadata.uid! })),
   );
 
-  await writePoolStatus(ctx, pool, {
+  await writePoolStatus(ctx, pools, pool, {
     warmReady: pods.filter((p) => !deletions.includes(p) && claimable(pool, p, shape)).length,
     rolling: stale.length > 0,
   });
@@ -151,7 +157,7 @@ async function createWarmPod(
   const labels = { [LABEL.pool]: pool.metadata.name };
   await ctx.kube.create(
     PVCS,
-    dataClaim({ name: `${podName}-data`, namespace: ns, owner: pool, labels }, e),
+    dataClaim({ name: dataClaimName(podName), namespace: ns, owner: pool, labels }, e),
   );
   await ctx.kube.apply(
     PODS,
@@ -160,7 +166,7 @@ async function createWarmPod(
       e,
       {
         tokenSecret: warmSecretName(pool),
-        claimName: `${podName}-data`,
+        claimName: dataClaimName(podName),
         annotations: { [ANNOTATION.templateHash]: hash, [ANNOTATION.shapeHash]: shape },
       },
       ctx.cfg,
@@ -169,7 +175,12 @@ async function createWarmPod(
 }
 
 /** Warm pods install the template's packages once they serve, then are marked claimable. */
-async function installTemplatePackages(ctx: Ctx, pool: SandboxPool, pods: Pod[]): Promise<void> {
+async function installTemplatePackages(
+  ctx: Ctx,
+  pool: SandboxPool,
+  pods: Pod[],
+  signal: AbortSignal,
+): Promise<void> {
   const packages = pool.spec.template.packages ?? [];
   const token = warmToken(ctx, pool);
   if (!packages.length || !token) return;
@@ -187,7 +198,7 @@ async function installTemplatePackages(ctx: Ctx, pool: SandboxPool, pods: Pod[])
           p.status!.podIP!,
           [token],
           { token, packages: packageSpecs(language, packages), language },
-          600_000,
+          signal,
         );
         await ctx.kube.patch(PODS, p.metadata.namespace, p.metadata.name, "merge", {
           metadata: {
@@ -200,12 +211,13 @@ async function installTemplatePackages(ctx: Ctx, pool: SandboxPool, pods: Pod[])
 
 async function writePoolStatus(
   ctx: Ctx,
+  pools: Pools,
   pool: SandboxPool,
   s: { warmReady: number; rolling: boolean },
 ): Promise<void> {
   const key = keyOf(pool);
   const now = new Date().toISOString();
-  const active = ctx.admission.activeCount(key) ?? poolView(ctx, pool).running().length;
+  const active = pools.admission.activeCount(key) ?? pools.view(pool).running().length;
   const evictions = ctx.caches.sandboxes
     .list(pool.metadata.namespace)
     .filter((sb) => sb.spec.poolRef === pool.metadata.name)

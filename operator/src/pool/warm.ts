@@ -7,22 +7,28 @@
  * volume, and one /v1/init call that gives sandboxd the Sandbox's own token, environment and
  * extra packages. Nothing restarts, so the Sandbox is Ready in milliseconds.
  */
-import type { Ctx, Pod, Sandbox, SandboxPool } from "../context.ts";
-import { isConflict, isNotFound } from "../kube/client.ts";
-import { PODS, PVCS } from "../kube/resources.ts";
-import {
-  ANNOTATION,
-  type Effective,
-  LABEL,
-  controllerRef,
-  effectiveSpec,
-  hashOf,
-  podShape,
-} from "../sandbox/children.ts";
-import { podReady, restartCount } from "../sandbox/pod-state.ts";
-import { init, packageSpecs } from "../sandbox/sandboxd.ts";
-import { READY_MESSAGE, READY_REASON } from "../sandbox/reconciler.ts";
-import type { SandboxStatusBuilder } from "../sandbox/status.ts";
+import { ANNOTATION, LABEL } from "../api/labels.ts";
+import { dataClaimName } from "../api/names.ts";
+import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
+import type { Ctx } from "../context.ts";
+import { PODS, PVCS, type Pod } from "../kube/resources.ts";
+import { isConflict, isNotFound } from "../kube/rest.ts";
+import type { Adoption } from "../sandbox/membership.ts";
+import { controllerRef } from "../workload/manifests.ts";
+import { podReady, restartCount } from "../workload/pod-state.ts";
+import { init, packageSpecs } from "../workload/sandboxd.ts";
+import { type Effective, effectiveSpec, hashOf, podShape, shapeHash } from "../workload/spec.ts";
+
+/** Warm pods being claimed and adopted, by this process. */
+export interface Claims {
+  /** UIDs of warm pods a reconcile is claiming right now. */
+  claiming: Set<string>;
+  /**
+   * Sandbox key -> adopted warm pod, remembered until the sandbox goes: the caches may not show
+   * the adoption yet, and a sandbox must never adopt twice.
+   */
+  adopted: Map<string, string>;
+}
 
 export const warmSecretName = (pool: SandboxPool) => `${pool.metadata.name}-warm-token`;
 
@@ -55,9 +61,6 @@ export function warmPods(ctx: Ctx, pool: SandboxPool): Pod[] {
     );
 }
 
-/** The hash of what a pod is made of; a warm pod serves sandboxes whose shape matches it. */
-export const shapeHash = (e: Effective) => hashOf(podShape(e));
-
 /**
  * Ready to be claimed: serving, packages installed, and of the right shape (image, limits,
  * storage, runtime class). A pod from an older template of the same shape still qualifies, so
@@ -76,49 +79,53 @@ export function claimable(pool: SandboxPool, pod: Pod, shape: string): boolean {
 
 /**
  * Adopts a warm pod for `sbx` when one fits (same image, limits, storage and runtime class as
- * the template). Returns false when none is free, and the caller starts a cold pod.
+ * the template): claims it, takes over its volume and initialises sandboxd for the sandbox.
+ * Returns what the sandbox's status needs, or undefined when none is free and the caller starts
+ * a cold pod.
  */
 export async function tryAdopt(
   ctx: Ctx,
+  claims: Claims,
   sbx: Sandbox,
   pool: SandboxPool,
   eff: Effective,
   token: Promise<string>,
-  st: SandboxStatusBuilder,
-): Promise<boolean> {
+  signal: AbortSignal,
+): Promise<Adoption | undefined> {
   const template = effectiveSpec({}, pool.spec, ctx.cfg);
   const shape = shapeHash(eff);
-  if (shape !== shapeHash(template)) return false; // the sandbox overrides the pod's shape
+  if (shape !== shapeHash(template)) return undefined; // the sandbox overrides the pod's shape
   const poolToken = warmToken(ctx, pool);
-  if (!poolToken) return false;
+  if (!poolToken) return undefined;
   const ns = sbx.metadata.namespace!;
   for (let attempt = 0; attempt < 3; attempt++) {
     const candidate = warmPods(ctx, pool).find(
-      (p) => !ctx.claiming.has(p.metadata.uid!) && claimable(pool, p, shape),
+      (p) => !claims.claiming.has(p.metadata.uid!) && claimable(pool, p, shape),
     );
-    if (!candidate) return false;
+    if (!candidate) return undefined;
     const uid = candidate.metadata.uid!;
-    ctx.claiming.add(uid); // no other reconcile in this process picks it meanwhile
+    claims.claiming.add(uid); // no other reconcile in this process picks it meanwhile
     try {
       // The claim and the token Secret's creation (by the caller) run at the same time.
       const [claimed, tok] = await Promise.all([claim(ctx, sbx, candidate), token]);
       if (!claimed) continue;
       // Remembered at once: if what follows fails, the retry must find this pod, not claim another.
-      ctx.adoptedPods.set(`${ns}/${sbx.metadata.name}`, candidate.metadata.name);
+      claims.adopted.set(`${ns}/${sbx.metadata.name}`, candidate.metadata.name);
       // Packages already installed are skipped by pip and npm; only the extra ones cost time.
       const current =
         candidate.metadata.annotations?.[ANNOTATION.templateHash] === templateHash(ctx, pool);
       const have = new Set(current ? template.packages.map((p) => p.name) : []);
       const extra = eff.packages.filter((p) => !have.has(p.name));
+      const podIP = claimed.status!.podIP!;
       await Promise.all([
-        ctx.kube.patch(PVCS, ns, `${candidate.metadata.name}-data`, "merge", {
+        ctx.kube.patch(PVCS, ns, dataClaimName(candidate.metadata.name), "merge", {
           metadata: {
             labels: { [LABEL.sandbox]: sbx.metadata.name },
             ownerReferences: [controllerRef(sbx)],
           },
         }),
         init(
-          claimed.status!.podIP!,
+          podIP,
           [poolToken, tok],
           {
             token: tok,
@@ -126,10 +133,9 @@ export async function tryAdopt(
             packages: packageSpecs(eff.language, extra),
             language: eff.language,
           },
-          600_000,
+          signal,
         ),
       ]);
-      const ip = claimed.status!.podIP!;
       ctx.events.record(
         sbx,
         "Normal",
@@ -137,21 +143,17 @@ export async function tryAdopt(
         "Claim",
         `adopted warm pod ${candidate.metadata.name} from pool ${pool.metadata.name}`,
       );
-      st.set({
-        podName: candidate.metadata.name,
-        startedAt: st.now,
-        readyAt: st.now,
-        endpoint: `${ip}:8080`,
-        initializedFor: `${uid}/${restartCount(claimed)}`,
-      });
-      st.phaseIs("Ready", READY_REASON, READY_MESSAGE);
       ctx.enqueuePool(`${ns}/${pool.metadata.name}`); // replace the warm pod just taken
-      return true;
+      return {
+        podName: candidate.metadata.name,
+        podIP,
+        initializedFor: `${uid}/${restartCount(claimed)}`,
+      };
     } finally {
-      ctx.claiming.delete(uid);
+      claims.claiming.delete(uid);
     }
   }
-  return false;
+  return undefined;
 }
 
 /** Moves the pod to the sandbox, unless someone else changed it first. */

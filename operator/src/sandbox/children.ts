@@ -1,367 +1,162 @@
 /**
- * The objects a sandbox is made of, as pure functions of its effective spec: the Pod running
- * sandboxd, the ClusterIP Service in front of it, the PVC at /mnt/user-data, the NetworkPolicy
- * and the Secret holding its bearer token. Secure defaults (docs/security.md) live here alone.
+ * The writes that make a sandbox's children exist: its token Secret, Service, NetworkPolicy,
+ * volume and Pod. Each writes only when the cache shows the child missing or changed, and
+ * remembers what it wrote until the cache catches up, so a reconcile on a lagging cache never
+ * writes the same child twice.
  */
-import { createHash, randomBytes } from "node:crypto";
-import type { OperatorConfig } from "../config.ts";
-import type { KObject, OwnerReference } from "../kube/client.ts";
-import type { SandboxPoolSpec, SandboxSpec } from "../api/v1alpha1.ts";
+import { ANNOTATION, LABEL } from "../api/labels.ts";
+import { dataClaimName, tokenSecretName } from "../api/names.ts";
+import type { Sandbox } from "../api/v1alpha1.ts";
+import { type Ctx, keyOf } from "../context.ts";
+import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../kube/resources.ts";
+import { isAlreadyExists, isConflict } from "../kube/rest.ts";
+import {
+  controllerRef,
+  dataClaim,
+  networkPolicy,
+  newToken,
+  pod as podManifest,
+  service,
+  tokenSecret,
+} from "../workload/manifests.ts";
+import type { Effective } from "../workload/spec.ts";
 
-export const SANDBOXD_PORT = 8080;
-export const DATA_MOUNT = "/mnt/user-data";
-export const UID = 1000;
-
-export const LABEL = {
-  managedBy: "app.kubernetes.io/managed-by",
-  name: "app.kubernetes.io/name",
-  sandbox: "sandpit.dev/sandbox",
-  pool: "sandpit.dev/pool",
-  warm: "sandpit.dev/warm",
-} as const;
-export const MANAGED_BY = "sandpit-operator";
-export const ANNOTATION = {
-  /** Hash of the pod-shaping template fields a warm pod was made from. */
-  templateHash: "sandpit.dev/template-hash",
-  /** Hash of a warm pod's shape (image, limits, storage, runtime class). */
-  shapeHash: "sandpit.dev/shape-hash",
-  /** Hash of what the object was built from; a difference means "apply again". */
-  specHash: "sandpit.dev/spec-hash",
-  /** On a warm pod: the template packages are installed. */
-  packagesReady: "sandpit.dev/packages-ready",
-} as const;
-
-/** Private and special ranges an `Internet` sandbox must never reach (metadata included). */
-export const BLOCKED_CIDRS = [
-  "10.0.0.0/8",
-  "172.16.0.0/12",
-  "192.168.0.0/16",
-  "100.64.0.0/10",
-  "169.254.0.0/16",
-  "127.0.0.0/8",
-  "0.0.0.0/8",
-  "224.0.0.0/4",
-  "240.0.0.0/4",
-];
-
-type Template = SandboxPoolSpec["template"];
-
-/** A sandbox's spec with its pool's template and the operator's defaults filled in. */
-export interface Effective {
-  image: string;
-  language: "python" | "typescript";
-  packages: { name: string; version?: string | undefined }[];
-  env: Record<string, string>;
-  limits: { cpu: string; memory: string; ephemeralStorage: string };
-  storage: { size: string; storageClassName?: string | undefined };
-  network: NonNullable<SandboxSpec["network"]>;
-  ttlSeconds: number;
-  idleTimeoutSeconds: number | undefined;
-  suspended: boolean;
-  runtimeClassName: string | undefined;
-}
-
-export function effectiveSpec(
-  spec: Partial<Template> & { lifecycle?: SandboxSpec["lifecycle"] },
-  pool: SandboxPoolSpec | undefined,
-  cfg: OperatorConfig,
-): Effective {
-  const t: Partial<Template> = pool?.template ?? {};
-  const env: Record<string, string> = {};
-  for (const e of t.env ?? []) env[e.name] = e.value;
-  for (const e of spec.env ?? []) env[e.name] = e.value;
-  return {
-    image: spec.image ?? t.image ?? cfg.image,
-    language: spec.language ?? t.language ?? "python",
-    packages: spec.packages ?? t.packages ?? [],
-    env,
-    limits: {
-      cpu: spec.resources?.cpu ?? t.resources?.cpu ?? cfg.defaultLimits.cpu,
-      memory: spec.resources?.memory ?? t.resources?.memory ?? cfg.defaultLimits.memory,
-      ephemeralStorage:
-        spec.resources?.ephemeralStorage ??
-        t.resources?.ephemeralStorage ??
-        cfg.defaultLimits.ephemeralStorage,
-    },
-    storage: {
-      size: spec.storage?.size ?? t.storage?.size ?? "1Gi",
-      storageClassName: spec.storage?.storageClassName ?? t.storage?.storageClassName,
-    },
-    network: spec.network ?? t.network ?? { egress: "Internet" },
-    ttlSeconds:
-      spec.lifecycle?.ttlSeconds ??
-      t.lifecycle?.ttlSeconds ??
-      pool?.defaultTtlSeconds ??
-      cfg.defaultTtlSeconds,
-    idleTimeoutSeconds:
-      spec.lifecycle?.idleTimeoutSeconds ??
-      t.lifecycle?.idleTimeoutSeconds ??
-      pool?.defaultIdleTimeoutSeconds,
-    suspended: spec.lifecycle?.suspended ?? false,
-    runtimeClassName: spec.runtimeClassName ?? t.runtimeClassName,
-  };
-}
-
-export const hashOf = (value: unknown) =>
-  createHash("sha256").update(JSON.stringify(value)).digest("hex").slice(0, 16);
-
-/** What shapes a Pod; a warm pod can serve a sandbox only when these match. */
-export function podShape(e: Effective) {
-  return {
-    image: e.image,
-    limits: e.limits,
-    storage: e.storage,
-    runtimeClassName: e.runtimeClassName ?? null,
-  };
-}
-
-const SUFFIX: Record<string, number> = {
-  m: 1e-3,
-  "": 1,
-  k: 1e3,
-  M: 1e6,
-  G: 1e9,
-  T: 1e12,
-  Ki: 2 ** 10,
-  Mi: 2 ** 20,
-  Gi: 2 ** 30,
-  Ti: 2 ** 40,
-};
-
-/** The value of a Kubernetes quantity (the subset the CRD's pattern allows). */
-export function quantityValue(q: string): number {
-  const m = /^([0-9]+(?:\.[0-9]+)?)(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/.exec(q);
-  if (!m) throw new Error(`not a quantity: ${q}`);
-  return Number(m[1]) * SUFFIX[m[2] ?? ""]!;
-}
-
-const smaller = (a: string, b: string) => (quantityValue(a) <= quantityValue(b) ? a : b);
-
-export const newToken = () => randomBytes(32).toString("hex");
-
-export function controllerRef(owner: KObject): OwnerReference {
-  return {
-    apiVersion: owner.apiVersion!,
-    kind: owner.kind!,
-    name: owner.metadata.name,
-    uid: owner.metadata.uid!,
-    controller: true,
-    blockOwnerDeletion: true,
-  };
-}
-
-interface Meta {
-  name: string;
-  namespace: string;
-  owner: KObject;
-  labels: Record<string, string>;
-}
-
-const metadata = (m: Meta, annotations?: Record<string, string>) => ({
-  name: m.name,
-  namespace: m.namespace,
-  labels: { [LABEL.managedBy]: MANAGED_BY, [LABEL.name]: "sandpit-sandbox", ...m.labels },
-  ...(annotations ? { annotations } : {}),
-  ownerReferences: [controllerRef(m.owner)],
+const meta = (sbx: Sandbox, name: string) => ({
+  name,
+  namespace: sbx.metadata.namespace!,
+  owner: sbx,
+  labels: {
+    [LABEL.sandbox]: sbx.metadata.name,
+    ...(sbx.spec.poolRef ? { [LABEL.pool]: sbx.spec.poolRef } : {}),
+  },
 });
 
-export function tokenSecret(m: Meta, token: string): KObject {
-  return {
-    apiVersion: "v1",
-    kind: "Secret",
-    metadata: metadata(m),
-    type: "Opaque",
-    immutable: true,
-    data: { token: Buffer.from(token).toString("base64") },
-  };
+/** The token is minted once and never rewritten: created, not applied. */
+export async function ensureTokenSecret(ctx: Ctx, sbx: Sandbox): Promise<string> {
+  const ns = sbx.metadata.namespace!;
+  const name = tokenSecretName(sbx.metadata.name);
+  const existing = ctx.caches.secrets.get(name, ns);
+  if (existing?.data?.token) return Buffer.from(existing.data.token, "base64").toString();
+  const token = newToken();
+  try {
+    await ctx.kube.create(SECRETS, tokenSecret(meta(sbx, name), token));
+    return token;
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+    const secret = await ctx.kube.get<{
+      metadata: { name: string };
+      data?: Record<string, string>;
+    }>(SECRETS, ns, name);
+    return Buffer.from(secret.data?.token ?? "", "base64").toString();
+  }
 }
 
-export function dataClaim(m: Meta, e: Effective): KObject {
-  return {
-    apiVersion: "v1",
-    kind: "PersistentVolumeClaim",
-    metadata: metadata(m),
-    spec: {
-      accessModes: ["ReadWriteOnce"],
-      resources: { requests: { storage: e.storage.size } },
-      ...(e.storage.storageClassName ? { storageClassName: e.storage.storageClassName } : {}),
-    },
-  };
+export async function ensureService(ctx: Ctx, sbx: Sandbox): Promise<void> {
+  if (ctx.caches.services.get(sbx.metadata.name, sbx.metadata.namespace)) return;
+  await expected(ctx, `services/${keyOf(sbx)}`, () =>
+    ctx.kube.apply(
+      SERVICES,
+      service(meta(sbx, sbx.metadata.name), { [LABEL.sandbox]: sbx.metadata.name }),
+    ),
+  );
 }
 
-export function service(m: Meta, selector: Record<string, string>): KObject {
-  return {
-    apiVersion: "v1",
-    kind: "Service",
-    metadata: metadata(m),
-    spec: {
-      type: "ClusterIP",
-      selector,
-      ports: [
-        { name: "sandboxd", port: SANDBOXD_PORT, targetPort: SANDBOXD_PORT, protocol: "TCP" },
-      ],
-    },
-  };
+export async function ensureNetworkPolicy(ctx: Ctx, sbx: Sandbox, eff: Effective): Promise<void> {
+  const desired = networkPolicy(
+    meta(sbx, sbx.metadata.name),
+    { [LABEL.sandbox]: sbx.metadata.name },
+    eff.network,
+    ctx.cfg,
+  );
+  const current = ctx.caches.networkPolicies.get(sbx.metadata.name, sbx.metadata.namespace);
+  const hash = desired.metadata.annotations?.[ANNOTATION.specHash];
+  if (current?.metadata.annotations?.[ANNOTATION.specHash] === hash) return;
+  await expected(ctx, `networkpolicies/${keyOf(sbx)}/${hash}`, () =>
+    ctx.kube.apply(NETWORK_POLICIES, desired),
+  );
+}
+
+export async function ensureClaim(
+  ctx: Ctx,
+  sbx: Sandbox,
+  eff: Effective,
+  name: string,
+): Promise<void> {
+  if (ctx.caches.claims.get(name, sbx.metadata.namespace)) return;
+  await expected(ctx, `persistentvolumeclaims/${sbx.metadata.namespace}/${name}`, async () => {
+    try {
+      await ctx.kube.create(PVCS, dataClaim(meta(sbx, name), eff));
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+    }
+  });
+}
+
+/** Finishes an adoption interrupted between claiming the warm pod and taking over its volume. */
+export async function ensureAdoptedClaim(ctx: Ctx, sbx: Sandbox, podName: string): Promise<void> {
+  const name = dataClaimName(podName);
+  const claim = ctx.caches.claims.get(name, sbx.metadata.namespace);
+  if (!claim || claim.metadata.ownerReferences?.some((o) => o.uid === sbx.metadata.uid)) return;
+  try {
+    await ctx.kube.patch(PVCS, sbx.metadata.namespace, name, "merge", {
+      metadata: {
+        labels: { [LABEL.sandbox]: sbx.metadata.name },
+        ownerReferences: [controllerRef(sbx)],
+      },
+    });
+  } catch (err) {
+    if (!isConflict(err)) throw err;
+  }
+}
+
+/** Creates the sandbox's own pod on its volume; the token Secret must exist already. */
+export async function createPod(
+  ctx: Ctx,
+  sbx: Sandbox,
+  eff: Effective,
+  podName: string,
+): Promise<void> {
+  const ns = sbx.metadata.namespace!;
+  const labels: Record<string, string> = { [LABEL.sandbox]: sbx.metadata.name };
+  if (sbx.spec.poolRef) labels[LABEL.pool] = sbx.spec.poolRef;
+  // Expected before the write: its add event may arrive before the write returns.
+  const podKey = `${ns}/${podName}`;
+  ctx.podExpectations.expect(podKey);
+  try {
+    await ctx.kube.apply(
+      PODS,
+      podManifest(
+        { name: podName, namespace: ns, owner: sbx, labels },
+        eff,
+        { tokenSecret: tokenSecretName(sbx.metadata.name), claimName: dataClaimName(podName) },
+        ctx.cfg,
+      ),
+    );
+  } catch (err) {
+    ctx.podExpectations.observed(podKey);
+    throw err;
+  }
+}
+
+/** Deletes the pod unless it is already going; its volume stays. */
+export async function stopPod(ctx: Ctx, pod: Pod | undefined): Promise<void> {
+  if (!pod || pod.metadata.deletionTimestamp) return;
+  await ctx.kube.delete(PODS, pod.metadata.namespace, pod.metadata.name, {
+    uid: pod.metadata.uid!,
+  });
 }
 
 /**
- * Ingress only from the provisioner and operator pods of the system namespace, to sandboxd;
- * egress per spec.network, always with DNS to the cluster's resolvers and nothing else implied.
- * NetworkPolicies are additive, so this one policy is the whole truth for the pods it selects.
+ * Writes a child once: until the cache shows it (the manager marks it observed), a reconcile
+ * that runs meanwhile does not write it again.
  */
-export function networkPolicy(
-  m: Meta,
-  podSelector: Record<string, string>,
-  network: Effective["network"],
-  cfg: OperatorConfig,
-): KObject {
-  const dns = {
-    to: [
-      {
-        namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } },
-        podSelector: { matchLabels: { "k8s-app": "kube-dns" } },
-      },
-      ...cfg.dnsCidrs.map((cidr) => ({ ipBlock: { cidr } })),
-    ],
-    ports: [
-      { protocol: "UDP", port: 53 },
-      { protocol: "TCP", port: 53 },
-    ],
-  };
-  const egress: unknown[] = [dns];
-  if (network.egress === "Internet") {
-    egress.push({ to: [{ ipBlock: { cidr: "0.0.0.0/0", except: BLOCKED_CIDRS } }] });
-  } else if (network.egress === "Allowlist") {
-    for (const rule of network.allow ?? []) {
-      egress.push({
-        to: [{ ipBlock: { cidr: rule.cidr } }],
-        ...(rule.ports?.length
-          ? { ports: rule.ports.map((port) => ({ protocol: "TCP", port })) }
-          : {}),
-      });
-    }
+async function expected(ctx: Ctx, key: string, write: () => Promise<unknown>): Promise<void> {
+  if (ctx.writeExpectations.pending(key)) return;
+  ctx.writeExpectations.expect(key);
+  try {
+    await write();
+  } catch (err) {
+    ctx.writeExpectations.observed(key);
+    throw err;
   }
-  const spec = {
-    podSelector: { matchLabels: podSelector },
-    policyTypes: ["Ingress", "Egress"],
-    ingress: [
-      {
-        from: [
-          {
-            namespaceSelector: {
-              matchLabels: { "kubernetes.io/metadata.name": cfg.systemNamespace },
-            },
-            podSelector: {
-              matchExpressions: [
-                {
-                  key: LABEL.name,
-                  operator: "In",
-                  values: ["sandpit-provisioner", "sandpit-operator"],
-                },
-              ],
-            },
-          },
-        ],
-        ports: [{ protocol: "TCP", port: SANDBOXD_PORT }],
-      },
-    ],
-    egress,
-  };
-  return {
-    apiVersion: "networking.k8s.io/v1",
-    kind: "NetworkPolicy",
-    metadata: metadata(m, { [ANNOTATION.specHash]: hashOf(spec) }),
-    spec,
-  };
-}
-
-export function pod(
-  m: Meta,
-  e: Effective,
-  opts: { tokenSecret: string; claimName: string; annotations?: Record<string, string> },
-  cfg: OperatorConfig,
-): KObject {
-  return {
-    apiVersion: "v1",
-    kind: "Pod",
-    metadata: metadata(m, opts.annotations),
-    spec: {
-      automountServiceAccountToken: false,
-      enableServiceLinks: false,
-      restartPolicy: "Always",
-      terminationGracePeriodSeconds: 5,
-      ...(e.runtimeClassName ? { runtimeClassName: e.runtimeClassName } : {}),
-      ...(Object.keys(cfg.podNodeSelector).length ? { nodeSelector: cfg.podNodeSelector } : {}),
-      ...(cfg.podTolerations.length ? { tolerations: cfg.podTolerations } : {}),
-      securityContext: {
-        runAsNonRoot: true,
-        runAsUser: UID,
-        runAsGroup: UID,
-        fsGroup: UID,
-        fsGroupChangePolicy: "OnRootMismatch",
-        seccompProfile: { type: "RuntimeDefault" },
-      },
-      containers: [
-        {
-          name: "sandboxd",
-          image: e.image,
-          imagePullPolicy: cfg.imagePullPolicy,
-          // The image's working directory is the workspace on the volume; the runtime would
-          // create it as root before sandboxd starts, and sandboxd (uid 1000) could not write it.
-          workingDir: DATA_MOUNT,
-          ports: [{ name: "sandboxd", containerPort: SANDBOXD_PORT, protocol: "TCP" }],
-          env: [
-            {
-              name: "SANDBOXD_TOKEN",
-              valueFrom: { secretKeyRef: { name: opts.tokenSecret, key: "token" } },
-            },
-            { name: "SANDBOXD_ENV", value: JSON.stringify(e.env) },
-          ],
-          resources: {
-            // A request above its limit is invalid: a small sandbox requests what it may use.
-            requests: {
-              cpu: smaller(cfg.requests.cpu, e.limits.cpu),
-              memory: smaller(cfg.requests.memory, e.limits.memory),
-              // Unset, it would default to the limit and reserve the node's disk many times over.
-              "ephemeral-storage": smaller(
-                cfg.requests.ephemeralStorage,
-                e.limits.ephemeralStorage,
-              ),
-            },
-            limits: {
-              cpu: e.limits.cpu,
-              memory: e.limits.memory,
-              "ephemeral-storage": e.limits.ephemeralStorage,
-            },
-          },
-          securityContext: {
-            allowPrivilegeEscalation: false,
-            privileged: false,
-            readOnlyRootFilesystem: true,
-            runAsNonRoot: true,
-            capabilities: { drop: ["ALL"] },
-          },
-          readinessProbe: {
-            httpGet: { path: "/healthz", port: SANDBOXD_PORT },
-            periodSeconds: 1,
-            failureThreshold: 3,
-          },
-          livenessProbe: {
-            httpGet: { path: "/healthz", port: SANDBOXD_PORT },
-            initialDelaySeconds: 10,
-            periodSeconds: 10,
-            failureThreshold: 6,
-          },
-          volumeMounts: [
-            { name: "data", mountPath: DATA_MOUNT },
-            { name: "tmp", mountPath: "/tmp" },
-          ],
-        },
-      ],
-      volumes: [
-        { name: "data", persistentVolumeClaim: { claimName: opts.claimName } },
-        { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
-      ],
-    },
-  };
 }

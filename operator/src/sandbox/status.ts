@@ -1,10 +1,11 @@
 /**
  * A Sandbox's status, built up during a reconcile from what it was, and written with one
- * server-side apply only when it changed. lastActivityTime is not ours (the provisioner reports
- * it under its own field manager), so it is never part of what the operator applies.
+ * server-side apply only when it changed. lastActivityTime is not ours: the provisioner reports
+ * it with a merge patch under its own field manager (sandpit-provisioner), so it is never part of
+ * what the operator applies and an apply never takes it away.
  */
-import type { SandboxStatus } from "../api/v1alpha1.ts";
-import type { Ctx, Sandbox } from "../context.ts";
+import { SANDBOXES, type Sandbox, type SandboxStatus } from "../api/v1alpha1.ts";
+import type { Ctx } from "../context.ts";
 import {
   type Condition,
   type ConditionInput,
@@ -12,7 +13,6 @@ import {
   setCondition,
 } from "../kube/conditions.ts";
 import { canonical } from "../kube/canonical.ts";
-import { SANDBOXES } from "../kube/resources.ts";
 
 type Phase = NonNullable<SandboxStatus["phase"]>;
 type Owned = Omit<SandboxStatus, "lastActivityTime">;

@@ -2,15 +2,11 @@
  * The request and response shapes of the native API, as zod schemas: they validate requests,
  * and /openapi.json is generated from them, so the document cannot drift from the code.
  */
+import { QUANTITY_PATTERN, QUANTITY_RULE } from "@sandpit/operator/api";
+import { ENV_NAME_PATTERN, ENV_NAME_RULE, ID_PATTERN, ID_RULE } from "@sandpit/sandboxd/protocol";
 import { z } from "zod";
 
-const ID = /^[A-Za-z0-9_-]{1,64}$/;
-const quantity = z
-  .string()
-  .regex(
-    /^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/,
-    "a Kubernetes quantity such as 500m, 1, 512Mi or 2Gi",
-  );
+const quantity = z.string().regex(QUANTITY_PATTERN, QUANTITY_RULE);
 const labelKey = z
   .string()
   .regex(
@@ -35,15 +31,7 @@ export const CreateSandbox = z
       .optional()
       .describe("pip or npm specs, e.g. numpy==2.1.0 or zod@4."),
     env: z
-      .record(
-        z
-          .string()
-          .regex(
-            /^[A-Za-z_][A-Za-z0-9_]*$/,
-            "environment variable names are [A-Za-z_][A-Za-z0-9_]*",
-          ),
-        z.string().max(32768),
-      )
+      .record(z.string().regex(ENV_NAME_PATTERN, ENV_NAME_RULE), z.string().max(32768))
       .optional(),
     resources: z
       .strictObject({
@@ -66,10 +54,10 @@ export const CreateSandbox = z
       .optional(),
     threadId: z
       .string()
-      .regex(ID, "1-64 of [A-Za-z0-9_-]")
+      .regex(ID_PATTERN, ID_RULE)
       .optional()
       .describe("Same (user, thread), same sandbox: creates are idempotent."),
-    userId: z.string().regex(ID, "1-64 of [A-Za-z0-9_-]").optional(),
+    userId: z.string().regex(ID_PATTERN, ID_RULE).optional(),
     labels: z
       .record(labelKey, labelValue)
       .optional()
@@ -109,11 +97,8 @@ export const ListQuery = z.strictObject({
 /** DeerFlow's provisioner API (docker/provisioner/app.py), kept field for field. */
 export const DeerFlowCreate = z.object({
   sandbox_id: z.string().min(1).max(253),
-  thread_id: z.string().regex(ID, "thread_id: 1-64 of [A-Za-z0-9_-]").optional(),
-  user_id: z
-    .string()
-    .regex(/^[A-Za-z0-9_-]{1,64}$/, "user_id: 1-64 of [A-Za-z0-9_-]")
-    .default("default"),
+  thread_id: z.string().regex(ID_PATTERN, `thread_id: ${ID_RULE}`).optional(),
+  user_id: z.string().regex(ID_PATTERN, `user_id: ${ID_RULE}`).default("default"),
   extra_mounts: z.array(z.unknown()).max(10).optional(),
   include_legacy_skills: z.boolean().optional(),
   provision_lark_cli_runtime: z.boolean().optional(),

@@ -1,21 +1,18 @@
-/** The objects a sandbox is made of: effective spec precedence, secure Pod, NetworkPolicy. */
+/** What a sandbox's pod is made of: effective spec precedence, secure Pod, NetworkPolicy. */
 import { describe, expect, it } from "vitest";
-import { SandboxPoolSpec, SandboxSpec } from "../src/api/v1alpha1.ts";
+import { SANDBOXD_PORT, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
+import { ANNOTATION, LABEL, SandboxPoolSpec, SandboxSpec } from "../src/api/index.ts";
 import { readConfig } from "../src/config.ts";
-import type { KObject } from "../src/kube/client.ts";
+import type { KObject } from "../src/kube/rest.ts";
 import {
-  ANNOTATION,
   BLOCKED_CIDRS,
-  DATA_MOUNT,
-  LABEL,
-  SANDBOXD_PORT,
   dataClaim,
-  effectiveSpec,
   networkPolicy,
   pod,
   service,
   tokenSecret,
-} from "../src/sandbox/children.ts";
+} from "../src/workload/manifests.ts";
+import { effectiveSpec } from "../src/workload/spec.ts";
 
 const cfg = readConfig({
   SANDPIT_SANDBOX_IMAGE: "registry.example/sandbox:1",
@@ -207,7 +204,7 @@ describe("pod", () => {
   });
 
   it("mounts the PVC at /mnt/user-data and a writable /tmp", () => {
-    expect(DATA_MOUNT).toBe("/mnt/user-data");
+    expect(VIRTUAL_ROOT).toBe("/mnt/user-data");
     expect(at(container, "volumeMounts")).toContainEqual({
       name: "data",
       mountPath: "/mnt/user-data",

@@ -1,5 +1,5 @@
 /** Reading a Pod's status the way a user would want it explained. */
-import type { Pod } from "../context.ts";
+import type { Pod } from "../kube/resources.ts";
 
 export function podReady(pod: Pod): boolean {
   return pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;

@@ -3,8 +3,9 @@
  * decides Ready (faster than waiting a kubelet probe period), and /v1/init, which hands a warm
  * pod its new owner's token, environment and packages without restarting anything.
  */
+import { type InitRequest, SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
 import { request } from "undici";
-import { SANDBOXD_PORT } from "./children.ts";
+import type { z } from "zod";
 
 export async function healthy(ip: string, timeoutMs = 1_000): Promise<boolean> {
   try {
@@ -34,22 +35,22 @@ export async function waitHealthy(
   return false;
 }
 
-export interface InitBody {
-  token: string;
-  env?: Record<string, string>;
-  packages?: string[];
-  language?: "python" | "typescript";
-}
+/**
+ * The longest a /v1/init may take (it installs packages). A reconcile that calls it is given at
+ * least this long before its signal aborts it.
+ */
+export const INIT_TIMEOUT_MS = 600_000;
 
 /**
  * Initialises sandboxd, authenticating with the first of `tokens` it accepts (the warm pod's
  * token the first time, the sandbox's own when a previous attempt already switched it).
+ * `signal` is the reconcile's: a reconcile that has run too long stops waiting here.
  */
 export async function init(
   ip: string,
   tokens: string[],
-  body: InitBody,
-  timeoutMs: number,
+  body: z.input<typeof InitRequest>,
+  signal: AbortSignal,
 ): Promise<void> {
   let last = "";
   for (const token of tokens) {
@@ -57,8 +58,9 @@ export async function init(
       method: "POST",
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       body: JSON.stringify(body),
-      headersTimeout: timeoutMs,
-      bodyTimeout: timeoutMs,
+      headersTimeout: INIT_TIMEOUT_MS,
+      bodyTimeout: INIT_TIMEOUT_MS,
+      signal,
     });
     const text = await res.body.text();
     if (res.statusCode === 200) return;

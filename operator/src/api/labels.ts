@@ -1,0 +1,41 @@
+/**
+ * The labels and annotations Sandpit puts on Sandboxes and on the objects made for them: the
+ * one vocabulary the operator, the provisioner and anyone selecting their objects share.
+ */
+
+export const LABEL = {
+  managedBy: "app.kubernetes.io/managed-by",
+  name: "app.kubernetes.io/name",
+  /** On a sandbox's children: the Sandbox they belong to. */
+  sandbox: "sandpit.dev/sandbox",
+  /** On a pool's warm pods and on its members' children: the SandboxPool. */
+  pool: "sandpit.dev/pool",
+  /** On a warm pod not yet claimed: "true". */
+  warm: "sandpit.dev/warm",
+  /** On a Sandbox the provisioner made: the tenant (API key) holding it. */
+  tenant: "sandpit.dev/tenant",
+  /** On a Sandbox the provisioner made: the user and thread it serves. */
+  user: "sandpit.dev/user",
+  thread: "sandpit.dev/thread",
+} as const;
+
+/** Values of LABEL.managedBy: which component made an object. */
+export const MANAGED_BY = {
+  operator: "sandpit-operator",
+  provisioner: "sandpit-provisioner",
+} as const;
+
+export const ANNOTATION = {
+  /** Hash of the pod-shaping template fields a warm pod was made from. */
+  templateHash: "sandpit.dev/template-hash",
+  /** Hash of a warm pod's shape (image, limits, storage, runtime class). */
+  shapeHash: "sandpit.dev/shape-hash",
+  /** Hash of what the object was built from; a difference means "apply again". */
+  specHash: "sandpit.dev/spec-hash",
+  /** On a warm pod: the template packages are installed. */
+  packagesReady: "sandpit.dev/packages-ready",
+  /** On a Sandbox: the capability in a DeerFlow sandbox_url (DeerFlow sends no credential). */
+  capability: "sandpit.dev/capability",
+  /** On a Sandbox: the id a DeerFlow client gave it. */
+  externalId: "sandpit.dev/external-id",
+} as const;

@@ -1,0 +1,390 @@
+/**
+ * The lifecycle decisions of a sandbox: when it sleeps, wakes, waits, gives up or is Ready, and
+ * what its status and events say about it. Everything here reads the sandbox, its pod and the
+ * clock and records the outcome in the status builder; the reconciler makes the writes.
+ */
+import { SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
+import { dataClaimName } from "../api/names.ts";
+import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
+import type { ReconcileResult } from "../controller/controller.ts";
+import type { Ctx } from "../context.ts";
+import type { Pod } from "../kube/resources.ts";
+import { sandboxReadySeconds, sandboxTransitions } from "../metrics.ts";
+import { podProblem, restartCount } from "../workload/pod-state.ts";
+import type { Effective } from "../workload/spec.ts";
+import type { Adoption, PoolMembership } from "./membership.ts";
+import type { SandboxStatusBuilder } from "./status.ts";
+
+export const READY_REASON = "SandboxdServing";
+export const READY_MESSAGE = "sandboxd answers on its endpoint";
+/** Starting is reported in status only once it has taken this long (saves writes). */
+export const QUIET_START_MS = 3_000;
+/** Pods recreated after failing wait 1 s, 2 s, 4 s ... up to this. */
+const MAX_RECREATE_BACKOFF_MS = 60_000;
+
+export interface Suspension {
+  reason: "UserRequested" | "IdleTimeout" | "Evicted";
+  message: string;
+}
+
+/** Whether the sandbox should sleep now, and why. */
+export function suspensionOf(
+  pools: PoolMembership,
+  sbx: Sandbox,
+  eff: Effective,
+  st: SandboxStatusBuilder,
+  now: number,
+): Suspension | undefined {
+  if (eff.suspended)
+    return {
+      reason: "UserRequested",
+      message: "spec.lifecycle.suspended is true; the volume is kept",
+    };
+  const lastActivity = Date.parse(sbx.status?.lastActivityTime ?? "") || 0;
+  const suspended = st.conditionOf("Suspended");
+  // The eviction is durable once the cache shows it; until then the pool's mark stands, so a
+  // reconcile on a stale cache cannot take the slot back.
+  const shown = suspended?.status === "True" && suspended.reason === "Evicted";
+  if (pools.evicting(sbx, shown)) {
+    return {
+      reason: "Evicted",
+      message: `the pool reached maxActive and this was its least recently active sandbox; activity resumes it`,
+    };
+  }
+  if (
+    suspended?.status === "True" &&
+    (suspended.reason === "IdleTimeout" || suspended.reason === "Evicted")
+  ) {
+    // Suspended by the operator: stays so until activity is reported after the suspension.
+    if (lastActivity <= Date.parse(suspended.lastTransitionTime)) {
+      return { reason: suspended.reason, message: suspended.message };
+    }
+    return undefined;
+  }
+  if (eff.idleTimeoutSeconds && st.phase === "Ready") {
+    const since = Math.max(lastActivity, Date.parse(st.current.readyAt ?? st.now));
+    if (now - since >= eff.idleTimeoutSeconds * 1000) {
+      return {
+        reason: "IdleTimeout",
+        message: `no activity for ${eff.idleTimeoutSeconds}s; suspended with its volume kept, activity resumes it`,
+      };
+    }
+  }
+  return undefined;
+}
+
+export function recordSuspended(
+  ctx: Ctx,
+  sbx: Sandbox,
+  st: SandboxStatusBuilder,
+  suspension: Suspension,
+): void {
+  if (st.phase !== "Suspended") {
+    const reason = suspension.reason === "UserRequested" ? "Suspended" : suspension.reason;
+    ctx.events.record(sbx, "Normal", reason, "Suspend", suspension.message);
+    sandboxTransitions.inc({ reason: suspension.reason });
+  }
+  st.phaseIs("Suspended", suspension.reason, suspension.message)
+    .condition({
+      type: "Suspended",
+      status: "True",
+      reason: suspension.reason,
+      message: suspension.message,
+    })
+    .set({ endpoint: undefined, startedAt: undefined });
+  if (suspension.reason === "Evicted") {
+    st.condition({
+      type: "Evicted",
+      status: "True",
+      reason: "Evicted",
+      message: suspension.message,
+    });
+  }
+}
+
+/** Clears what a suspension left in the status; true when the sandbox was Suspended. */
+export function recordRunning(ctx: Ctx, sbx: Sandbox, st: SandboxStatusBuilder): boolean {
+  const resuming = st.phase === "Suspended";
+  if (st.conditionOf("Suspended")?.status === "True") {
+    st.condition({
+      type: "Suspended",
+      status: "False",
+      reason: "Resumed",
+      message: "the sandbox runs again on the same volume",
+    });
+    ctx.events.record(sbx, "Normal", "Resumed", "Resume", "resuming on the same volume");
+  }
+  if (st.conditionOf("Evicted")?.status === "True") {
+    st.condition({
+      type: "Evicted",
+      status: "False",
+      reason: "Resumed",
+      message: "resumed after eviction",
+    });
+  }
+  return resuming;
+}
+
+/** The pool is at maxActive and rejects more: the sandbox waits for a slot. */
+export function recordWaitingForSlot(
+  ctx: Ctx,
+  sbx: Sandbox,
+  pool: SandboxPool,
+  st: SandboxStatusBuilder,
+): void {
+  const message = `SandboxPool "${pool.metadata.name}" runs its maxActive of ${pool.spec.maxActive} sandboxes and rejects more (evictionPolicy Reject); this one starts when a slot frees`;
+  if (st.conditionOf("CapacityExceeded")?.status !== "True") {
+    ctx.events.record(sbx, "Warning", "CapacityExceeded", "Wait", message);
+  }
+  st.phaseIs("Pending", "CapacityExceeded", message).condition({
+    type: "CapacityExceeded",
+    status: "True",
+    reason: "CapacityExceeded",
+    message,
+  });
+}
+
+export function recordAdmitted(st: SandboxStatusBuilder): void {
+  if (st.conditionOf("CapacityExceeded")) {
+    st.condition({
+      type: "CapacityExceeded",
+      status: "False",
+      reason: "Admitted",
+      message: "a slot in the pool is free",
+    });
+  }
+}
+
+/** A warm pod was adopted: the sandbox is Ready at once. */
+export function recordAdopted(sbx: Sandbox, st: SandboxStatusBuilder, adoption: Adoption): void {
+  st.set({
+    podName: adoption.podName,
+    startedAt: st.now,
+    readyAt: st.now,
+    endpoint: `${adoption.podIP}:${SANDBOXD_PORT}`,
+    initializedFor: adoption.initializedFor,
+  });
+  st.phaseIs("Ready", READY_REASON, READY_MESSAGE);
+  sandboxReadySeconds.observe(
+    { start: "warm" },
+    (Date.now() - Date.parse(sbx.metadata.creationTimestamp!)) / 1000,
+  );
+  sandboxTransitions.inc({ reason: "Ready" });
+}
+
+export type PodStart =
+  | { start: true; vanished: boolean; recreations: number }
+  | { start: false; result: ReconcileResult | void };
+
+/**
+ * Whether to create the pod now. A pod that vanished or failed while the sandbox should run is
+ * recreated with backoff, and after the operator's limit the sandbox is Failed.
+ */
+export function podStart(
+  ctx: Ctx,
+  sbx: Sandbox,
+  podName: string,
+  st: SandboxStatusBuilder,
+  now: number,
+  resuming: boolean,
+): PodStart {
+  const vanished = st.current.startedAt !== undefined && !resuming;
+  let recreations = st.current.recreations ?? 0;
+  if (!vanished) return { start: true, vanished, recreations };
+  if (st.phase === "Failed") return { start: false, result: undefined };
+  if (recreations >= ctx.cfg.maxRecreations) {
+    const message = `the pod failed or disappeared ${recreations + 1} times without becoming ready; fix the cause and change the spec to retry`;
+    ctx.events.record(sbx, "Warning", "Failed", "GiveUp", message);
+    sandboxTransitions.inc({ reason: "Failed" });
+    st.phaseIs("Failed", "TooManyRecreations", message).set({ endpoint: undefined });
+    return { start: false, result: undefined };
+  }
+  const backoff = Math.min(1000 * 2 ** recreations, MAX_RECREATE_BACKOFF_MS);
+  const lastStart = Date.parse(st.current.startedAt!);
+  if (now < lastStart + backoff) {
+    st.phaseIs(
+      "Starting",
+      "PodRecreating",
+      `the pod is gone; recreating it in ${Math.ceil((lastStart + backoff - now) / 1000)}s`,
+    );
+    return { start: false, result: { requeueAfterMs: lastStart + backoff - now } };
+  }
+  recreations++;
+  ctx.events.record(
+    sbx,
+    "Warning",
+    "PodRecreated",
+    "Recreate",
+    `pod ${podName} was gone; recreating it (attempt ${recreations})`,
+  );
+  return { start: true, vanished, recreations };
+}
+
+/** The pod was created. */
+export function recordPodCreated(
+  ctx: Ctx,
+  sbx: Sandbox,
+  podName: string,
+  st: SandboxStatusBuilder,
+  now: number,
+  resuming: boolean,
+  started: { vanished: boolean; recreations: number },
+): ReconcileResult {
+  if (resuming)
+    ctx.events.record(
+      sbx,
+      "Normal",
+      "Resuming",
+      "Start",
+      `starting pod ${podName} on volume ${dataClaimName(podName)}`,
+    );
+  // A first start says nothing until it is slow (the Ready write records when it started):
+  // one status write fewer per sandbox. A restart is recorded at once, for the backoff.
+  const firstStart = !started.vanished && !resuming && st.phase === undefined;
+  if (firstStart && now - Date.parse(sbx.metadata.creationTimestamp!) < QUIET_START_MS) {
+    return { requeueAfterMs: QUIET_START_MS };
+  }
+  st.set({
+    startedAt: st.now,
+    recreations: started.recreations || undefined,
+    endpoint: undefined,
+    initializedFor: undefined,
+  });
+  st.phaseIs("Starting", "PodCreated", `pod ${podName} created`);
+  return { requeueAfterMs: QUIET_START_MS };
+}
+
+/** The pod failed or completed: it is recreated. */
+export function recordPodFailed(ctx: Ctx, sbx: Sandbox, pod: Pod, st: SandboxStatusBuilder): void {
+  const why = pod.status?.reason ?? pod.status?.phase;
+  ctx.events.record(
+    sbx,
+    "Warning",
+    "PodFailed",
+    "Recreate",
+    `pod ${pod.metadata.name} ${why}: ${pod.status?.message ?? ""}`.trim(),
+  );
+  st.phaseIs("Starting", "PodFailed", `pod ${why}; recreating it`).set({ endpoint: undefined });
+}
+
+/** The pod is not serving: say why, once it has been long enough to matter. */
+export function notServingYet(
+  ctx: Ctx,
+  sbx: Sandbox,
+  st: SandboxStatusBuilder,
+  pod: Pod,
+  now: number,
+): ReconcileResult | void {
+  const p = podProblem(pod);
+  // A container that keeps dying is a failed sandbox once it has used up its restarts; the pod
+  // stays (its logs explain why) and the sandbox comes back by itself if sandboxd ever serves.
+  const restarts = restartCount(pod);
+  if (p.reason === "CrashLoopBackOff" && restarts > ctx.cfg.maxRecreations) {
+    const last = pod.status?.containerStatuses?.[0]?.lastState?.terminated;
+    const message = `sandboxd exited ${restarts + 1} times${last?.reason ? ` (last: ${last.reason}, exit code ${last.exitCode})` : ""}; see the pod's logs, then fix the spec`;
+    if (st.phase !== "Failed") {
+      ctx.events.record(sbx, "Warning", "Failed", "GiveUp", message);
+      sandboxTransitions.inc({ reason: "Failed" });
+    }
+    st.phaseIs("Failed", "CrashLoopBackOff", message).set({ endpoint: undefined });
+    return;
+  }
+  if (p.stuck && st.conditionOf("Ready")?.reason !== p.reason) {
+    ctx.events.record(sbx, "Warning", p.reason, "Wait", p.message);
+  }
+  if (p.stuck) {
+    st.phaseIs(p.phase, p.reason, p.message);
+    return { requeueAfterMs: 10_000 };
+  }
+  return slowStart(st, now, p.reason, p.message, QUIET_START_MS, p.phase);
+}
+
+/** Reports a transient starting state only when starting has taken QUIET_START_MS. */
+export function slowStart(
+  st: SandboxStatusBuilder,
+  now: number,
+  reason: string,
+  message: string,
+  retryMs: number,
+  phase: "Pending" | "Starting" = "Starting",
+): ReconcileResult {
+  const since = Date.parse(st.current.startedAt ?? st.sandbox.metadata.creationTimestamp!);
+  if (st.phase === "Ready" || now - since >= QUIET_START_MS) {
+    st.phaseIs(phase, reason, message).set({
+      endpoint: undefined,
+      startedAt: st.current.startedAt ?? st.now,
+    });
+  }
+  return { requeueAfterMs: retryMs };
+}
+
+/**
+ * sandboxd refused to initialise (a package that does not install): retrying cannot help, so the
+ * sandbox is Failed until the spec changes or the pod is replaced.
+ */
+export function recordInitRejected(
+  ctx: Ctx,
+  sbx: Sandbox,
+  st: SandboxStatusBuilder,
+  message: string,
+  initFor: string,
+): void {
+  if (st.phase !== "Failed") {
+    ctx.events.record(sbx, "Warning", "PackageInstallFailed", "GiveUp", message);
+    sandboxTransitions.inc({ reason: "Failed" });
+  }
+  st.phaseIs("Failed", "PackageInstallFailed", message).set({
+    endpoint: undefined,
+    initializedFor: `failed:${initFor}`,
+  });
+}
+
+export function recordReady(
+  ctx: Ctx,
+  sbx: Sandbox,
+  st: SandboxStatusBuilder,
+  pod: Pod,
+  resuming: boolean,
+): void {
+  const ip = pod.status!.podIP!;
+  if (st.phase !== "Ready") {
+    const start = resuming || st.current.readyAt ? "resume" : "cold";
+    const since =
+      start === "cold"
+        ? Date.parse(sbx.metadata.creationTimestamp!)
+        : Date.parse(st.current.startedAt ?? st.now);
+    sandboxReadySeconds.observe({ start }, Math.max(0, Date.now() - since) / 1000);
+    sandboxTransitions.inc({ reason: "Ready" });
+    ctx.events.record(
+      sbx,
+      "Normal",
+      "Ready",
+      "Start",
+      `sandboxd is serving at ${ip}:${SANDBOXD_PORT}`,
+    );
+    st.set({ readyAt: st.now, recreations: undefined });
+  }
+  st.phaseIs("Ready", READY_REASON, READY_MESSAGE).set({
+    endpoint: `${ip}:${SANDBOXD_PORT}`,
+    startedAt:
+      st.current.startedAt ?? pod.status?.containerStatuses?.[0]?.state?.running?.startedAt,
+  });
+}
+
+/** When the next timer (expiry or idle timeout) fires. */
+export function nextDeadline(
+  eff: Effective,
+  st: SandboxStatusBuilder,
+  expiresAt: number,
+  now: number,
+): number {
+  let at = expiresAt;
+  if (eff.idleTimeoutSeconds) {
+    const last = Math.max(
+      Date.parse(st.sandbox.status?.lastActivityTime ?? "") || 0,
+      Date.parse(st.current.readyAt ?? st.now),
+    );
+    at = Math.min(at, last + eff.idleTimeoutSeconds * 1000);
+  }
+  return Math.max(1_000, at - now);
+}

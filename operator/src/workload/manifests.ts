@@ -1,0 +1,258 @@
+/**
+ * The objects a sandbox is made of, as pure functions of its effective spec: the Pod running
+ * sandboxd, the ClusterIP Service in front of it, the PVC at /mnt/user-data, the NetworkPolicy
+ * and the Secret holding its bearer token. Secure defaults (docs/security.md) live here alone.
+ */
+import { randomBytes } from "node:crypto";
+import { SANDBOXD_PORT, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
+import { ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
+import { quantityValue } from "../api/rules.ts";
+import type { OperatorConfig } from "../config.ts";
+import type { KObject, OwnerReference } from "../kube/rest.ts";
+import { type Effective, hashOf } from "./spec.ts";
+
+export const UID = 1000;
+
+/** Private and special ranges an `Internet` sandbox must never reach (metadata included). */
+export const BLOCKED_CIDRS = [
+  "10.0.0.0/8",
+  "172.16.0.0/12",
+  "192.168.0.0/16",
+  "100.64.0.0/10",
+  "169.254.0.0/16",
+  "127.0.0.0/8",
+  "0.0.0.0/8",
+  "224.0.0.0/4",
+  "240.0.0.0/4",
+];
+
+const smaller = (a: string, b: string) => (quantityValue(a) <= quantityValue(b) ? a : b);
+
+export const newToken = () => randomBytes(32).toString("hex");
+
+export function controllerRef(owner: KObject): OwnerReference {
+  return {
+    apiVersion: owner.apiVersion!,
+    kind: owner.kind!,
+    name: owner.metadata.name,
+    uid: owner.metadata.uid!,
+    controller: true,
+    blockOwnerDeletion: true,
+  };
+}
+
+interface Meta {
+  name: string;
+  namespace: string;
+  owner: KObject;
+  labels: Record<string, string>;
+}
+
+const metadata = (m: Meta, annotations?: Record<string, string>) => ({
+  name: m.name,
+  namespace: m.namespace,
+  labels: { [LABEL.managedBy]: MANAGED_BY.operator, [LABEL.name]: "sandpit-sandbox", ...m.labels },
+  ...(annotations ? { annotations } : {}),
+  ownerReferences: [controllerRef(m.owner)],
+});
+
+export function tokenSecret(m: Meta, token: string): KObject {
+  return {
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: metadata(m),
+    type: "Opaque",
+    immutable: true,
+    data: { token: Buffer.from(token).toString("base64") },
+  };
+}
+
+export function dataClaim(m: Meta, e: Effective): KObject {
+  return {
+    apiVersion: "v1",
+    kind: "PersistentVolumeClaim",
+    metadata: metadata(m),
+    spec: {
+      accessModes: ["ReadWriteOnce"],
+      resources: { requests: { storage: e.storage.size } },
+      ...(e.storage.storageClassName ? { storageClassName: e.storage.storageClassName } : {}),
+    },
+  };
+}
+
+export function service(m: Meta, selector: Record<string, string>): KObject {
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: metadata(m),
+    spec: {
+      type: "ClusterIP",
+      selector,
+      ports: [
+        { name: "sandboxd", port: SANDBOXD_PORT, targetPort: SANDBOXD_PORT, protocol: "TCP" },
+      ],
+    },
+  };
+}
+
+/**
+ * Ingress only from the provisioner and operator pods of the system namespace, to sandboxd;
+ * egress per spec.network, always with DNS to the cluster's resolvers and nothing else implied.
+ * NetworkPolicies are additive, so this one policy is the whole truth for the pods it selects.
+ */
+export function networkPolicy(
+  m: Meta,
+  podSelector: Record<string, string>,
+  network: Effective["network"],
+  cfg: OperatorConfig,
+): KObject {
+  const dns = {
+    to: [
+      {
+        namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } },
+        podSelector: { matchLabels: { "k8s-app": "kube-dns" } },
+      },
+      ...cfg.dnsCidrs.map((cidr) => ({ ipBlock: { cidr } })),
+    ],
+    ports: [
+      { protocol: "UDP", port: 53 },
+      { protocol: "TCP", port: 53 },
+    ],
+  };
+  const egress: unknown[] = [dns];
+  if (network.egress === "Internet") {
+    egress.push({ to: [{ ipBlock: { cidr: "0.0.0.0/0", except: BLOCKED_CIDRS } }] });
+  } else if (network.egress === "Allowlist") {
+    for (const rule of network.allow ?? []) {
+      egress.push({
+        to: [{ ipBlock: { cidr: rule.cidr } }],
+        ...(rule.ports?.length
+          ? { ports: rule.ports.map((port) => ({ protocol: "TCP", port })) }
+          : {}),
+      });
+    }
+  }
+  const spec = {
+    podSelector: { matchLabels: podSelector },
+    policyTypes: ["Ingress", "Egress"],
+    ingress: [
+      {
+        from: [
+          {
+            namespaceSelector: {
+              matchLabels: { "kubernetes.io/metadata.name": cfg.systemNamespace },
+            },
+            podSelector: {
+              matchExpressions: [
+                {
+                  key: LABEL.name,
+                  operator: "In",
+                  values: ["sandpit-provisioner", "sandpit-operator"],
+                },
+              ],
+            },
+          },
+        ],
+        ports: [{ protocol: "TCP", port: SANDBOXD_PORT }],
+      },
+    ],
+    egress,
+  };
+  return {
+    apiVersion: "networking.k8s.io/v1",
+    kind: "NetworkPolicy",
+    metadata: metadata(m, { [ANNOTATION.specHash]: hashOf(spec) }),
+    spec,
+  };
+}
+
+export function pod(
+  m: Meta,
+  e: Effective,
+  opts: { tokenSecret: string; claimName: string; annotations?: Record<string, string> },
+  cfg: OperatorConfig,
+): KObject {
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: metadata(m, opts.annotations),
+    spec: {
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      restartPolicy: "Always",
+      terminationGracePeriodSeconds: 5,
+      ...(e.runtimeClassName ? { runtimeClassName: e.runtimeClassName } : {}),
+      ...(Object.keys(cfg.podNodeSelector).length ? { nodeSelector: cfg.podNodeSelector } : {}),
+      ...(cfg.podTolerations.length ? { tolerations: cfg.podTolerations } : {}),
+      securityContext: {
+        runAsNonRoot: true,
+        runAsUser: UID,
+        runAsGroup: UID,
+        fsGroup: UID,
+        fsGroupChangePolicy: "OnRootMismatch",
+        seccompProfile: { type: "RuntimeDefault" },
+      },
+      containers: [
+        {
+          name: "sandboxd",
+          image: e.image,
+          imagePullPolicy: cfg.imagePullPolicy,
+          // The image's working directory is the workspace on the volume; the runtime would
+          // create it as root before sandboxd starts, and sandboxd (uid 1000) could not write it.
+          workingDir: VIRTUAL_ROOT,
+          ports: [{ name: "sandboxd", containerPort: SANDBOXD_PORT, protocol: "TCP" }],
+          env: [
+            {
+              name: "SANDBOXD_TOKEN",
+              valueFrom: { secretKeyRef: { name: opts.tokenSecret, key: "token" } },
+            },
+            { name: "SANDBOXD_ENV", value: JSON.stringify(e.env) },
+          ],
+          resources: {
+            // A request above its limit is invalid: a small sandbox requests what it may use.
+            requests: {
+              cpu: smaller(cfg.requests.cpu, e.limits.cpu),
+              memory: smaller(cfg.requests.memory, e.limits.memory),
+              // Unset, it would default to the limit and reserve the node's disk many times over.
+              "ephemeral-storage": smaller(
+                cfg.requests.ephemeralStorage,
+                e.limits.ephemeralStorage,
+              ),
+            },
+            limits: {
+              cpu: e.limits.cpu,
+              memory: e.limits.memory,
+              "ephemeral-storage": e.limits.ephemeralStorage,
+            },
+          },
+          securityContext: {
+            allowPrivilegeEscalation: false,
+            privileged: false,
+            readOnlyRootFilesystem: true,
+            runAsNonRoot: true,
+            capabilities: { drop: ["ALL"] },
+          },
+          readinessProbe: {
+            httpGet: { path: "/healthz", port: SANDBOXD_PORT },
+            periodSeconds: 1,
+            failureThreshold: 3,
+          },
+          livenessProbe: {
+            httpGet: { path: "/healthz", port: SANDBOXD_PORT },
+            initialDelaySeconds: 10,
+            periodSeconds: 10,
+            failureThreshold: 6,
+          },
+          volumeMounts: [
+            { name: "data", mountPath: VIRTUAL_ROOT },
+            { name: "tmp", mountPath: "/tmp" },
+          ],
+        },
+      ],
+      volumes: [
+        { name: "data", persistentVolumeClaim: { claimName: opts.claimName } },
+        { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
+      ],
+    },
+  };
+}

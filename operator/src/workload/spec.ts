@@ -1,0 +1,82 @@
+/**
+ * A sandbox's effective spec: its own fields, then its pool's template, then the operator's
+ * defaults. Every decision about a sandbox or a warm pod is made from this, never from the raw
+ * spec.
+ */
+import { createHash } from "node:crypto";
+import type { SandboxPoolSpec, SandboxSpec } from "../api/v1alpha1.ts";
+import type { OperatorConfig } from "../config.ts";
+
+type Template = SandboxPoolSpec["template"];
+
+/** A sandbox's spec with its pool's template and the operator's defaults filled in. */
+export interface Effective {
+  image: string;
+  language: "python" | "typescript";
+  packages: { name: string; version?: string | undefined }[];
+  env: Record<string, string>;
+  limits: { cpu: string; memory: string; ephemeralStorage: string };
+  storage: { size: string; storageClassName?: string | undefined };
+  network: NonNullable<SandboxSpec["network"]>;
+  ttlSeconds: number;
+  idleTimeoutSeconds: number | undefined;
+  suspended: boolean;
+  runtimeClassName: string | undefined;
+}
+
+export function effectiveSpec(
+  spec: Partial<Template> & { lifecycle?: SandboxSpec["lifecycle"] },
+  pool: SandboxPoolSpec | undefined,
+  cfg: OperatorConfig,
+): Effective {
+  const t: Partial<Template> = pool?.template ?? {};
+  const env: Record<string, string> = {};
+  for (const e of t.env ?? []) env[e.name] = e.value;
+  for (const e of spec.env ?? []) env[e.name] = e.value;
+  return {
+    image: spec.image ?? t.image ?? cfg.image,
+    language: spec.language ?? t.language ?? "python",
+    packages: spec.packages ?? t.packages ?? [],
+    env,
+    limits: {
+      cpu: spec.resources?.cpu ?? t.resources?.cpu ?? cfg.defaultLimits.cpu,
+      memory: spec.resources?.memory ?? t.resources?.memory ?? cfg.defaultLimits.memory,
+      ephemeralStorage:
+        spec.resources?.ephemeralStorage ??
+        t.resources?.ephemeralStorage ??
+        cfg.defaultLimits.ephemeralStorage,
+    },
+    storage: {
+      size: spec.storage?.size ?? t.storage?.size ?? "1Gi",
+      storageClassName: spec.storage?.storageClassName ?? t.storage?.storageClassName,
+    },
+    network: spec.network ?? t.network ?? { egress: "Internet" },
+    ttlSeconds:
+      spec.lifecycle?.ttlSeconds ??
+      t.lifecycle?.ttlSeconds ??
+      pool?.defaultTtlSeconds ??
+      cfg.defaultTtlSeconds,
+    idleTimeoutSeconds:
+      spec.lifecycle?.idleTimeoutSeconds ??
+      t.lifecycle?.idleTimeoutSeconds ??
+      pool?.defaultIdleTimeoutSeconds,
+    suspended: spec.lifecycle?.suspended ?? false,
+    runtimeClassName: spec.runtimeClassName ?? t.runtimeClassName,
+  };
+}
+
+export const hashOf = (value: unknown) =>
+  createHash("sha256").update(JSON.stringify(value)).digest("hex").slice(0, 16);
+
+/** What shapes a Pod; a warm pod can serve a sandbox only when these match. */
+export function podShape(e: Effective) {
+  return {
+    image: e.image,
+    limits: e.limits,
+    storage: e.storage,
+    runtimeClassName: e.runtimeClassName ?? null,
+  };
+}
+
+/** The hash of what a pod is made of; a warm pod serves sandboxes whose shape matches it. */
+export const shapeHash = (e: Effective) => hashOf(podShape(e));
