@@ -1,5 +1,5 @@
 /**
- * /openapi.json: every route of the native and DeerFlow APIs, its request and response bodies
+ * /openapi.json: every route the service answers, its request and response bodies
  * generated from the zod schemas beside it (./schemas.ts), so the document cannot drift from
  * the validation. A route's schema and its entry here are added together.
  */
