@@ -10,11 +10,14 @@
  *
  * A client that goes away mid-upload makes the upstream request abort too, so sandboxd sees a
  * cut-off body and discards the partial file instead of completing it.
+ *
+ * This module only moves bytes to a target it is given; getting that target (a Ready sandbox,
+ * its address and token) is ./transport.ts's part.
  */
 import { type IncomingMessage, type ServerResponse, request as httpRequest } from "node:http";
 import { connect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import { ApiError, endSocket } from "./api/errors.ts";
+import { ApiError, endSocket, writeError } from "./api/errors.ts";
 
 /** A sandbox's sandboxd: its address and bearer token. */
 export interface Target {
@@ -62,21 +65,16 @@ function forwardHeaders(
   return out;
 }
 
-/** Why a connection to the destination could not be made, with the HTTP status to answer. */
-export class UpstreamError extends Error {
-  readonly status: number;
-  constructor(status: number, message: string) {
-    super(message);
-    this.status = status;
-  }
-}
+/** Why the destination could not be reached, with the status to answer (502 unless said). */
+const unreachable = (message: string, status?: number) =>
+  new ApiError("UPSTREAM_UNAVAILABLE", message, { status });
 
 /**
  * A raw connection to 127.0.0.1:`port` inside the sandbox: sandboxd's tunnel, opened with the
  * sandbox's token. Rejects with sandboxd's own answer when it refuses (nothing listens there,
  * say).
  */
-export function openTunnel(target: Target, port: number): Promise<Socket> {
+function openTunnel(target: Target, port: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const socket = connect(target.port, target.host);
     let buffered = Buffer.alloc(0);
@@ -84,9 +82,7 @@ export function openTunnel(target: Target, port: number): Promise<Socket> {
       socket.destroy();
       reject(err);
     };
-    socket.setTimeout(30_000, () =>
-      fail(new UpstreamError(504, "sandboxd did not open the tunnel")),
-    );
+    socket.setTimeout(30_000, () => fail(unreachable("sandboxd did not open the tunnel", 504)));
     socket.once("connect", () => {
       socket.write(
         `GET /v1/ports/${port}/tunnel HTTP/1.1\r\nhost: ${target.host}:${target.port}\r\n` +
@@ -97,7 +93,7 @@ export function openTunnel(target: Target, port: number): Promise<Socket> {
       buffered = Buffer.concat([buffered, chunk]);
       const end = buffered.indexOf("\r\n\r\n");
       if (end < 0) {
-        if (buffered.length > 16_384) fail(new UpstreamError(502, "sandboxd's answer is too long"));
+        if (buffered.length > 16_384) fail(unreachable("sandboxd's answer is too long"));
         return;
       }
       socket.off("data", onData);
@@ -112,23 +108,12 @@ export function openTunnel(target: Target, port: number): Promise<Socket> {
       const body = buffered.subarray(end + 4).toString();
       const message =
         /"message"\s*:\s*"([^"]*)"/.exec(body)?.[1] ?? `sandboxd answered HTTP ${status}`;
-      fail(
-        new UpstreamError(
-          status === 502 ? 502 : status >= 400 && status < 500 ? status : 502,
-          message,
-        ),
-      );
+      // sandboxd's refusals of the request itself keep their status; anything else is a 502.
+      fail(unreachable(message, status >= 400 && status < 500 ? status : undefined));
     };
     socket.on("data", onData);
-    socket.once("error", (err) =>
-      fail(new UpstreamError(502, `sandboxd did not answer: ${err.message}`)),
-    );
+    socket.once("error", (err) => fail(unreachable(`sandboxd did not answer: ${err.message}`)));
   });
-}
-
-export function splitEndpoint(endpoint: string): { host: string; port: number } {
-  const i = endpoint.lastIndexOf(":");
-  return { host: endpoint.slice(0, i), port: Number(endpoint.slice(i + 1)) };
 }
 
 /**
@@ -140,8 +125,8 @@ export function proxyRequest(
   res: ServerResponse,
   target: Target,
   path: string,
-  to: Destination = { kind: "sandboxd" },
-  onTraffic: () => void = () => {},
+  to: Destination,
+  onTraffic: () => void,
 ): Promise<void> {
   return new Promise((resolve) => {
     const upstream = httpRequest({
@@ -161,13 +146,8 @@ export function proxyRequest(
             },
           }),
     });
-    const fail = (status: number, message: string) => {
-      if (!res.headersSent) {
-        res.writeHead(status, { "content-type": "application/json" });
-        res.end(JSON.stringify({ error: { code: "UPSTREAM_UNAVAILABLE", message } }));
-      } else {
-        res.destroy();
-      }
+    const fail = (err: ApiError) => {
+      writeError(res, err);
       resolve();
     };
     upstream.on("response", (up) => {
@@ -184,12 +164,13 @@ export function proxyRequest(
       });
     });
     upstream.on("error", (err) =>
-      err instanceof UpstreamError
-        ? fail(err.status, err.message)
-        : fail(
-            502,
-            `${to.kind === "sandboxd" ? "sandboxd" : `port ${to.port}`} did not answer: ${err.message}`,
-          ),
+      fail(
+        err instanceof ApiError
+          ? err
+          : unreachable(
+              `${to.kind === "sandboxd" ? "sandboxd" : `port ${to.port}`} did not answer: ${err.message}`,
+            ),
+      ),
     );
     // The client hung up: abort upstream too (an interrupted upload must not look complete).
     res.on("close", () => {
@@ -212,8 +193,8 @@ export function proxyUpgrade(
   head: Buffer,
   target: Target,
   path: string,
-  to: Destination = { kind: "sandboxd" },
-  onTraffic: () => void = () => {},
+  to: Destination,
+  onTraffic: () => void,
 ): void {
   const headers = forwardHeaders(req, target, to);
   headers.connection = "Upgrade";
@@ -226,8 +207,6 @@ export function proxyUpgrade(
     upstream?.destroy();
     client.destroy();
   };
-  const refuse = (status: number, message: string) =>
-    endSocket(client, new ApiError(status, "UPSTREAM_UNAVAILABLE", message));
   const splice = (socket: Duplex) => {
     upstream = socket;
     socket.write(`${lines.join("\r\n")}\r\n\r\n`);
@@ -242,8 +221,8 @@ export function proxyUpgrade(
   };
   client.on("error", close);
   if (to.kind === "port") {
-    openTunnel(target, to.port).then(splice, (err: UpstreamError) =>
-      client.writable ? refuse(err.status ?? 502, err.message) : close(),
+    openTunnel(target, to.port).then(splice, (err: ApiError) =>
+      client.writable ? endSocket(client, err) : close(),
     );
     return;
   }
@@ -251,7 +230,7 @@ export function proxyUpgrade(
   socket.once("connect", () => splice(socket));
   socket.once("error", (err) => {
     if (client.writable && !socket.bytesRead)
-      refuse(502, `sandboxd did not answer: ${err.message}`);
+      endSocket(client, unreachable(`sandboxd did not answer: ${err.message}`));
     else close();
   });
 }

@@ -2,9 +2,10 @@
  * The provisioner's pure parts: settings, API keys, package specs and error mapping. The HTTP
  * API and the proxy are tested against the real cluster.
  */
+import { PassThrough } from "node:stream";
 import { describe, expect, test } from "vitest";
 import { KeyRing } from "../src/api/auth.ts";
-import { ApiError, toApiError } from "../src/api/errors.ts";
+import { ApiError, endSocket, errorEnvelope, toApiError } from "../src/api/errors.ts";
 import { packageOf } from "../src/api/native.ts";
 import { readConfig } from "../src/config.ts";
 import { SandboxUnavailable, externalSandboxName, threadSandboxName } from "../src/sandboxes.ts";
@@ -90,6 +91,24 @@ describe("errors", () => {
       toApiError(Object.assign(new Error("bad"), { type: "entity.parse.failed", status: 400 }))
         .code,
     ).toBe("INVALID_ARGUMENT");
+  });
+  test("a code answers with its shared default status unless one is given", () => {
+    expect(new ApiError("UPSTREAM_UNAVAILABLE", "x").status).toBe(502);
+    expect(new ApiError("NOT_FOUND", "x").status).toBe(404);
+    expect(new ApiError("PAYLOAD_TOO_LARGE", "x", { status: 431 }).status).toBe(431);
+  });
+  test("a raw socket gets the same envelope as a response, with Retry-After", async () => {
+    const e = new ApiError("CAPACITY_EXCEEDED", "pool full", { retryAfterS: 5 });
+    expect(errorEnvelope(e)).toEqual({
+      error: { code: "CAPACITY_EXCEEDED", message: "pool full" },
+    });
+    const socket = new PassThrough();
+    endSocket(socket, e);
+    const text = (await socket.toArray()).join("");
+    const [head, body] = text.split("\r\n\r\n");
+    expect(head).toMatch(/^HTTP\/1\.1 429 Too Many Requests\r\n/);
+    expect(head).toContain("retry-after: 5\r\n");
+    expect(JSON.parse(body!)).toEqual(errorEnvelope(e));
   });
   test("anything unexpected is a 500 that says nothing internal", () => {
     const e = toApiError(new Error("secret detail"));

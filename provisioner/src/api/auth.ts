@@ -44,7 +44,7 @@ export function authenticate(
   const key = ring.find(raw?.trim());
   if (key) return key;
   const how = from === "bearer" ? "Authorization: Bearer <api key>" : "X-API-Key: <api key>";
-  throw new ApiError(401, "UNAUTHORIZED", raw ? "unknown API key" : `missing API key (${how})`);
+  throw new ApiError("UNAUTHORIZED", raw ? "unknown API key" : `missing API key (${how})`);
 }
 
 export function requireKey(ring: KeyRing, from: "bearer" | "x-api-key") {

@@ -17,12 +17,13 @@ import {
   SandboxStore,
   externalSandboxName,
 } from "../sandboxes.ts";
-import { forward, readyForTraffic } from "./native.ts";
+import type { Transport } from "../transport.ts";
 
 export interface DeerFlowDeps {
   cfg: ProvisionerConfig;
   store: SandboxStore;
   keys: KeyRing;
+  transport: Transport;
   baseUrl: (req: Request) => string;
 }
 
@@ -49,7 +50,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
     const id = String(req.params.id);
     const s = d.store.get(req.apiKey!.tenant, externalSandboxName(req.apiKey!.tenant, id));
     if (!s || s.metadata.deletionTimestamp)
-      throw new ApiError(404, "NOT_FOUND", `Sandbox '${id}' not found`);
+      throw new ApiError("NOT_FOUND", `Sandbox '${id}' not found`);
     return s;
   };
 
@@ -64,7 +65,6 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
       const body = parse(DeerFlowCreate, req.body ?? {}, "body");
       if (body.extra_mounts?.length) {
         throw new ApiError(
-          400,
           "INVALID_ARGUMENT",
           "extra_mounts are not supported: sandboxes never see host paths",
         );
@@ -83,7 +83,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
         annotations: { [EXTERNAL_ID_ANNOTATION]: body.sandbox_id },
         spec: { language: "python", userId: body.user_id, ...(threadId ? { threadId } : {}) },
       });
-      const current = await readyForTraffic(d.store, sandbox, CREATE_WAIT_MS).catch(
+      const current = await d.transport.ready(sandbox, { timeoutMs: CREATE_WAIT_MS }).catch(
         () => d.store.get(key.tenant, name) ?? sandbox, // report Pending; DeerFlow polls
       );
       res.json(shape(req, current));
@@ -109,7 +109,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
 
   // The sandbox_url: the AIO subset of sandboxd, opened by the capability in the path.
   r.all("/aio/:name/:capability/*rest", async (req: Request, res: Response) => {
-    await forward(d.store, findByCapability(d.store, req), req, res, d.cfg.readyTimeoutMs);
+    await d.transport.forward(findByCapability(d.store, req), req, res);
   });
 
   return r;
@@ -123,7 +123,7 @@ function findByCapability(store: SandboxStore, req: Request): Sandbox {
     s.metadata.deletionTimestamp ||
     !SandboxStore.capabilityMatches(s, String(req.params.capability))
   ) {
-    throw new ApiError(404, "NOT_FOUND", "no such sandbox");
+    throw new ApiError("NOT_FOUND", "no such sandbox");
   }
   return s;
 }

@@ -1,37 +1,57 @@
 /**
- * Errors as the API returns them: a status, a code from the SDK's SandboxError vocabulary and a
- * message a person can act on. Nothing the client sent ever produces a 5xx.
+ * Errors as the API returns them: a status, a code from the vocabulary sandboxd, the provisioner
+ * and the SDK share (`@sandpit/sandboxd/protocol`) and a message a person can act on. Nothing the
+ * client sent ever produces a 5xx.
+ *
+ * Every error answer carries one envelope, `{error: {code, message}}` (the DeerFlow routes answer
+ * it too), whichever way it leaves: an express response, a proxied request that could not reach
+ * its sandbox, or a raw socket (a refused upgrade, a request Node's parser refused).
  */
-import { STATUS_CODES } from "node:http";
+import { type ServerResponse, STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import type { NextFunction, Request, Response } from "express";
 import { z } from "zod";
 import { KubeApiError } from "@sandpit/operator/kube/client";
+import { type ErrorBody, type ErrorCode, HTTP_STATUS } from "@sandpit/sandboxd/protocol";
 import { SandboxUnavailable } from "../sandboxes.ts";
 
-export type ErrorCode =
-  | "INVALID_ARGUMENT"
-  | "UNAUTHORIZED"
-  | "NOT_FOUND"
-  | "CONFLICT"
-  | "CAPACITY_EXCEEDED"
-  | "RATE_LIMITED"
-  | "PAYLOAD_TOO_LARGE"
-  | "TIMEOUT"
-  | "EXECUTION_FAILED"
-  | "UPSTREAM_UNAVAILABLE"
-  | "INTERNAL";
+interface Log {
+  error: (o: object, m: string) => void;
+}
 
 export class ApiError extends Error {
   readonly status: number;
   readonly code: ErrorCode;
   readonly retryAfterS: number | undefined;
-  constructor(status: number, code: ErrorCode, message: string, retryAfterS?: number) {
+  /** `status` is the code's own (HTTP_STATUS) unless the answer needs a more precise one. */
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options: { status?: number; retryAfterS?: number | undefined } = {},
+  ) {
     super(message);
-    this.status = status;
     this.code = code;
-    this.retryAfterS = retryAfterS;
+    this.status = options.status ?? HTTP_STATUS[code];
+    this.retryAfterS = options.retryAfterS;
   }
+}
+
+/** The body of every error answer. */
+export function errorEnvelope(err: ApiError): { error: ErrorBody } {
+  return { error: { code: err.code, message: err.message } };
+}
+
+/**
+ * Answers `err` on a response nothing has been written to yet, outside express (the proxy's own
+ * answer when the sandbox cannot be reached); one that has begun is cut off instead.
+ */
+export function writeError(res: ServerResponse, err: ApiError): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(err.status, { "content-type": "application/json" });
+  res.end(JSON.stringify(errorEnvelope(err)));
 }
 
 /**
@@ -39,7 +59,7 @@ export class ApiError extends Error {
  * parser refused before express saw it. A HEAD's answer carries no body.
  */
 export function endSocket(socket: Duplex, err: ApiError, withBody = true): void {
-  const body = JSON.stringify({ error: { code: err.code, message: err.message } });
+  const body = JSON.stringify(errorEnvelope(err));
   socket.end(
     `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? ""}\r\n` +
       `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
@@ -48,44 +68,46 @@ export function endSocket(socket: Duplex, err: ApiError, withBody = true): void 
   );
 }
 
-export const notFound = (id: string) => new ApiError(404, "NOT_FOUND", `no sandbox "${id}"`);
+export const notFound = (id: string) => new ApiError("NOT_FOUND", `no sandbox "${id}"`);
 
 /** Parses `value` with `schema` or throws a 400 naming each bad field. */
 export function parse<T extends z.ZodType>(schema: T, value: unknown, where: string): z.infer<T> {
   const r = schema.safeParse(value);
   if (r.success) return r.data;
   const lines = r.error.issues.map((i) => `${[where, ...i.path].join(".")}: ${i.message}`);
-  throw new ApiError(400, "INVALID_ARGUMENT", lines.join("; "));
+  throw new ApiError("INVALID_ARGUMENT", lines.join("; "));
 }
 
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof SandboxUnavailable) {
     if (err.kind === "capacity")
-      return new ApiError(429, "CAPACITY_EXCEEDED", err.message, err.retryAfterS ?? 5);
+      return new ApiError("CAPACITY_EXCEEDED", err.message, { retryAfterS: err.retryAfterS ?? 5 });
     if (err.kind === "quota")
-      return new ApiError(429, "RATE_LIMITED", err.message, err.retryAfterS ?? 30);
-    if (err.kind === "timeout") return new ApiError(504, "TIMEOUT", err.message, err.retryAfterS);
-    if (err.kind === "packages") return new ApiError(422, "EXECUTION_FAILED", err.message);
-    return new ApiError(409, "CONFLICT", err.message);
+      return new ApiError("RATE_LIMITED", err.message, { retryAfterS: err.retryAfterS ?? 30 });
+    if (err.kind === "timeout")
+      return new ApiError("TIMEOUT", err.message, { retryAfterS: err.retryAfterS });
+    if (err.kind === "packages") return new ApiError("EXECUTION_FAILED", err.message);
+    return new ApiError("CONFLICT", err.message);
   }
   const e = err as { type?: string; status?: number; message?: string };
   // body-parser's errors: bad JSON and oversized bodies are the client's.
   if (e.type === "entity.too.large")
-    return new ApiError(413, "PAYLOAD_TOO_LARGE", "request body too large");
+    return new ApiError("PAYLOAD_TOO_LARGE", "request body too large");
   if (e.type === "entity.parse.failed")
-    return new ApiError(400, "INVALID_ARGUMENT", `malformed JSON: ${e.message}`);
+    return new ApiError("INVALID_ARGUMENT", `malformed JSON: ${e.message}`);
   if (typeof e.status === "number" && e.status >= 400 && e.status < 500) {
-    return new ApiError(e.status, "INVALID_ARGUMENT", e.message ?? "bad request");
+    return new ApiError("INVALID_ARGUMENT", e.message ?? "bad request", { status: e.status });
   }
   if (err instanceof KubeApiError && err.status === 422)
-    return new ApiError(400, "INVALID_ARGUMENT", err.message);
+    return new ApiError("INVALID_ARGUMENT", err.message);
   if (err instanceof KubeApiError && err.status === 404)
-    return new ApiError(404, "NOT_FOUND", err.message);
-  return new ApiError(500, "INTERNAL", "internal error");
+    return new ApiError("NOT_FOUND", err.message);
+  return new ApiError("INTERNAL", "internal error");
 }
 
-export function errorHandler(log: { error: (o: object, m: string) => void }) {
+/** express's last handler: every error a route throws, answered in the envelope. */
+export function errorHandler(log: Log) {
   return (err: unknown, _req: Request, res: Response, _next: NextFunction) => {
     const e = toApiError(err);
     if (e.status >= 500) log.error({ err }, "request failed");
@@ -94,6 +116,38 @@ export function errorHandler(log: { error: (o: object, m: string) => void }) {
       return;
     }
     if (e.retryAfterS !== undefined) res.setHeader("retry-after", String(e.retryAfterS));
-    res.status(e.status).json({ error: { code: e.code, message: e.message } });
+    res.status(e.status).json(errorEnvelope(e));
   };
+}
+
+/** What errorHandler is to a request, for an upgrade that failed: answered on its socket. */
+export function upgradeErrorHandler(log: Log) {
+  return (err: unknown, socket: Duplex) => {
+    const e = toApiError(err);
+    if (e.status >= 500) log.error({ err }, "upgrade failed");
+    endSocket(socket, e);
+  };
+}
+
+/**
+ * The server's `clientError` listener: what Node's parser refuses before express sees it
+ * (headers too large, malformed requests) gets the same JSON error as everything else.
+ */
+export function clientErrorHandler(
+  err: NodeJS.ErrnoException & { rawPacket?: Buffer },
+  socket: Duplex,
+): void {
+  if (err.code === "ECONNRESET" || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const e =
+    err.code === "HPE_HEADER_OVERFLOW"
+      ? new ApiError("PAYLOAD_TOO_LARGE", "request line and headers are too large", {
+          status: 431,
+        })
+      : new ApiError("INVALID_ARGUMENT", `malformed HTTP request (${err.code ?? err.message})`, {
+          status: err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400,
+        });
+  endSocket(socket, e, err.rawPacket?.toString("latin1", 0, 5) !== "HEAD ");
 }

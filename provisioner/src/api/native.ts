@@ -1,26 +1,30 @@
 /**
- * The native API (docs/architecture.md): create (waits for Ready, idempotent per user+thread), get,
- * list by label, delete, pause, resume, keepalive, and the streaming proxy to sandboxd.
+ * The native API (docs/architecture.md): create (waiting for Ready, idempotent per user and
+ * thread), get, list by label, delete, pause, resume, keepalive, and the streaming proxy to
+ * sandboxd and to ports inside the sandbox, upgrades included.
  */
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
 import { Router, json, type Request, type Response } from "express";
-import type { KeyRing } from "./auth.ts";
-import { requireKey } from "./auth.ts";
+import { type KeyRing, authenticate, requireKey } from "./auth.ts";
 import { ApiError, notFound, parse } from "./errors.ts";
 import { CreateSandbox, ListQuery } from "./schemas.ts";
 import type { ProvisionerConfig } from "../config.ts";
-import { type Destination, proxyRequest, splitEndpoint } from "../proxy.ts";
+import type { Destination } from "../proxy.ts";
 import {
   LABEL,
   type Sandbox,
-  SandboxStore,
+  type SandboxStore,
   SandboxUnavailable,
   threadSandboxName,
 } from "../sandboxes.ts";
+import { type Transport, abortedBy } from "../transport.ts";
 
 export interface NativeDeps {
   cfg: ProvisionerConfig;
   store: SandboxStore;
   keys: KeyRing;
+  transport: Transport;
   baseUrl: (req: Request) => string;
 }
 
@@ -98,14 +102,8 @@ export function nativeRouter(d: NativeDeps): Router {
     });
     let current = sandbox;
     if (input.wait) {
-      if (current.status?.phase === "Suspended")
-        await d.store.setSuspended(current.metadata.name, false);
       try {
-        current = await d.store.waitReady(
-          current.metadata.name,
-          d.cfg.readyTimeoutMs,
-          abortedBy(req),
-        );
+        current = await d.transport.ready(current, { signal: abortedBy(req) });
       } catch (err) {
         // A sandbox this call made that can never start (its packages do not install) is
         // removed: the caller gets the error and no handle to clean it up with.
@@ -126,7 +124,7 @@ export function nativeRouter(d: NativeDeps): Router {
     for (const sel of selectors) {
       const [k, v, ...rest] = sel.split("=");
       if (!k || v === undefined || rest.length)
-        throw new ApiError(400, "INVALID_ARGUMENT", `label must be key=value, got "${sel}"`);
+        throw new ApiError("INVALID_ARGUMENT", `label must be key=value, got "${sel}"`);
       labels[k] = v;
     }
     res.json({
@@ -163,84 +161,58 @@ export function nativeRouter(d: NativeDeps): Router {
 
   // Everything under proxy/ goes to sandboxd as is, bodies streamed (no body parser here).
   r.all("/v1/sandboxes/:id/proxy/*rest", async (req: Request, res: Response) => {
-    await forward(d.store, owned(req), req, res, d.cfg.readyTimeoutMs);
+    await d.transport.forward(owned(req), req, res);
   });
 
   // A server the sandbox runs on `port` (a dev server, a notebook), over HTTP: the rest of the
   // path goes to 127.0.0.1:<port> inside, through sandboxd's tunnel.
   r.all("/v1/sandboxes/:id/ports/:port{/*rest}", async (req: Request, res: Response) => {
     const port = parsePort(req.params.port);
-    await forward(d.store, owned(req), req, res, d.cfg.readyTimeoutMs, { kind: "port", port });
+    await d.transport.forward(owned(req), req, res, { kind: "port", port });
   });
 
   return r;
 }
 
 /**
- * Sends the request's `*rest` path (and query) to the sandbox's sandboxd, resuming the sandbox
- * first if it sleeps, and counts it as activity.
+ * Upgrades (API key) on /v1/sandboxes/:id/proxy/... are spliced through to sandboxd, and on
+ * /v1/sandboxes/:id/ports/:port/... to that port inside the sandbox (a WebSocket server, say).
+ * They never reach express, so the path is matched here.
  */
-export async function forward(
-  store: SandboxStore,
-  sandbox: Sandbox,
-  req: Request,
-  res: Response,
-  readyTimeoutMs: number,
-  to: Destination = { kind: "sandboxd" },
-): Promise<void> {
-  const s = await readyForTraffic(store, sandbox, readyTimeoutMs, abortedBy(req));
-  const active = () => void store.reportActivity(s.metadata.name);
-  active();
-  const q = req.originalUrl.indexOf("?");
-  const query = q >= 0 ? req.originalUrl.slice(q) : "";
-  await proxyRequest(
-    req,
-    res,
-    { ...splitEndpoint(s.status!.endpoint!), token: await store.token(s) },
-    `${rawRest(req)}${query}`,
-    to,
-    active,
-  );
+export function nativeUpgrade(d: NativeDeps) {
+  return async (req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> => {
+    const url = new URL(req.url ?? "/", "http://x");
+    const m = /^\/v1\/sandboxes\/([^/]+)\/(?:proxy|ports\/([^/]+))(\/.*)?$/.exec(url.pathname);
+    if (!m || (m[2] === undefined && !m[3]))
+      throw new ApiError(
+        "NOT_FOUND",
+        "upgrades are only proxied under /v1/sandboxes/:id/proxy/ and /v1/sandboxes/:id/ports/:port/",
+      );
+    const key = authenticate(d.keys, req.headers, "bearer");
+    const to: Destination =
+      m[2] === undefined ? { kind: "sandboxd" } : { kind: "port", port: parsePort(m[2]) };
+    const found = d.store.get(key.tenant, safeDecode(m[1]!));
+    if (!found) throw new ApiError("NOT_FOUND", "no such sandbox");
+    await d.transport.upgrade(found, req, socket, head, `${m[3] ?? "/"}${url.search}`, to);
+  };
 }
 
-/**
- * The path below the route's prefix as the client sent it, still percent-encoded: decoded, `a%2Fb`
- * would become two segments and `%00` a byte no request line may carry. Express decodes each
- * segment of `*rest` on its own, so their number is the number of raw segments to keep.
- */
-function rawRest(req: Request): string {
-  const segments = ([] as string[]).concat(req.params.rest ?? []).length;
-  if (!segments) return "/";
-  const path = req.originalUrl.split("?")[0]!;
-  return `/${path.split("/").slice(-segments).join("/")}`;
+/** A path segment, percent-decoded; a malformed escape is a 400, not a crash. */
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new ApiError("INVALID_ARGUMENT", `malformed percent-encoding in "${segment}"`);
+  }
 }
 
 /** A port number from a path segment: 1-65535, or a 400 saying so. */
-export function parsePort(raw: unknown): number {
+function parsePort(raw: unknown): number {
   const port = /^\d{1,5}$/.test(String(raw)) ? Number(raw) : NaN;
   if (!(port >= 1 && port <= 65535))
     throw new ApiError(
-      400,
       "INVALID_ARGUMENT",
       `port: must be a number from 1 to 65535, not "${String(raw)}"`,
     );
   return port;
-}
-
-/** A suspended sandbox is resumed by the call that needs it; the call waits for it. */
-export async function readyForTraffic(
-  store: SandboxStore,
-  s: Sandbox,
-  timeoutMs: number,
-  signal?: AbortSignal,
-): Promise<Sandbox> {
-  if (s.status?.phase === "Ready" && s.status.endpoint) return s;
-  if (s.status?.phase === "Suspended") await store.setSuspended(s.metadata.name, false);
-  return store.waitReady(s.metadata.name, timeoutMs, signal);
-}
-
-function abortedBy(req: Request): AbortSignal {
-  const ac = new AbortController();
-  req.socket.once("close", () => ac.abort());
-  return ac.signal;
 }

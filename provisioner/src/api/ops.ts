@@ -1,0 +1,33 @@
+/**
+ * The service's own routes, without an API key: liveness, readiness (for the Service to route
+ * by), Prometheus metrics and the OpenAPI document.
+ */
+import { Router } from "express";
+import type { Registry } from "prom-client";
+import { openApi } from "./openapi.ts";
+
+export interface OpsDeps {
+  registry: Registry;
+  /** Why this replica should get no traffic now, or undefined when it should. */
+  notReady: () => string | undefined;
+}
+
+export function opsRouter(d: OpsDeps): Router {
+  const r = Router();
+  const doc = openApi();
+  r.get("/healthz", (_req, res) => {
+    res.type("text/plain").send("ok\n");
+  });
+  r.get("/readyz", (_req, res) => {
+    const why = d.notReady();
+    if (why) res.status(503).type("text/plain").send(`${why}\n`);
+    else res.type("text/plain").send("ok\n");
+  });
+  r.get("/metrics", async (_req, res) => {
+    res.type(d.registry.contentType).send(await d.registry.metrics());
+  });
+  r.get("/openapi.json", (_req, res) => {
+    res.json(doc);
+  });
+  return r;
+}

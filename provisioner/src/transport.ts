@@ -1,0 +1,102 @@
+/**
+ * The one way to a sandbox, for every route that sends it traffic (the native proxy and ports
+ * routes, DeerFlow's sandbox_url, WebSocket and TCP upgrades): resume it if it sleeps, wait for
+ * it to be Ready, take its token and address, and count every chunk that flows as activity. The
+ * bytes themselves are moved by ./proxy.ts.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
+import type { Request } from "express";
+import { type Destination, type Target, proxyRequest, proxyUpgrade } from "./proxy.ts";
+import type { Sandbox, SandboxStore } from "./sandboxes.ts";
+
+export class Transport {
+  readonly #store: SandboxStore;
+  readonly #readyTimeoutMs: number;
+
+  constructor(store: SandboxStore, readyTimeoutMs: number) {
+    this.#store = store;
+    this.#readyTimeoutMs = readyTimeoutMs;
+  }
+
+  /** A suspended sandbox is resumed by the call that needs it; the call waits for it. */
+  async ready(
+    s: Sandbox,
+    options: { timeoutMs?: number; signal?: AbortSignal | undefined } = {},
+  ): Promise<Sandbox> {
+    if (s.status?.phase === "Ready" && s.status.endpoint) return s;
+    if (s.status?.phase === "Suspended") await this.#store.setSuspended(s.metadata.name, false);
+    return this.#store.waitReady(
+      s.metadata.name,
+      options.timeoutMs ?? this.#readyTimeoutMs,
+      options.signal,
+    );
+  }
+
+  /**
+   * Forwards an express request's `*rest` path (still percent-encoded) and query to the
+   * destination in the sandbox, bodies streamed both ways.
+   */
+  async forward(
+    sandbox: Sandbox,
+    req: Request,
+    res: ServerResponse,
+    to: Destination = { kind: "sandboxd" },
+  ): Promise<void> {
+    const { target, onTraffic } = await this.#reach(sandbox, abortedBy(req));
+    const q = req.originalUrl.indexOf("?");
+    const query = q >= 0 ? req.originalUrl.slice(q) : "";
+    await proxyRequest(req, res, target, `${rawRest(req)}${query}`, to, onTraffic);
+  }
+
+  /** Splices an upgrade (WebSocket, `Upgrade: tcp`) through to `path` on the destination. */
+  async upgrade(
+    sandbox: Sandbox,
+    req: IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    path: string,
+    to: Destination,
+  ): Promise<void> {
+    const { target, onTraffic } = await this.#reach(sandbox);
+    proxyUpgrade(req, socket, head, target, path, to, onTraffic);
+  }
+
+  /** The sandbox Ready, its sandboxd's address and token, and the activity its traffic is. */
+  async #reach(
+    sandbox: Sandbox,
+    signal?: AbortSignal,
+  ): Promise<{ target: Target; onTraffic: () => void }> {
+    const s = await this.ready(sandbox, { signal });
+    const onTraffic = () => void this.#store.reportActivity(s.metadata.name);
+    onTraffic();
+    return {
+      target: { ...splitEndpoint(s.status!.endpoint!), token: await this.#store.token(s) },
+      onTraffic,
+    };
+  }
+}
+
+/** Aborts when the client's connection closes: nobody is left to wait for. */
+export function abortedBy(req: IncomingMessage): AbortSignal {
+  const ac = new AbortController();
+  req.socket.once("close", () => ac.abort());
+  return ac.signal;
+}
+
+function splitEndpoint(endpoint: string): { host: string; port: number } {
+  const i = endpoint.lastIndexOf(":");
+  return { host: endpoint.slice(0, i), port: Number(endpoint.slice(i + 1)) };
+}
+
+/**
+ * The path below the route's prefix as the client sent it, still percent-encoded: decoded, `a%2Fb`
+ * would become two segments and `%00` a byte no request line may carry. Express decodes each
+ * segment of `*rest` on its own, so their number is the number of raw segments to keep.
+ */
+function rawRest(req: Request): string {
+  const segments = ([] as string[]).concat(req.params.rest ?? []).length;
+  if (!segments) return "/";
+  const path = req.originalUrl.split("?")[0]!;
+  return `/${path.split("/").slice(-segments).join("/")}`;
+}
