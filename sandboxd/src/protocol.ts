@@ -58,6 +58,11 @@ export const ID_RULE = "1-64 of [A-Za-z0-9_-]";
 export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
 export const ENV_NAME_RULE = "environment variable names are [A-Za-z_][A-Za-z0-9_]*";
 
+/** A TCP port inside a sandbox, as getHost, sandboxd's tunnel and the provisioner's ports route take one. */
+export const Port = z.number().int().min(1).max(65535);
+export const PORT_RULE = "an integer from 1 to 65535";
+export const isPort = (value: unknown): value is number => Port.safeParse(value).success;
+
 export const PROTOCOL_VERSION = "1";
 export const CAPABILITIES = ["commands", "commands.stream", "code", "files", "packages"] as const;
 

@@ -8,6 +8,7 @@ import type { IncomingMessage, Server } from "node:http";
 import { connect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
+import { isPort } from "./protocol.ts";
 import type { TokenGate } from "./token-gate.ts";
 
 const ROUTE = /^\/v1\/ports\/(\d{1,5})\/tunnel$/;
@@ -20,7 +21,7 @@ export function attachTunnel(server: Server, gate: TokenGate, logger: Logger): v
       return refuse(socket, 404, "no such upgrade route");
     if (!gate.accepts(req.headers.authorization))
       return refuse(socket, 401, "missing or wrong bearer token");
-    if (port < 1 || port > 65535) return refuse(socket, 400, "port must be 1-65535");
+    if (!isPort(port)) return refuse(socket, 400, "port must be 1-65535");
     const upstream: Socket = connect(port, "127.0.0.1");
     let switched = false;
     upstream.once("connect", () => {

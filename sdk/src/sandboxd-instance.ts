@@ -5,6 +5,7 @@
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient } from "./sandboxd-client.ts";
+import { checkPort } from "./validate.ts";
 import type {
   CodeExecutionOptions,
   CodeExecutionResult,
@@ -133,15 +134,8 @@ export class SandboxdInstance implements SandboxInstance {
     return this.lifecycle.pause();
   }
 
-  getHost(port: number): Promise<string> {
-    if (!Number.isInteger(port) || port < 1 || port > 65535) {
-      return Promise.reject(
-        new SandboxError(
-          `port must be an integer from 1 to 65535, got ${port}`,
-          "INVALID_ARGUMENT",
-        ),
-      );
-    }
+  async getHost(port: number): Promise<string> {
+    checkPort(port);
     return this.lifecycle.getHost(port);
   }
 }

@@ -3,8 +3,6 @@
  * that checks the same values before they reach it (the provisioner's request bodies, the
  * operator's settings). Each rule is a pattern plus the words a rejected value is told.
  */
-import { z } from "zod";
-
 /** A Kubernetes quantity, in the subset Sandpit accepts (no exponents, no signs). */
 export const QUANTITY_PATTERN = /^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/;
 export const QUANTITY_RULE = "a Kubernetes quantity such as 500m, 1, 512Mi or 2Gi";
@@ -30,8 +28,8 @@ export function quantityValue(q: string): number {
   return Number(q.slice(0, q.length - suffix.length)) * SUFFIX[suffix]!;
 }
 
-/** A TCP port number. */
-export const Port = z.number().int().min(1).max(65535);
+/** A TCP port: sandboxd's rule, which the SDK and the provisioner use too. */
+export { Port } from "@sandpit/sandboxd/protocol";
 
 /** A listen address: host:port, an empty host meaning every interface. */
 export const HOST_PORT_PATTERN = /^[^:]*:\d+$/;

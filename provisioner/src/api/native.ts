@@ -6,6 +6,7 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Router, json, type Request, type Response } from "express";
+import { isPort } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, authenticate, requireKey } from "./auth.ts";
 import { ApiError, notFound, parse } from "./errors.ts";
 import { CreateSandbox, ListQuery } from "./schemas.ts";
@@ -209,7 +210,7 @@ function safeDecode(segment: string): string {
 /** A port number from a path segment: 1-65535, or a 400 saying so. */
 function parsePort(raw: unknown): number {
   const port = /^\d{1,5}$/.test(String(raw)) ? Number(raw) : NaN;
-  if (!(port >= 1 && port <= 65535))
+  if (!isPort(port))
     throw new ApiError(
       "INVALID_ARGUMENT",
       `port: must be a number from 1 to 65535, not "${String(raw)}"`,

@@ -4,6 +4,7 @@
  * the validation. A route's schema and its entry here are added together.
  */
 import { z } from "zod";
+import { Port } from "@sandpit/sandboxd/protocol";
 import {
   CreateSandbox,
   DeerFlowCreate,
@@ -90,7 +91,7 @@ export function openApi() {
             name: "port",
             in: "path",
             required: true,
-            schema: { type: "integer", minimum: 1, maximum: 65535 },
+            schema: schema(Port),
           },
           { name: "path", in: "path", required: true, schema: { type: "string" } },
         ],

@@ -43,15 +43,6 @@ export function virtualPath(input: unknown): string {
   }
 }
 
-export function checkPort(port: number): void {
-  if (!Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new SandboxError(
-      `port must be an integer from 1 to 65535, got ${port}`,
-      "INVALID_ARGUMENT",
-    );
-  }
-}
-
 export function checkEnvs(envs: Record<string, string> | undefined): void {
   for (const name of Object.keys(envs ?? {})) {
     if (!ENV_NAME_PATTERN.test(name))

@@ -28,6 +28,7 @@ import { z } from "zod";
 import { DaytonaProviderOptions } from "./options.ts";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
+import { checkPort } from "../../validate.ts";
 import type {
   CodeExecutionOptions,
   CodeExecutionResult,
@@ -44,7 +45,6 @@ import type {
 import {
   createForThread,
   checkEnvs,
-  checkPort,
   elapsed,
   INSTALL_TIMEOUT_MS,
   installCommand,

@@ -21,6 +21,7 @@ import { E2BProviderOptions } from "./options.ts";
 import { DEFAULT_TIMEOUT_MS, ID_PATTERN, parseOutput } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
+import { checkPort } from "../../validate.ts";
 import type {
   CodeExecutionOptions,
   CodeExecutionResult,
@@ -37,7 +38,6 @@ import type {
 import {
   createForThread,
   checkEnvs,
-  checkPort,
   elapsed,
   INSTALL_TIMEOUT_MS,
   installCommand,
