@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import * as prettier from "prettier";
 import { type KubeConfig, Watch } from "@kubernetes/client-node";
+import { LABEL } from "@sandpit/operator/api";
 import { ensureTestImage } from "../../test/docker/test-image.ts";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
 import {
@@ -180,7 +181,7 @@ export class Tracker {
 
 /** A pool's pod or claim, once it carries a sandbox's label (adopted). */
 export const claimedBySandbox = (o: Obj) =>
-  !!o.metadata.labels?.["sandpit.dev/pool"] && !!o.metadata.labels["sandpit.dev/sandbox"];
+  !!o.metadata.labels?.[LABEL.pool] && !!o.metadata.labels[LABEL.sandbox];
 export const podRunning = (o: Obj) => o.status?.phase === "Running";
 export const podReady = (o: Obj) =>
   !!o.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");

@@ -5,6 +5,7 @@
  * the URL carries an unguessable capability (192 random bits) in its path instead.
  */
 import { Router, json, type Request, type Response } from "express";
+import { ID_PATTERN } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, requireKey } from "./auth.ts";
 import { ApiError, parse } from "./errors.ts";
 import { DeerFlowCreate } from "./schemas.ts";
@@ -72,8 +73,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
       const key = req.apiKey!;
       const name = externalSandboxName(key.tenant, body.sandbox_id);
       const threadId =
-        body.thread_id ??
-        (/^[A-Za-z0-9_-]{1,64}$/.test(body.sandbox_id) ? body.sandbox_id : undefined);
+        body.thread_id ?? (ID_PATTERN.test(body.sandbox_id) ? body.sandbox_id : undefined);
       const { sandbox } = await d.store.create({
         tenant: key.tenant,
         quota: key.maxSandboxes,
