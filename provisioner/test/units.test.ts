@@ -6,7 +6,6 @@ import { PassThrough } from "node:stream";
 import { describe, expect, test } from "vitest";
 import { KeyRing } from "../src/api/auth.ts";
 import { ApiError, endSocket, errorEnvelope, toApiError } from "../src/api/errors.ts";
-import { packageOf } from "../src/api/native.ts";
 import { readConfig } from "../src/config.ts";
 import { SandboxUnavailable, externalSandboxName, threadSandboxName } from "../src/sandboxes.ts";
 
@@ -61,18 +60,6 @@ describe("names", () => {
     expect(threadSandboxName("other", "u1", "t1")).not.toBe(a);
     expect(threadSandboxName("acme", "u1", undefined)).toBeUndefined();
     expect(externalSandboxName("acme", "any id at all / with spaces")).toMatch(/^df-[0-9a-f]{20}$/);
-  });
-});
-
-describe("package specs", () => {
-  test.each([
-    ["numpy", { name: "numpy" }],
-    ["numpy==2.1.0", { name: "numpy", version: "2.1.0" }],
-    ["zod@4", { name: "zod", version: "4" }],
-    ["@scope/pkg@1.2.3", { name: "@scope/pkg", version: "1.2.3" }],
-    ["@scope/pkg", { name: "@scope/pkg" }],
-  ])("%s", (spec, expected) => {
-    expect(packageOf(spec)).toEqual(expected);
   });
 });
 

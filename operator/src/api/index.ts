@@ -7,3 +7,4 @@ export * from "./v1alpha1.ts";
 export * from "./labels.ts";
 export * from "./names.ts";
 export * from "./rules.ts";
+export * from "./packages.ts";

@@ -357,6 +357,7 @@ export const SandboxPoolStatus = z
   })
   .describe("What the pool is, as observed by the operator.");
 
+export type Package = z.infer<typeof Package>;
 export type SandboxSpec = z.infer<typeof SandboxSpec>;
 export type SandboxStatus = z.infer<typeof SandboxStatus>;
 export type SandboxPoolSpec = z.infer<typeof SandboxPoolSpec>;

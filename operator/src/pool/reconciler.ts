@@ -6,6 +6,7 @@
 import { randomBytes } from "node:crypto";
 import { ANNOTATION, LABEL } from "../api/labels.ts";
 import { dataClaimName } from "../api/names.ts";
+import { packageSpec } from "../api/packages.ts";
 import { POOLS, type SandboxPool } from "../api/v1alpha1.ts";
 import type { ReconcileResult } from "../controller/controller.ts";
 import { type Ctx, keyOf, splitKey } from "../context.ts";
@@ -21,7 +22,7 @@ import {
   tokenSecret,
 } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
-import { init, packageSpecs } from "../workload/sandboxd.ts";
+import { init } from "../workload/sandboxd.ts";
 import { effectiveSpec, shapeHash } from "../workload/spec.ts";
 import type { Pools } from "./pools.ts";
 import { claimable, templateHash, warmPods, warmSecretName, warmToken } from "./warm.ts";
@@ -197,7 +198,7 @@ async function installTemplatePackages(
         await init(
           p.status!.podIP!,
           [token],
-          { token, packages: packageSpecs(language, packages), language },
+          { token, packages: packages.map((p) => packageSpec(language, p)), language },
           signal,
         );
         await ctx.kube.patch(PODS, p.metadata.namespace, p.metadata.name, "merge", {

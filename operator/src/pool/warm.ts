@@ -9,6 +9,7 @@
  */
 import { ANNOTATION, LABEL } from "../api/labels.ts";
 import { dataClaimName } from "../api/names.ts";
+import { packageSpec } from "../api/packages.ts";
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import type { Ctx } from "../context.ts";
 import { PODS, PVCS, type Pod } from "../kube/resources.ts";
@@ -16,7 +17,7 @@ import { isConflict, isNotFound } from "../kube/rest.ts";
 import type { Adoption } from "../sandbox/membership.ts";
 import { controllerRef } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
-import { init, packageSpecs } from "../workload/sandboxd.ts";
+import { init } from "../workload/sandboxd.ts";
 import { type Effective, effectiveSpec, hashOf, podShape, shapeHash } from "../workload/spec.ts";
 
 /** Warm pods being claimed and adopted, by this process. */
@@ -130,7 +131,7 @@ export async function tryAdopt(
           {
             token: tok,
             env: eff.env,
-            packages: packageSpecs(eff.language, extra),
+            packages: extra.map((p) => packageSpec(eff.language, p)),
             language: eff.language,
           },
           signal,

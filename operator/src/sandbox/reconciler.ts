@@ -10,13 +10,14 @@
  * only when starting takes long enough for someone to want to know why.
  */
 import { dataClaimName, tokenSecretName } from "../api/names.ts";
+import { packageSpec } from "../api/packages.ts";
 import { SANDBOXES, type Sandbox, type SandboxPool } from "../api/v1alpha1.ts";
 import type { ReconcileResult } from "../controller/controller.ts";
 import { type Ctx, splitKey } from "../context.ts";
 import type { Pod } from "../kube/resources.ts";
 import { sandboxTransitions } from "../metrics.ts";
 import { containerRunning, restartCount } from "../workload/pod-state.ts";
-import { InitRejected, init, packageSpecs, waitHealthy } from "../workload/sandboxd.ts";
+import { InitRejected, init, waitHealthy } from "../workload/sandboxd.ts";
 import { type Effective, effectiveSpec } from "../workload/spec.ts";
 import {
   createPod,
@@ -258,7 +259,7 @@ async function serve(
         {
           token: await r.token,
           env: eff.env,
-          packages: packageSpecs(eff.language, eff.packages),
+          packages: eff.packages.map((p) => packageSpec(eff.language, p)),
           language: eff.language,
         },
         r.signal,

@@ -89,13 +89,3 @@ export class InitRejected extends Error {
     this.name = "InitRejected";
   }
 }
-
-/** `name==version` (pip) or `name@version` (npm), as sandboxd's installer takes them. */
-export function packageSpecs(
-  language: "python" | "typescript",
-  packages: { name: string; version?: string | undefined }[],
-): string[] {
-  return packages.map((p) =>
-    p.version ? `${p.name}${language === "python" ? "==" : "@"}${p.version}` : p.name,
-  );
-}

@@ -10,6 +10,7 @@ import { isPort } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, authenticate, requireKey } from "./auth.ts";
 import { ApiError, notFound, parse } from "./errors.ts";
 import { CreateSandbox, ListQuery } from "./schemas.ts";
+import { packageOfSpec } from "@sandpit/operator/api";
 import type { ProvisionerConfig } from "../config.ts";
 import type { Destination } from "../proxy.ts";
 import {
@@ -27,15 +28,6 @@ export interface NativeDeps {
   keys: KeyRing;
   transport: Transport;
   baseUrl: (req: Request) => string;
-}
-
-/** `numpy==2.1`, `zod@4`, `@scope/pkg@1` → {name, version}. */
-export function packageOf(spec: string): { name: string; version?: string } {
-  const pip = /^([^=<>!~\s]+)==(.+)$/.exec(spec);
-  if (pip) return { name: pip[1]!, version: pip[2]! };
-  const at = spec.lastIndexOf("@");
-  if (at > 0) return { name: spec.slice(0, at), version: spec.slice(at + 1) };
-  return { name: spec };
 }
 
 export function view(s: Sandbox, base: string, token?: string) {
@@ -83,7 +75,7 @@ export function nativeRouter(d: NativeDeps): Router {
       },
       spec: {
         language: input.language,
-        ...(input.packages?.length ? { packages: input.packages.map(packageOf) } : {}),
+        ...(input.packages?.length ? { packages: input.packages.map(packageOfSpec) } : {}),
         ...(input.env
           ? { env: Object.entries(input.env).map(([k, v]) => ({ name: k, value: v })) }
           : {}),
