@@ -30,7 +30,7 @@ import {
 } from "@kubernetes/client-node";
 import { createProvider } from "@sandpit/sdk";
 import Docker from "dockerode";
-import { ensureServiceImage } from "../images/service.ts";
+import { ensureServiceImage } from "@sandpit/images/service";
 import { ensureDocker } from "../test/docker/dockerd.ts";
 import { ensureTestImage } from "../test/docker/test-image.ts";
 import {

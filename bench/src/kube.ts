@@ -11,17 +11,15 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import * as prettier from "prettier";
 import { type KubeConfig, Watch } from "@kubernetes/client-node";
-import { LABEL } from "@sandpit/operator/api";
+import { GROUP, LABEL, VERSION } from "@sandpit/operator/api";
 import { ensureTestImage } from "../../test/docker/test-image.ts";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
 import {
   type Clients,
-  GROUP,
   type OperatorProcess,
-  VERSION,
   createNamespace,
   waitFor,
-} from "../../test/operator/harness.ts";
+} from "../../test/cluster/harness.ts";
 import { CLUSTER_STATE, loadIntoCluster } from "../../test/cluster/images.ts";
 
 const run = promisify(execFile);

@@ -37,7 +37,7 @@ import {
   sandboxes,
   startOperator,
   waitFor,
-} from "../../test/operator/harness.ts";
+} from "../../test/cluster/harness.ts";
 import { CLUSTER_STATE } from "../../test/cluster/images.ts";
 import {
   ROOT,

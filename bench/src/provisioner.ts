@@ -36,7 +36,7 @@ import {
   startOperator,
   startProvisioner,
   waitFor,
-} from "../../test/operator/harness.ts";
+} from "../../test/cluster/harness.ts";
 import {
   ROOT,
   Tracker,

@@ -30,7 +30,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { createProvider } from "@sandpit/sdk";
 import { chartImageArgs } from "../cluster/images.ts";
-import { waitFor } from "../operator/harness.ts";
+import { waitFor } from "../cluster/harness.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../../", import.meta.url).pathname;

@@ -7,7 +7,7 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import Docker from "dockerode";
-import { ensureServiceImage } from "../../images/service.ts";
+import { ensureServiceImage } from "@sandpit/images/service";
 import { ensureDocker } from "../docker/dockerd.ts";
 import { ensureTestImage } from "../docker/test-image.ts";
 

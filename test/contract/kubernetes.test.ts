@@ -4,7 +4,7 @@
  */
 import { inject } from "vitest";
 import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
-import { startStack } from "../operator/harness.ts";
+import { startStack } from "../cluster/harness.ts";
 import { contractSuite } from "./suite.ts";
 
 contractSuite("kubernetes", async () => {

@@ -12,7 +12,7 @@ import { request } from "node:http";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { withLock } from "../../images/lock.ts";
+import { withLock } from "@sandpit/images/lock";
 
 export interface DockerEngine {
   socketPath: string;

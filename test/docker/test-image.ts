@@ -5,7 +5,7 @@
  */
 import { existsSync } from "node:fs";
 import type Docker from "dockerode";
-import { ensureSandboxImage } from "../../images/build.ts";
+import { ensureSandboxImage } from "@sandpit/images/sandbox";
 
 const MACHINE_TRUST_STORE = "/etc/ssl/certs/ca-certificates.crt";
 

@@ -22,7 +22,7 @@ import {
   tokenOf,
   waitFor,
   waitForPhase,
-} from "./harness.ts";
+} from "../cluster/harness.ts";
 
 let c: Clients;
 let ns: string;

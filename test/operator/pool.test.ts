@@ -18,7 +18,7 @@ import {
   tokenOf,
   waitFor,
   waitForPhase,
-} from "./harness.ts";
+} from "../cluster/harness.ts";
 
 let c: Clients;
 let ns: string;

@@ -15,7 +15,7 @@ import {
   provisionerCall,
   startStack,
   waitFor,
-} from "../operator/harness.ts";
+} from "../cluster/harness.ts";
 
 let stack: Stack;
 let c: Clients;

@@ -25,7 +25,7 @@ import {
   type ProvisionerProcess,
   type Stack,
   startStack,
-} from "../operator/harness.ts";
+} from "../cluster/harness.ts";
 import { bodyFor, jsonSchemaOf } from "./schema-arbitrary.ts";
 
 const RUNS = 6000;

@@ -20,7 +20,7 @@ import {
   startOperator,
   startProvisioner,
   waitFor,
-} from "../operator/harness.ts";
+} from "../cluster/harness.ts";
 
 const KEY = "faults-key-0123456789abcdefgh";
 const TENANT = "faults";

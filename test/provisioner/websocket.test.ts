@@ -22,7 +22,7 @@ import {
   sandboxes,
   startStack,
   waitFor,
-} from "../operator/harness.ts";
+} from "../cluster/harness.ts";
 
 const KEY_A = "ws-tenant-a-key-0123456789abcdef";
 const KEY_B = "ws-tenant-b-key-0123456789abcdef";

@@ -21,7 +21,7 @@ import {
   startOperator,
   waitFor,
   waitForPhase,
-} from "../harness.ts";
+} from "../../cluster/harness.ts";
 
 const run = promisify(execFile);
 const UP = new URL("../../cluster/up", import.meta.url).pathname;

@@ -1,5 +1,6 @@
 /**
- * What the operator suites share: the operator started as a real process out of cluster (each
+ * What the cluster suites share (operator, provisioner, chart, the Kubernetes contract run) and
+ * the cluster benchmarks use too: the operator started as a real process out of cluster (each
  * test file watches only its own namespace and holds its own Lease, so files run side by side),
  * typed access to Sandboxes and their children, bounded waits, and sandboxd calls.
  */
@@ -18,7 +19,8 @@ import {
   setHeaderOptions,
 } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
-import { type KObject, Kube, type Resource } from "../../operator/src/kube/client.ts";
+import { GROUP, VERSION } from "@sandpit/operator/api";
+import { type KObject, Kube, type Resource } from "@sandpit/operator/kube/client";
 
 const CRDS: Resource = {
   group: "apiextensions.k8s.io",
@@ -28,8 +30,6 @@ const CRDS: Resource = {
 };
 
 const ROOT = new URL("../../", import.meta.url).pathname;
-export const GROUP = "sandpit.dev";
-export const VERSION = "v1alpha1";
 
 export interface Clients {
   kc: KubeConfig;
