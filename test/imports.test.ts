@@ -1,19 +1,25 @@
 /**
- * The import graph of the operator and the provisioner: no circle (type-only imports count too),
- * the Sandbox API behind ./api free of controller code, and the provisioner reaching the operator
- * only through its two doors.
+ * The import graph of every package's sources: no circle (type-only imports count too), the
+ * Sandbox API behind the operator's ./api free of controller code, the provisioner reaching the
+ * operator only through its two doors, and the SDK's cloud providers free of sandboxd's server.
  */
 import { readFileSync, readdirSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const OPERATOR = join(ROOT, "operator/src");
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
+const PACKAGES = ["sandboxd", "sdk", "operator", "provisioner"] as const;
+const exportsOf = Object.fromEntries(
+  PACKAGES.map((p) => [
+    p,
+    JSON.parse(readFileSync(join(ROOT, p, "package.json"), "utf8")).exports as Record<
+      string,
+      string
+    >,
+  ]),
+);
 const PROVISIONER = join(ROOT, "provisioner/src");
-
-const exportsOf = JSON.parse(readFileSync(join(ROOT, "operator/package.json"), "utf8"))
-  .exports as Record<string, string>;
 
 function sources(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true, recursive: true })
@@ -30,13 +36,13 @@ function specifiers(file: string): string[] {
 /** Where a specifier leads inside the tree, or undefined for anything outside it. */
 function target(from: string, spec: string): string | undefined {
   if (spec.startsWith(".")) return resolve(dirname(from), spec);
-  const sub = /^@sandpit\/operator(\/.*)?$/.exec(spec);
-  if (!sub) return undefined;
-  const path = exportsOf[`.${sub[1] ?? ""}`];
-  return path ? join(ROOT, "operator", path) : undefined;
+  const sub = /^@sandpit\/([a-z]+)(\/.*)?$/.exec(spec);
+  const exports = sub ? exportsOf[sub[1]!] : undefined;
+  const path = exports?.[`.${sub?.[2] ?? ""}`];
+  return path ? join(ROOT, sub![1]!, path) : undefined;
 }
 
-const files = [...sources(OPERATOR), ...sources(PROVISIONER)];
+const files = PACKAGES.flatMap((p) => sources(join(ROOT, p, "src")));
 const graph = new Map(
   files.map((f) => [
     f,
@@ -48,7 +54,7 @@ const graph = new Map(
 const name = (f: string) => relative(ROOT, f);
 
 describe("the import graph", () => {
-  it("has no circle across operator/src and provisioner/src", () => {
+  it("has no circle across the packages' sources", () => {
     const circles: string[] = [];
     const state = new Map<string, "open" | "done">();
     const visit = (f: string, path: string[]) => {
@@ -72,10 +78,11 @@ describe("the import graph", () => {
       reached.add(f);
       for (const t of graph.get(f) ?? []) walk(t);
     };
-    walk(join(ROOT, "operator", exportsOf["./api"]!));
+    walk(join(ROOT, "operator", exportsOf.operator!["./api"]!));
     const outside = [...reached]
       .map(name)
-      .filter((f) => !f.startsWith("operator/src/api/") && f !== "operator/src/kube/rest.ts");
+      .filter((f) => f.startsWith("operator/") && !f.startsWith("operator/src/api/"))
+      .filter((f) => f !== "operator/src/kube/rest.ts");
     expect(outside).toEqual([]);
   });
 
@@ -90,5 +97,18 @@ describe("the import graph", () => {
       specifiers(f).filter((s) => s.includes("operator/src")),
     );
     expect(relative).toEqual([]);
+  });
+
+  it("keeps sandboxd's server out of the SDK's cloud providers", () => {
+    const reached = new Set<string>();
+    const walk = (f: string) => {
+      if (reached.has(f)) return;
+      reached.add(f);
+      for (const t of graph.get(f) ?? []) walk(t);
+    };
+    for (const p of ["e2b", "daytona", "kubernetes"])
+      walk(join(ROOT, "sdk", exportsOf.sdk![`./${p}`]!));
+    const server = [...reached].map(name).filter((f) => f.startsWith("sandboxd/src/"));
+    expect(server.sort()).toEqual(["sandboxd/src/protocol.ts", "sandboxd/src/runners.ts"]);
   });
 });
