@@ -319,7 +319,7 @@ export function contractSuite(
         expect(file.modifiedTime).toBeInstanceOf(Date);
         // A real time, and the one just written: within minutes of this test's clock (a wrong
         // unit or time zone is off by hours or more).
-        expect(Math.abs(file.modifiedTime.getTime() - Date.now())).toBeLessThan(10 * 60_000);
+        expect(Math.abs(file.modifiedTime!.getTime() - Date.now())).toBeLessThan(10 * 60_000);
       });
 
       it("answers exists for files, directories and missing paths", async () => {
