@@ -455,6 +455,10 @@ while True:
         "none",
       );
       expect((await s.commands.run("ls /sys/class/net")).stdout).toBe("lo\n");
+      // The control's steps, attaching included: Docker refuses to attach a container without a
+      // network, and the server stays out of reach.
+      const attach = await docker("network", "connect", net, s.sandboxId).catch((e: Error) => e);
+      expect(attach).toBeInstanceOf(Error);
       const out = await s.commands.run(read());
       expect(out.exitCode).not.toBe(0);
       expect(out.stdout + out.stderr).not.toContain(secret);
