@@ -76,7 +76,11 @@ export async function processesMatching(marker: string): Promise<number[]> {
   const found: number[] = [];
   for (const name of await readdir("/proc")) {
     if (!/^\d+$/.test(name)) continue;
-    const cmdline = await readFile(`/proc/${name}/cmdline`, "utf8").catch(() => "");
+    // Arguments are NUL-separated in /proc; join them with spaces as a shell would show them.
+    const cmdline = (await readFile(`/proc/${name}/cmdline`, "utf8").catch(() => "")).replaceAll(
+      "\0",
+      " ",
+    );
     if (cmdline.includes(marker) && Number(name) !== process.pid) found.push(Number(name));
   }
   return found;

@@ -18,7 +18,7 @@ for (const isolation of ["none", "bwrap"] as const) {
   if (!available && process.env.CI) throw new Error("bubblewrap must be installed in CI");
 
   describe.skipIf(!available)(
-    `local provider (isolation: ${isolation}) against a hostile sandbox`,
+    `local provider (isolation: ${isolation}) against a hostile sandbox${available ? "" : " (skipped: bubblewrap is not available)"}`,
     () => {
       let baseDir: string;
       let outside: string;

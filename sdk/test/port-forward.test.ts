@@ -1,5 +1,7 @@
 /** getHost through sandboxd's port tunnel: a network-less sandbox's server reached from the host. */
+import { randomUUID } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,7 +12,9 @@ import { bwrapAvailable } from "../src/providers/local/bwrap.ts";
 const available = await bwrapAvailable();
 if (!available && process.env.CI) throw new Error("bubblewrap must be installed in CI");
 
-describe.skipIf(!available)("port tunnel (local provider, bubblewrap, no network)", () => {
+const title = "port tunnel (local provider, bubblewrap, no network)";
+const named = available ? title : `${title} (skipped: bubblewrap is not available)`;
+describe.skipIf(!available)(named, () => {
   let baseDir: string;
   let provider: LocalProvider;
   let sbx: SandboxInstance;
@@ -25,11 +29,29 @@ describe.skipIf(!available)("port tunnel (local provider, bubblewrap, no network
     await rm(baseDir, { recursive: true, force: true });
   });
 
-  it("has no route out, yet its server is reachable through getHost", async () => {
-    const out = await sbx.commands.run(
-      "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"",
-    );
-    expect(out.exitCode).not.toBe(0);
+  it("cannot reach the host's loopback, which a sandbox with network on reaches", async () => {
+    // A server only this test runs, on the host's 127.0.0.1: it answers with a value no other
+    // listener could know.
+    const secret = `host-server-${randomUUID()}`;
+    const server = createServer((socket) => socket.end(secret));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    const read = `python3 -c "import socket; print(socket.create_connection(('127.0.0.1', ${port}), timeout=5).recv(200).decode())"`;
+    const online = new LocalProvider({ baseDir, isolation: "bwrap", network: true });
+    try {
+      const control = await online.create({ language: "python", threadId: "online" });
+      expect((await control.commands.run(read)).stdout).toBe(`${secret}\n`);
+      await control.kill();
+      const out = await sbx.commands.run(read);
+      expect(out.exitCode).not.toBe(0);
+      expect(out.stdout + out.stderr).not.toContain(secret);
+    } finally {
+      await online.close();
+      server.close();
+    }
+  });
+
+  it("reaches its server through getHost, a tunnel per connection", async () => {
     await sbx.filesystem.write("site/hello.txt", "hello through the tunnel");
     await sbx.commands.run(
       "cd site && (python3 -m http.server 8765 --bind 127.0.0.1 > /dev/null 2>&1 &)",

@@ -4,6 +4,7 @@
  * idle reaper, confinement, and faults.
  */
 import { execFile, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:net";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -34,6 +35,14 @@ async function removeAll(prefix: string): Promise<void> {
     .split("\n")
     .filter(Boolean);
   if (volumes.length) await docker("volume", "rm", "-f", ...volumes);
+}
+
+/** What tells one running container from another, or from itself restarted. */
+async function identity(container: string): Promise<{ id: string; startedAt: string }> {
+  const [id, startedAt] = (
+    await docker("inspect", "-f", "{{.Id}} {{.State.StartedAt}}", container)
+  ).split(" ");
+  return { id: id!, startedAt: startedAt! };
 }
 
 function provider(
@@ -163,10 +172,15 @@ describe("warm pool and reuse", () => {
     const p = provider();
     const s = await p.create({ language: "python", threadId: "reuse" });
     await s.commands.run("echo kept > /mnt/user-data/workspace/state.txt");
+    // A process and a file in the container's tmpfs: both gone if the container restarted.
+    await s.commands.run("(sleep 600 > /dev/null 2>&1 &) ; echo marker > /tmp/before-release");
+    const before = await identity(s.sandboxId);
     await p.release(s.sandboxId);
-    const started = performance.now();
     const again = await p.create({ language: "python", threadId: "reuse" });
-    expect(performance.now() - started).toBeLessThan(5_000);
+    expect(await identity(again.sandboxId)).toEqual(before);
+    expect((await again.commands.run("cat /tmp/before-release; pgrep -cx sleep")).stdout).toBe(
+      "marker\n1\n",
+    );
     expect((await again.commands.run("cat state.txt")).stdout).toBe("kept\n");
     await again.kill();
     await p.close();
@@ -182,6 +196,7 @@ describe("warm pool and reuse", () => {
         .split("\n")
         .filter(Boolean);
       expect(warm).toHaveLength(1);
+      const warmIdentity = await identity(warm[0]!);
       const s = await p.create({
         language: "python",
         threadId: "claims-warm",
@@ -190,9 +205,9 @@ describe("warm pool and reuse", () => {
       expect(
         (await s.commands.run("echo $CLAIMED_BY; ls /mnt/user-data/workspace | wc -l")).stdout,
       ).toBe("thread-7\n0\n");
-      // The warm container became the thread's, under the thread's deterministic name.
-      const id = await docker("inspect", "-f", "{{.Id}}", s.sandboxId);
-      expect(id).toBe(await docker("inspect", "-f", "{{.Id}}", s.sandboxId));
+      // The warm container became the thread's, under the thread's deterministic name, without
+      // a restart.
+      expect(await identity(s.sandboxId)).toEqual(warmIdentity);
       expect(
         await docker("ps", "-a", "--filter", `name=^${warm[0]}$`, "--format", "{{.Names}}"),
       ).toBe("");
@@ -213,6 +228,7 @@ describe("warm pool and reuse", () => {
     const p = provider({ idleTimeoutMs: 1_000 });
     const s = await p.create({ language: "python", threadId: "idle" });
     await s.filesystem.write("survives.txt", "yes");
+    const before = await identity(s.sandboxId);
     // The provider's own reaper (every idleTimeoutMs/2, at least 1 s) stops it.
     let running = "true";
     for (let i = 0; i < 50 && running === "true"; i++) {
@@ -222,6 +238,10 @@ describe("warm pool and reuse", () => {
     expect(running).toBe("false");
     expect(await s.filesystem.read("survives.txt")).toBe("yes");
     expect(await docker("inspect", "-f", "{{.State.Running}}", s.sandboxId)).toBe("true");
+    // The same container, started again.
+    const after = await identity(s.sandboxId);
+    expect(after.id).toBe(before.id);
+    expect(after.startedAt).not.toBe(before.startedAt);
     await s.kill();
     await p.close();
   }, 120_000);
@@ -367,14 +387,81 @@ describe("faults", () => {
 });
 
 describe("network off", () => {
-  it("has no route out, yet sandboxd and getHost work", async () => {
+  // Targets only what this test makes: an internal Docker network and a server container on it
+  // that answers every connection with a value no other listener could know.
+  const net = `${PREFIX}-net`;
+  const secret = `served-on-${net}-${randomUUID()}`;
+  let serverIp = "";
+  const read = () =>
+    `python3 -c "import socket; print(socket.create_connection(('${serverIp}', 7000), timeout=3).recv(200).decode())"`;
+  beforeAll(async () => {
+    await docker("network", "rm", net).catch(() => undefined);
+    await docker("network", "create", "--internal", net);
+    const serve = `import socket
+s = socket.create_server(("0.0.0.0", 7000))
+while True:
+    c, _ = s.accept()
+    c.sendall(${JSON.stringify(secret)}.encode())
+    c.close()`;
+    await docker(
+      "run",
+      "-d",
+      "--name",
+      `${PREFIX}-netsrv`,
+      "--network",
+      net,
+      "--entrypoint",
+      "python3",
+      image,
+      "-c",
+      serve,
+    );
+    serverIp = await docker(
+      "inspect",
+      "-f",
+      `{{(index .NetworkSettings.Networks "${net}").IPAddress}}`,
+      `${PREFIX}-netsrv`,
+    );
+  }, 120_000);
+  afterAll(async () => {
+    await docker("rm", "-f", `${PREFIX}-netsrv`).catch(() => undefined);
+    await docker("network", "rm", net).catch(() => undefined);
+  });
+
+  it("a sandbox with network on reaches the test's server (the control)", async () => {
+    const p = provider();
+    const s = await p.create({ language: "python", threadId: "online" });
+    try {
+      await docker("network", "connect", net, s.sandboxId);
+      let out = "";
+      // The server container may still be starting.
+      for (const deadline = Date.now() + 30_000; !out && Date.now() < deadline;) {
+        out = (await s.commands.run(read())).stdout;
+        if (!out) await new Promise((r) => setTimeout(r, 200));
+      }
+      expect(out).toBe(`${secret}\n`);
+      expect((await s.commands.run("ls /sys/class/net")).stdout).toContain("eth0");
+    } finally {
+      await s.kill();
+      await p.close();
+    }
+  }, 120_000);
+
+  it("has no network at all, yet sandboxd and getHost work", async () => {
     const p = provider({ network: false });
     const s = await p.create({ language: "python", threadId: "offline" });
     try {
-      const out = await s.commands.run(
-        "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"",
+      expect(await docker("inspect", "-f", "{{.HostConfig.NetworkMode}}", s.sandboxId)).toBe(
+        "none",
       );
+      expect((await s.commands.run("ls /sys/class/net")).stdout).toBe("lo\n");
+      // The control's steps, attaching included: Docker refuses to attach a container without a
+      // network, and the server stays out of reach.
+      const attach = await docker("network", "connect", net, s.sandboxId).catch((e: Error) => e);
+      expect(attach).toBeInstanceOf(Error);
+      const out = await s.commands.run(read());
       expect(out.exitCode).not.toBe(0);
+      expect(out.stdout + out.stderr).not.toContain(secret);
       await s.commands.run(
         "cd /mnt/user-data/workspace && echo page > p.html && (python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)",
       );

@@ -27,7 +27,8 @@ if (!usable)
     "bubblewrap is not available: skipping the E2B error-mapping tests (the fake runs sandboxes in bubblewrap)",
   );
 
-describe.skipIf(!usable)("E2B errors → SandboxError codes", () => {
+const title = `E2B errors → SandboxError codes${usable ? "" : " (skipped: bubblewrap is not available)"}`;
+describe.skipIf(!usable)(title, () => {
   let fake: FakeE2B;
   let sbx: SandboxInstance;
   const provider = (extra: Partial<E2BProviderOptions> = {}) =>
@@ -106,13 +107,12 @@ describe.skipIf(!usable)("E2B errors → SandboxError codes", () => {
   });
 
   it("a stalled API request past requestTimeoutMs → TIMEOUT", async () => {
+    // The fake never answers: only the client's own timeout ends the call.
     fake.server.inject({ method: "GET", path: /^\/v2\/sandboxes$/, hang: true });
-    const started = Date.now();
     await expectSandboxError(
       provider({ requestTimeoutMs: 400 }).create({ language: "python" }),
       "TIMEOUT",
     );
-    expect(Date.now() - started).toBeLessThan(10_000);
   });
 
   it("a command past its deadline → TIMEOUT (TimeoutError), and the process is killed", async () => {
@@ -121,10 +121,14 @@ describe.skipIf(!usable)("E2B errors → SandboxError codes", () => {
       "TIMEOUT",
     );
     expect(err.cause).toBeInstanceOf(TimeoutError);
-    await new Promise((r) => setTimeout(r, 300));
-    expect((await sbx.commands.run("pgrep -f '[s]leep 20.25' || echo none")).stdout.trim()).toBe(
-      "none",
-    );
+    // The kill reaches the sandbox after the client gave up: wait for it, bounded.
+    const left = () => sbx.commands.run("pgrep -f '[s]leep 20.25' || echo none");
+    let seen = (await left()).stdout.trim();
+    for (const deadline = Date.now() + 10_000; seen !== "none" && Date.now() < deadline;) {
+      await new Promise((r) => setTimeout(r, 100));
+      seen = (await left()).stdout.trim();
+    }
+    expect(seen).toBe("none");
   });
 
   it("a dropped command stream → CONNECTION_FAILED", async () => {

@@ -11,6 +11,8 @@ import { E2BProvider } from "@sandpit/sdk/e2b";
 
 const e2bKey = process.env.E2B_API_KEY;
 const daytonaKey = process.env.DAYTONA_API_KEY;
+const unset = (name: string, key: string | undefined) =>
+  key ? "" : ` (skipped: ${name} is not set)`;
 if (!e2bKey) console.warn("live E2B tests SKIPPED: E2B_API_KEY is not set");
 if (!daytonaKey) console.warn("live Daytona tests SKIPPED: DAYTONA_API_KEY is not set");
 
@@ -52,7 +54,7 @@ function smoke(name: string, make: () => SandboxProvider): void {
   }, 600_000);
 }
 
-describe.skipIf(!e2bKey)("live E2B", () => {
+describe.skipIf(!e2bKey)(`live E2B${unset("E2B_API_KEY", e2bKey)}`, () => {
   smoke(
     "e2b",
     () =>
@@ -63,7 +65,7 @@ describe.skipIf(!e2bKey)("live E2B", () => {
   );
 });
 
-describe.skipIf(!daytonaKey)("live Daytona", () => {
+describe.skipIf(!daytonaKey)(`live Daytona${unset("DAYTONA_API_KEY", daytonaKey)}`, () => {
   smoke(
     "daytona",
     () =>

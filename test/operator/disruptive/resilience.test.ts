@@ -84,10 +84,7 @@ describe("operator resilience", () => {
       await waitForPhase(c, ns, "before", "Ready");
 
       await leader.kill9();
-      const killedAt = performance.now();
       await waitFor("the standby to lead", 30_000, () => isLeader(standby), 200);
-      const tookMs = performance.now() - killedAt;
-      expect(tookMs).toBeLessThan(15_000);
       const lease = (await c.kc
         .makeApiClient((await import("@kubernetes/client-node")).CoordinationV1Api)
         .readNamespacedLease({ name: "sandpit-operator", namespace: ns })) as {
