@@ -404,8 +404,15 @@ describe("the chart on the cluster", () => {
     expect((JSON.parse(history) as { revision: number }[]).map((r) => r.revision)).toEqual([1, 2]);
     const after = await deploymentRolled(`${fullname}-provisioner`, 2);
     await deploymentRolled(`${fullname}-operator`, 2);
-    // The old pods drain (SANDPIT_SHUTDOWN_DELAY_MS) after the rollout counts them gone.
-    await new Promise((r) => setTimeout(r, 8_000));
+    // The old pods drain (SANDPIT_SHUTDOWN_DELAY_MS) after the rollout counts them gone: the
+    // Service is polled until the last of them has exited.
+    await waitFor("the old provisioner pods gone", 120_000, async () => {
+      const pods = await core.listNamespacedPod({
+        namespace: systemNs,
+        labelSelector: "app.kubernetes.io/name=sandpit-provisioner",
+      });
+      return pods.items.length === 2 && pods.items.every((p) => !p.metadata?.deletionTimestamp);
+    });
     expect(await poll.stop(), "polls of the Service that failed during the upgrade").toEqual([]);
     expect(after.metadata!.generation).toBeGreaterThan(before.metadata!.generation!);
     const env = after.spec!.template.spec!.containers[0]!.env!;

@@ -19,7 +19,7 @@ import {
   setHeaderOptions,
 } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
-import { GROUP, VERSION } from "@sandpit/operator/api";
+import { GROUP, VERSION, tokenSecretName } from "@sandpit/operator/api";
 import { type KObject, Kube, type Resource } from "@sandpit/operator/kube/client";
 
 const CRDS: Resource = {
@@ -345,7 +345,7 @@ export async function waitForPhase(
 }
 
 export async function tokenOf(c: Clients, ns: string, name: string): Promise<string> {
-  const secret = await c.core.readNamespacedSecret({ name: `${name}-token`, namespace: ns });
+  const secret = await c.core.readNamespacedSecret({ name: tokenSecretName(name), namespace: ns });
   return Buffer.from(secret.data!.token!, "base64").toString();
 }
 

@@ -4,6 +4,7 @@
  * without the pool ever running out of claimable ones.
  */
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import { dataClaimName } from "@sandpit/operator/api";
 import {
   type Clients,
   type OperatorProcess,
@@ -158,7 +159,7 @@ describe("SandboxPool", () => {
       await expect(runCode(w1.status!.endpoint!, poolToken, "print(1)")).rejects.toThrow(/401/);
       // Its volume moved with it.
       const claim = await c.core.readNamespacedPersistentVolumeClaim({
-        name: `${w1.status!.podName}-data`,
+        name: dataClaimName(w1.status!.podName!),
         namespace: ns,
       });
       expect(claim.metadata?.ownerReferences?.[0]?.name).toBe("w1");
