@@ -53,6 +53,18 @@ const graph = new Map(
 );
 const name = (f: string) => relative(ROOT, f);
 
+/** Every file the entry files reach through imports, themselves included. */
+function reachable(entries: string[]): string[] {
+  const reached = new Set<string>();
+  const walk = (f: string) => {
+    if (reached.has(f)) return;
+    reached.add(f);
+    for (const t of graph.get(f) ?? []) walk(t);
+  };
+  entries.forEach(walk);
+  return [...reached];
+}
+
 describe("the import graph", () => {
   it("has no circle across the packages' sources", () => {
     const circles: string[] = [];
@@ -72,14 +84,7 @@ describe("the import graph", () => {
   });
 
   it("keeps controller code out of the Sandbox API", () => {
-    const reached = new Set<string>();
-    const walk = (f: string) => {
-      if (reached.has(f)) return;
-      reached.add(f);
-      for (const t of graph.get(f) ?? []) walk(t);
-    };
-    walk(join(ROOT, "operator", exportsOf.operator!["./api"]!));
-    const outside = [...reached]
+    const outside = reachable([join(ROOT, "operator", exportsOf.operator!["./api"]!)])
       .map(name)
       .filter((f) => f.startsWith("operator/") && !f.startsWith("operator/src/api/"))
       .filter((f) => f !== "operator/src/kube/rest.ts");
@@ -100,15 +105,12 @@ describe("the import graph", () => {
   });
 
   it("keeps sandboxd's server out of the SDK's cloud providers", () => {
-    const reached = new Set<string>();
-    const walk = (f: string) => {
-      if (reached.has(f)) return;
-      reached.add(f);
-      for (const t of graph.get(f) ?? []) walk(t);
-    };
-    for (const p of ["e2b", "daytona", "kubernetes"])
-      walk(join(ROOT, "sdk", exportsOf.sdk![`./${p}`]!));
-    const server = [...reached].map(name).filter((f) => f.startsWith("sandboxd/src/"));
+    const entries = ["e2b", "daytona", "kubernetes"].map((p) =>
+      join(ROOT, "sdk", exportsOf.sdk![`./${p}`]!),
+    );
+    const server = reachable(entries)
+      .map(name)
+      .filter((f) => f.startsWith("sandboxd/src/"));
     expect(server.sort()).toEqual(["sandboxd/src/protocol.ts", "sandboxd/src/runners.ts"]);
   });
 });
