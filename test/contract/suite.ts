@@ -128,11 +128,16 @@ export function contractSuite(
       it("kills a command and its whole process group at its timeout with TIMEOUT", async () => {
         // A background child keeps counting into a file; once the group is killed the count
         // stops. (A file, not a PID: a sandbox may give each command its own PID namespace.)
+        // Each count is renamed into place, so a read never sees a half-written file, and the
+        // command sleeps only once the child has counted, so a loaded machine cannot time it
+        // out before the child exists.
         const beat = `beat-${randomUUID()}`;
+        const count = `echo $i > ${beat}.tmp; mv -f ${beat}.tmp ${beat}`;
         await expectSandboxError(
           sbx.commands.run(
-            `(i=0; while :; do i=$((i+1)); echo $i > ${beat}; sleep 0.05; done) & sleep 30`,
-            { timeoutMs: 1_000 },
+            `(i=0; while :; do i=$((i+1)); ${count}; sleep 0.05; done) & ` +
+              `until [ -s ${beat} ]; do sleep 0.01; done; sleep 30`,
+            { timeoutMs: 3_000 },
           ),
           "TIMEOUT",
         );
