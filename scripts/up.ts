@@ -187,8 +187,11 @@ async function installChart(cluster: Cluster, imgs: ClusterImages): Promise<void
     "--namespace",
     SYSTEM_NS,
     "--create-namespace",
-    // CRDs applied earlier with `kubectl apply -f crds/` become the release's.
+    // CRDs applied earlier with `kubectl apply -f crds/` become the release's, and the chart's
+    // schema wins over one another field manager applied (the test suites apply crds/ from
+    // whatever checkout runs them): what is being installed is the source of truth.
     "--take-ownership",
+    "--force-conflicts",
     "--wait",
     "--timeout",
     "5m",
