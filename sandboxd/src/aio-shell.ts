@@ -104,6 +104,13 @@ function hardTimeoutMs(b: {
   return Math.max(DEFAULT_TIMEOUT_MS, (b.timeout ?? 0) * 1000);
 }
 
+/** An async command is answered once it runs, unless it waits behind another for long. */
+async function started(cmd: SessionCommand): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([cmd.started, new Promise((r) => (timer = setTimeout(r, 1000)))]);
+  clearTimeout(timer);
+}
+
 /** The shell API's names for a command's state. */
 const SHELL_STATUS: Record<CommandStatus, string> = {
   pending: "running",
@@ -173,7 +180,8 @@ export function shellRoutes(
     const s = sessions.open(b.id ?? DEFAULT_SESSION, { combined: true, cwd: cwd ?? (await home()) });
     const cmd = s.run(b.command, { cwd, hardTimeoutMs: hardTimeoutMs(b) });
     let outcome: "done" | "timeout" | "quiet" = "timeout";
-    if (!b.async_mode) {
+    if (b.async_mode) await started(cmd);
+    else {
       const quiet = b.no_change_timeout ?? s.noChangeTimeoutS;
       outcome = await waitFor(
         cmd,
@@ -325,7 +333,8 @@ export function shellRoutes(
       hardTimeoutMs: hardTimeoutMs(b),
     });
     if (ephemeral) void cmd.done.then(() => sessions.close(id));
-    if (!b.async_mode) await waitFor(cmd, b.timeout ? b.timeout * 1000 : undefined, undefined);
+    if (b.async_mode) await started(cmd);
+    else await waitFor(cmd, b.timeout ? b.timeout * 1000 : undefined, undefined);
     ok(res, bashResult(cmd, b.max_output_length ?? BASH_MAX_OUTPUT));
   });
 

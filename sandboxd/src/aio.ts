@@ -400,6 +400,7 @@ async function stageWriteBody(
   if (Number(req.headers["content-length"] ?? 0) > MAX_AIO_WRITE_BODY) throw tooLarge();
   const staged = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/uploads/${randomUUID()}`);
   const sink = new PassThrough({ highWaterMark: MiB });
+  sink.on("error", () => undefined); // reported through `written`
   const written = jail.writeFile(staged, sink);
   written.catch(() => undefined); // awaited below; a failure surfaces there
   const parser = new FlatJsonStream("content");
@@ -409,16 +410,16 @@ async function stageWriteBody(
       seen += chunk.length;
       if (seen > MAX_AIO_WRITE_BODY) throw tooLarge();
       parser.feed(chunk);
-      const out = parser.drain();
-      if (out && !sink.write(out)) await once(sink, "drain");
+      for (const piece of parser.drain()) {
+        if (!sink.write(piece)) await once(sink, "drain");
+      }
     }
     parser.end();
-    const rest = parser.drain(true);
-    if (rest) sink.write(rest);
+    for (const piece of parser.drain(true)) sink.write(piece);
     sink.end();
     await written;
   } catch (err) {
-    sink.destroy(err as Error);
+    sink.destroy(); // the staged write then fails too, and leaves nothing behind
     await written.catch(() => undefined);
     await jail.remove(staged, false).catch(() => undefined);
     throw err;

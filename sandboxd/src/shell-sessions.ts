@@ -102,7 +102,10 @@ export class SessionCommand {
   lastOutputAt = Date.now();
   /** Resolves once the command is over, whatever ended it. */
   readonly done: Promise<void>;
+  /** Resolves once the command runs (or ended without running). */
+  readonly started: Promise<void>;
   private resolveDone!: () => void;
+  private resolveStarted!: () => void;
   private waiters = new Set<() => void>();
 
   constructor(sessionId: string, command: string, outputCap: number) {
@@ -111,6 +114,12 @@ export class SessionCommand {
     this.stdout = new Output(outputCap);
     this.stderr = new Output(outputCap);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
+    this.started = new Promise((resolve) => (this.resolveStarted = resolve));
+  }
+
+  start(): void {
+    this.status = "running";
+    this.resolveStarted();
   }
 
   get finished(): boolean {
@@ -128,6 +137,7 @@ export class SessionCommand {
     if (this.finished) return;
     this.status = status;
     this.exitCode = exitCode;
+    this.resolveStarted();
     this.resolveDone();
     this.wake();
   }
@@ -282,12 +292,13 @@ export class ShellSession {
     const cmdFile = this.file("cmd");
     await jail.writeFile(cmdFile, executor.localise(cmd.command));
     const child = await this.shell();
+    if (cmd.finished) return; // killed while the shell was being prepared
     this.current = cmd;
     this.endStatus = null;
     this.pending = { stdout: Buffer.alloc(0), stderr: Buffer.alloc(0) };
     this.marked = { stdout: false, stderr: false };
     this.lastUsedAt = Date.now();
-    cmd.status = "running";
+    cmd.start();
     // The nonce is written in two halves so that no echo of this line (set -v, set -x) carries it.
     const nonce = randomBytes(16).toString("hex");
     this.nonce = Buffer.from(nonce);
