@@ -68,9 +68,7 @@ const BashExec = z.object({
   command: z.string().min(1).max(MAX_SOURCE_BYTES),
   session_id: SessionId.nullish(),
   exec_dir: z.string().nullish(),
-  env: z
-    .record(z.string().regex(ENV_NAME_PATTERN, ENV_NAME_RULE), z.string().nullable())
-    .nullish(),
+  env: z.record(z.string().regex(ENV_NAME_PATTERN, ENV_NAME_RULE), z.string().nullable()).nullish(),
   async_mode: z.boolean().nullish(),
   timeout: seconds.nullish(),
   hard_timeout: seconds.nullish(),
@@ -177,7 +175,10 @@ export function shellRoutes(
   r.post("/v1/shell/exec", json, async (req, res) => {
     const b = body(ShellExec, req);
     const cwd = await dir(b.exec_dir);
-    const s = sessions.open(b.id ?? DEFAULT_SESSION, { combined: true, cwd: cwd ?? (await home()) });
+    const s = sessions.open(b.id ?? DEFAULT_SESSION, {
+      combined: true,
+      cwd: cwd ?? (await home()),
+    });
     const cmd = s.run(b.command, { cwd, hardTimeoutMs: hardTimeoutMs(b) });
     let outcome: "done" | "timeout" | "quiet" = "timeout";
     if (b.async_mode) await started(cmd);

@@ -96,7 +96,8 @@ function parseSize(size: string | number | null | undefined): number {
   if (size == null) return DEFAULT_MAX_GREP_FILE_BYTES;
   if (typeof size === "number") return size;
   const m = /^\s*(\d+(?:\.\d+)?)\s*([KMG]?)i?B?\s*$/i.exec(size);
-  if (!m) throw new SandboxdError("INVALID_ARGUMENT", `max_file_size: ${size} is not a size like 1M`);
+  if (!m)
+    throw new SandboxdError("INVALID_ARGUMENT", `max_file_size: ${size} is not a size like 1M`);
   const unit = { "": 1, K: 1024, M: MiB, G: 1024 * MiB }[m[2]!.toUpperCase()]!;
   return Math.floor(Number(m[1]) * unit);
 }
@@ -264,10 +265,7 @@ export function aioRouter(o: AioOptions): Router {
     let pattern: RegExp;
     try {
       const source = b.fixed_strings ? b.pattern.replace(/[.*+?^${}()|[\]\\]/g, "\\$&") : b.pattern;
-      pattern = new RegExp(
-        source,
-        `${b.case_insensitive ? "i" : ""}${b.multiline ? "gs" : ""}`,
-      );
+      pattern = new RegExp(source, `${b.case_insensitive ? "i" : ""}${b.multiline ? "gs" : ""}`);
     } catch (err) {
       throw new SandboxdError(
         "INVALID_ARGUMENT",
@@ -314,7 +312,9 @@ export function aioRouter(o: AioOptions): Router {
       if (data.subarray(0, 8000).includes(0)) continue; // binary, as grep skips it
       searched++;
       const lines = data.toString("utf8").split("\n");
-      const hits = b.multiline ? multilineHits(pattern, lines) : lines.flatMap((l, i) => (pattern.test(l) ? [i] : []));
+      const hits = b.multiline
+        ? multilineHits(pattern, lines)
+        : lines.flatMap((l, i) => (pattern.test(l) ? [i] : []));
       for (const i of hits) {
         if (skip > 0) {
           skip--;

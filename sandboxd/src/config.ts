@@ -44,7 +44,10 @@ const Settings = z.object({
   SANDBOXD_AIO_NO_AUTH: z.enum(["0", "1"]).default("0"),
   /** Persistent shell sessions kept at once, and how long an idle one lives. */
   SANDBOXD_AIO_MAX_SESSIONS: z.coerce.number().int().min(1).max(1024).default(32),
-  SANDBOXD_AIO_SESSION_IDLE_SECONDS: z.coerce.number().positive().default(30 * 60),
+  SANDBOXD_AIO_SESSION_IDLE_SECONDS: z.coerce
+    .number()
+    .positive()
+    .default(30 * 60),
   SANDBOXD_LOG_LEVEL: z
     .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
     .default("info"),

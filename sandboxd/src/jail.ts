@@ -71,8 +71,7 @@ export class PathJail {
 
   private isInside(real: string): boolean {
     return (
-      real === this.realRoot ||
-      real.startsWith(this.realRoot === "/" ? "/" : this.realRoot + "/")
+      real === this.realRoot || real.startsWith(this.realRoot === "/" ? "/" : this.realRoot + "/")
     );
   }
 

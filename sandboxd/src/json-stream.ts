@@ -204,7 +204,8 @@ export class FlatJsonStream {
       if (this.esc === "none") {
         if (quote !== -1 && quote < i) quote = chunk.indexOf(0x22, i);
         if (backslash !== -1 && backslash < i) backslash = chunk.indexOf(0x5c, i);
-        const stop = quote === -1 ? backslash : backslash === -1 ? quote : Math.min(quote, backslash);
+        const stop =
+          quote === -1 ? backslash : backslash === -1 ? quote : Math.min(quote, backslash);
         const end = stop === -1 ? chunk.length : stop;
         if (end > i) {
           if (this.highSurrogate !== null) this.lone();

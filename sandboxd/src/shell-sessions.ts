@@ -247,7 +247,8 @@ export class ShellSession {
 
   /** Ends the running command (and drops queued ones): its processes first, the shell if need be. */
   async kill(signal: NodeJS.Signals = "SIGKILL", status: CommandStatus = "killed"): Promise<void> {
-    for (const cmd of this.commands.values()) if (cmd.status === "pending") cmd.finish(status, null);
+    for (const cmd of this.commands.values())
+      if (cmd.status === "pending") cmd.finish(status, null);
     const cmd = this.current;
     const pid = this.child?.pid;
     if (!cmd || pid === undefined) return;
@@ -261,7 +262,8 @@ export class ShellSession {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const cmd of this.commands.values()) if (cmd.status === "pending") cmd.finish("killed", null);
+    for (const cmd of this.commands.values())
+      if (cmd.status === "pending") cmd.finish("killed", null);
     this.endStatus ??= "killed";
     const pid = this.child?.pid;
     if (pid !== undefined) await signalGroup(pid, "SIGKILL");

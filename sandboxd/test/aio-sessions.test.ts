@@ -12,10 +12,7 @@ afterAll(async () => {
 
 type Envelope<T> = { success: boolean; message: string; data: T };
 async function call<T>(path: string, body?: unknown, method = "POST") {
-  const res = await d.call(
-    path,
-    body === undefined ? { method } : { ...json(body), method },
-  );
+  const res = await d.call(path, body === undefined ? { method } : { ...json(body), method });
   return { status: res.status, env: (await res.json()) as Envelope<T> };
 }
 type Shell = { output: string; exit_code: number | null; status: string; session_id: string };
@@ -201,8 +198,7 @@ describe("session bounds", () => {
   });
 
   it("refuses sessions past the bound with a clear 429, and closes idle ones", async () => {
-    const create = (id: string) =>
-      small.call("/v1/shell/sessions/create", json({ id }));
+    const create = (id: string) => small.call("/v1/shell/sessions/create", json({ id }));
     expect((await create("one")).status).toBe(200);
     expect((await create("two")).status).toBe(200);
     const third = await create("three");

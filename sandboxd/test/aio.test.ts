@@ -349,7 +349,11 @@ describe("AIO file writes", () => {
         { method: "POST", body: '{"file": "a", "content": "!!!", "encoding": "base64"}' },
         400,
       ],
-      ["/v1/file/read", { method: "POST", body: "{not json", headers: { "content-type": "application/json" } }, 400],
+      [
+        "/v1/file/read",
+        { method: "POST", body: "{not json", headers: { "content-type": "application/json" } },
+        400,
+      ],
       ["/v1/shell/nope", json({}), 404],
     ];
     for (const [path, init, status] of cases) {
