@@ -236,6 +236,8 @@ function dockerfileText(baseTag: string, withCa: boolean): string {
     `ENV PATH=${OPT}/node/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\`,
     "    HOME=/home/sandpit USER=sandpit LOGNAME=sandpit LANG=C.UTF-8 \\",
     "    SANDBOXD_LISTEN=0.0.0.0:8080 SANDBOXD_PYTHON=/usr/bin/python3 SANDBOXD_PYTHON_PREFIX=/usr \\",
+    // A container: AIO file routes reach what bash in it can (sandboxd/src/config.ts).
+    "    SANDBOXD_AIO_PATHS=any \\",
     // PEP 668: a plain `pip install x` then falls back to a user install in $HOME/.local (the
     // system site-packages are root's, so nothing system-wide can break). No PIP_USER: it would
     // clash with the --target sandboxd installs packages with.

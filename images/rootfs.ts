@@ -15,15 +15,17 @@ const run = promisify(execFile);
 export const SUITE = "bookworm";
 /**
  * Debian packages beyond minbase: the interpreters sandboxd runs code with, the trust store, and
- * what a shell user expects in a sandbox (ps/top, curl: about 6 MB together), plus tini as PID 1
- * so orphaned background processes are reaped.
+ * what a shell user expects in a sandbox (ps/top, curl, git, `python3 -m venv` with pip, as the
+ * AIO image has them), plus tini as PID 1 so orphaned background processes are reaped.
  */
 export const PACKAGES = [
   "python3",
   "python3-pip",
+  "python3-venv",
   "ca-certificates",
   "procps",
   "curl",
+  "git",
   "tini",
 ] as const;
 /** Bump when the slimming below changes, so cached rootfs tarballs are rebuilt. */

@@ -1,121 +1,105 @@
 /**
- * The DeerFlow / AIO-sandbox subset (docs/architecture.md#sandboxd), so DeerFlow's client works
- * against sandboxd unchanged: the `{success, message, data}` envelope and the routes DeerFlow
- * calls. Everything goes through the same executor and path jail as the native API.
+ * The DeerFlow / AIO-sandbox subset (docs/architecture.md#sandboxd), so DeerFlow's client (the
+ * `agent-sandbox` package it pins) works against sandboxd unchanged: AIO's `{success, message,
+ * data}` envelope (aio-envelope.ts), the context, file and shell routes it calls, each answering
+ * the fields that client's models require. Shell and bash routes are in aio-shell.ts.
  *
- * Differences from the AIO image, on purpose: commands run synchronously (`async_mode` is
- * refused with a clear message rather than half-supported), and shell "sessions" carry no state
- * between commands; the session id is echoed so clients that track it keep working.
+ * File paths go through `files`: the native jail (the local provider, where the host is outside
+ * the sandbox), or, in a container or pod (SANDBOXD_AIO_PATHS=any), a jail rooted at `/`, so any
+ * path the sandbox user can reach is reachable here too, as it is with AIO and with bash.
  */
-import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import { arch, release, userInfo } from "node:os";
 import { posix } from "node:path";
-import express, { type NextFunction, type Request, type Response, type Router } from "express";
+import { PassThrough, Readable } from "node:stream";
+import { randomUUID } from "node:crypto";
+import express, { type Request, type Router } from "express";
 import { z } from "zod";
 import type { Executor } from "./executor.ts";
-import type { PathJail } from "./jail.ts";
-import {
-  HTTP_STATUS,
-  LANGUAGES,
-  MAX_SOURCE_BYTES,
-  SandboxdError,
-  type FileEntry,
-} from "./protocol.ts";
+import { STATE_DIR } from "./executor.ts";
+import type { PathJail, JailPath } from "./jail.ts";
+import { FlatJsonStream } from "./json-stream.ts";
+import { MAX_SOURCE_BYTES, SandboxdError, type FileEntry } from "./protocol.ts";
+import { body, ok, parse } from "./aio-envelope.ts";
+import { shellRoutes } from "./aio-shell.ts";
+import type { ShellSessions } from "./shell-sessions.ts";
 
-const DEFAULT_TRUNCATE = 30_000;
-const MAX_GREP_FILE_BYTES = 1024 * 1024;
+const MiB = 1024 * 1024;
+/** The largest file `/v1/file/write` takes (DeerFlow allows 50 MiB per upload). */
+export const MAX_AIO_WRITE_BYTES = 100 * MiB;
+/** Its body: base64 of the largest file, with room for the other fields. */
+export const MAX_AIO_WRITE_BODY = Math.ceil(MAX_AIO_WRITE_BYTES / 3) * 4 + MiB;
+const DEFAULT_MAX_GREP_FILE_BYTES = MiB;
 
-const seconds = z
-  .number()
-  .positive()
-  .max(24 * 3600);
-const ShellExec = z.object({
-  command: z.string().min(1).max(MAX_SOURCE_BYTES),
-  id: z.string().max(200).optional(),
-  exec_dir: z.string().optional(),
-  async_mode: z.boolean().optional(),
-  timeout: seconds.optional(),
-  hard_timeout: seconds.optional(),
-  no_change_timeout: seconds.optional(),
-  truncate: z.number().int().positive().optional(),
-});
-const BashExec = z.object({
-  command: z.string().min(1).max(MAX_SOURCE_BYTES),
-  session_id: z.string().max(200).optional(),
-  exec_dir: z.string().optional(),
-  env: z.record(z.string(), z.string()).optional(),
-  async_mode: z.boolean().optional(),
-  timeout: seconds.optional(),
-  hard_timeout: seconds.optional(),
-  max_output_length: z.number().int().positive().optional(),
-});
 const FileRead = z.object({
   file: z.string(),
-  start_line: z.number().int().min(0).optional(),
-  end_line: z.number().int().min(0).optional(),
+  start_line: z.number().int().min(0).nullish(),
+  end_line: z.number().int().min(0).nullish(),
+  sudo: z.boolean().nullish(),
 });
 const FileWrite = z.object({
   file: z.string(),
-  content: z.string().max(MAX_SOURCE_BYTES),
-  encoding: z.enum(["utf-8", "base64", "raw"]).default("utf-8"),
-  append: z.boolean().default(false),
-  leading_newline: z.boolean().default(false),
-  trailing_newline: z.boolean().default(false),
+  encoding: z.enum(["utf-8", "base64", "raw"]).nullish(),
+  append: z.boolean().nullish(),
+  leading_newline: z.boolean().nullish(),
+  trailing_newline: z.boolean().nullish(),
+  sudo: z.boolean().nullish(),
 });
 const FileList = z.object({
   path: z.string(),
-  recursive: z.boolean().default(false),
-  show_hidden: z.boolean().default(false),
-  max_depth: z.number().int().min(1).max(32).optional(),
+  recursive: z.boolean().nullish(),
+  show_hidden: z.boolean().nullish(),
+  max_depth: z.number().int().min(1).max(32).nullish(),
 });
 const FileFind = z.object({ path: z.string(), glob: z.string().min(1).max(1000) });
+const globs = z
+  .union([z.string().min(1).max(1000), z.array(z.string().min(1).max(1000)).max(100)])
+  .nullish()
+  .transform((g) => (g == null ? [] : Array.isArray(g) ? g : [g]));
 const FileGrep = z.object({
   path: z.string(),
   pattern: z.string().min(1).max(10_000),
-  include: z.string().max(1000).optional(),
-  case_insensitive: z.boolean().default(false),
-  fixed_strings: z.boolean().default(false),
-  max_results: z.number().int().positive().max(10_000).default(500),
+  include: globs,
+  exclude: globs,
+  case_insensitive: z.boolean().nullish(),
+  fixed_strings: z.boolean().nullish(),
+  context_before: z.number().int().min(0).max(100).nullish(),
+  context_after: z.number().int().min(0).max(100).nullish(),
+  max_results: z.number().int().positive().max(10_000).nullish(),
+  max_file_size: z.union([z.string(), z.number().int().positive()]).nullish(),
+  multiline: z.boolean().nullish(),
+  offset: z.number().int().min(0).nullish(),
+  type: z.string().max(20).nullish(),
+  recursive: z.boolean().nullish(),
 });
 
-/** AIO's envelope: every answer is 200 with success/message/data, or an error status with the same shape. */
-function ok(res: Response, data: unknown, message = "ok"): void {
-  res.json({ success: true, message, data });
-}
+/** ripgrep's common type aliases, by extension. */
+const FILE_TYPES: Record<string, string[]> = {
+  py: [".py", ".pyi"],
+  js: [".js", ".mjs", ".cjs", ".jsx"],
+  ts: [".ts", ".tsx", ".mts", ".cts"],
+  go: [".go"],
+  rust: [".rs"],
+  java: [".java"],
+  c: [".c", ".h"],
+  cpp: [".cpp", ".cc", ".cxx", ".hpp", ".hh", ".h"],
+  md: [".md", ".markdown"],
+  json: [".json"],
+  yaml: [".yaml", ".yml"],
+  sh: [".sh", ".bash"],
+  html: [".html", ".htm"],
+  css: [".css"],
+};
 
-function body<T extends z.ZodType>(schema: T, req: Request): z.infer<T> {
-  const r = schema.safeParse(req.body ?? {});
-  if (!r.success) {
-    const i = r.error.issues[0];
-    throw new SandboxdError(
-      "INVALID_ARGUMENT",
-      `${i?.path.join(".") || "body"}: ${i?.message ?? "invalid"}`,
-    );
-  }
-  return r.data;
-}
-
-function refuseAsync(asyncMode: boolean | undefined): void {
-  if (asyncMode) {
-    throw new SandboxdError(
-      "INVALID_ARGUMENT",
-      "async_mode is not supported by sandboxd: run the command synchronously",
-    );
-  }
-}
-
-function timeoutMs(o: {
-  timeout?: number | undefined;
-  hard_timeout?: number | undefined;
-}): number | undefined {
-  const s = o.hard_timeout ?? o.timeout;
-  return s === undefined ? undefined : Math.ceil(s * 1000);
-}
-
-/** AIO truncates long output in the middle, keeping both ends. */
-function truncateMiddle(text: string, max: number): string {
-  if (text.length <= max) return text;
-  const half = Math.floor(max / 2);
-  return `${text.slice(0, half)}\n... [${text.length - max} characters truncated] ...\n${text.slice(-half)}`;
+/** "1M", "500K", "2G" or a byte count. */
+function parseSize(size: string | number | null | undefined): number {
+  if (size == null) return DEFAULT_MAX_GREP_FILE_BYTES;
+  if (typeof size === "number") return size;
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([KMG]?)i?B?\s*$/i.exec(size);
+  if (!m)
+    throw new SandboxdError("INVALID_ARGUMENT", `max_file_size: ${size} is not a size like 1M`);
+  const unit = { "": 1, K: 1024, M: MiB, G: 1024 * MiB }[m[2]!.toUpperCase()]!;
+  return Math.floor(Number(m[1]) * unit);
 }
 
 /** Shell glob (*, ?, **) to a regular expression over virtual paths relative to the search root. */
@@ -133,212 +117,371 @@ function globToRegExp(glob: string): RegExp {
   return new RegExp(`^${re}$`);
 }
 
-export function aioRouter(jail: PathJail, executor: Executor, version: string): Router {
+export interface AioOptions {
+  /** The native jail (Sandpit's state directory lives in it). */
+  jail: PathJail;
+  /** The jail AIO file paths resolve in: `jail` itself, or one rooted at `/`. */
+  files: PathJail;
+  executor: Executor;
+  sessions: ShellSessions;
+  version: string;
+}
+
+export function aioRouter(o: AioOptions): Router {
+  const { jail, files, executor, sessions, version } = o;
   const r = express.Router();
   const json = express.json({ limit: MAX_SOURCE_BYTES + 64 * 1024 });
 
-  r.get("/v1/sandbox", (_req, res) => {
-    ok(res, {
-      home_dir: jail.defaultDir,
-      workspace: jail.defaultDir,
+  r.get("/v1/sandbox", async (_req, res) => {
+    const interp = await executor.interpreters();
+    let user = "sandbox";
+    try {
+      user = userInfo().username;
+    } catch {
+      // a uid with no passwd entry
+    }
+    const context = {
+      home_dir: files.defaultDir,
+      workspace: files.defaultDir,
       version,
-      detail: { system: { os: "linux" }, runtime: { languages: LANGUAGES }, utils: ["sandboxd"] },
-    });
+      detail: {
+        system: {
+          os: "linux",
+          os_version: release(),
+          arch: arch() === "x64" ? "x86_64" : arch() === "arm64" ? "aarch64" : arch(),
+          user,
+          home_dir: files.defaultDir,
+          workspace: files.defaultDir,
+          timezone: Intl.DateTimeFormat().resolvedOptions().timeZone,
+          occupied_ports: [],
+        },
+        runtime: {
+          python: [{ bin: interp.python, alias: ["python3", "python"] }],
+          nodejs: [{ ver: process.versions.node, bin: interp.node, alias: ["node"] }],
+        },
+        utils: [
+          {
+            category: "sandboxd",
+            tools: [
+              { name: "bash", description: "persistent shell sessions (/v1/shell, /v1/bash)" },
+              { name: "git", description: "version control" },
+              { name: "curl", description: "HTTP client" },
+            ],
+          },
+        ],
+      },
+    };
+    // agent-sandbox's SandboxResponse reads these at the top level; `data` keeps older readers working.
+    res.json({ success: true, message: "ok", data: context, ...context });
   });
 
-  r.post("/v1/shell/exec", json, async (req, res) => {
-    const b = body(ShellExec, req);
-    refuseAsync(b.async_mode);
-    const result = await executor.runCommand({
-      command: b.command,
-      ...(b.exec_dir ? { cwd: b.exec_dir } : {}),
-      ...pickTimeout(b),
-    });
-    const output = truncateMiddle(result.stdout + result.stderr, b.truncate ?? DEFAULT_TRUNCATE);
-    ok(res, {
-      session_id: b.id ?? randomUUID(),
-      command: b.command,
-      status: result.timedOut ? "hard_timeout" : "completed",
-      output,
-      exit_code: result.exitCode,
-      console: [{ ps1: "", command: b.command, output }],
-    });
-  });
-
-  r.post("/v1/bash/exec", json, async (req, res) => {
-    const b = body(BashExec, req);
-    refuseAsync(b.async_mode);
-    const result = await executor.runCommand({
-      command: b.command,
-      ...(b.exec_dir ? { cwd: b.exec_dir } : {}),
-      ...(b.env ? { env: b.env } : {}),
-      ...pickTimeout(b),
-    });
-    const max = b.max_output_length ?? 50_000;
-    ok(res, {
-      session_id: b.session_id ?? randomUUID(),
-      command_id: randomUUID(),
-      command: b.command,
-      status: result.timedOut ? "hard_timeout" : "completed",
-      stdout: truncateMiddle(result.stdout, max),
-      stderr: truncateMiddle(result.stderr, max),
-      exit_code: result.exitCode,
-      offset: Buffer.byteLength(result.stdout),
-      stderr_offset: Buffer.byteLength(result.stderr),
-    });
-  });
-
-  r.post("/v1/bash/output", json, () => {
-    throw new SandboxdError(
-      "NOT_FOUND",
-      "no running command: sandboxd runs bash commands synchronously",
-    );
-  });
+  shellRoutes(r, { files, executor, sessions, json });
 
   r.post("/v1/file/read", json, async (req, res) => {
     const b = body(FileRead, req);
-    const p = jail.resolve(b.file);
-    const { fh } = await jail.openFileForRead(p);
+    const p = files.resolve(b.file);
+    const { fh } = await files.openFileForRead(p);
     let content: string;
     try {
       content = await fh.readFile("utf8");
     } finally {
       await fh.close();
     }
-    if (b.start_line !== undefined || b.end_line !== undefined) {
+    if (b.start_line != null || b.end_line != null) {
       content = content
         .split("\n")
-        .slice(b.start_line ?? 0, b.end_line)
+        .slice(b.start_line ?? 0, b.end_line ?? undefined)
         .join("\n");
     }
     ok(res, { content, file: p.virtual });
   });
 
-  r.post("/v1/file/write", json, async (req, res) => {
-    const b = body(FileWrite, req);
-    const p = jail.resolve(b.file);
-    let bytes =
-      b.encoding === "base64" ? Buffer.from(b.content, "base64") : Buffer.from(b.content, "utf8");
-    if (b.leading_newline) bytes = Buffer.concat([Buffer.from("\n"), bytes]);
-    if (b.trailing_newline) bytes = Buffer.concat([bytes, Buffer.from("\n")]);
-    if (b.append) {
-      const existing = await readIfExists(jail, b.file);
-      bytes = Buffer.concat([existing, bytes]);
+  r.post("/v1/file/write", async (req, res) => {
+    const { fields, staged } = await stageWriteBody(req, jail);
+    try {
+      const b = parse(FileWrite, fields);
+      const p = files.resolve(b.file);
+      const content = async function* (): AsyncGenerator<Buffer> {
+        if (b.append) yield* existing(files, p);
+        if (b.leading_newline) yield Buffer.from("\n");
+        const { fh } = await jail.openFileForRead(staged);
+        const stream = fh.createReadStream({ highWaterMark: MiB });
+        yield* b.encoding === "base64" ? decodeBase64(stream) : stream;
+        if (b.trailing_newline) yield Buffer.from("\n");
+      };
+      const bytes = await files.writeFile(p, Readable.from(capped(content())));
+      ok(res, { file: p.virtual, bytes_written: bytes });
+    } finally {
+      await jail.remove(staged, false).catch(() => undefined);
     }
-    await jail.writeFile(p, bytes);
-    ok(res, { file: p.virtual, bytes_written: bytes.length });
   });
 
   r.post("/v1/file/list", json, async (req, res) => {
     const b = body(FileList, req);
     const depth = b.recursive ? (b.max_depth ?? 32) : 1;
-    const { entries, truncated } = await jail.list(jail.resolve(b.path), depth);
-    const files = entries
-      .filter((e) => b.show_hidden || !e.path.split("/").some((part) => part.startsWith(".")))
+    const root = files.resolve(b.path);
+    const { entries, truncated } = await files.list(root, depth);
+    const list = entries
+      .filter(
+        (e) =>
+          b.show_hidden ||
+          !posix
+            .relative(root.virtual, e.path)
+            .split("/")
+            .some((part) => part.startsWith(".")),
+      )
       .map((e) => ({
         name: e.name,
         path: e.path,
         is_directory: e.type === "dir",
         size: e.size,
         modified_time: new Date(e.modifiedMs).toISOString(),
+        extension: e.type === "dir" ? null : posix.extname(e.name).slice(1) || null,
       }));
-    ok(res, { path: jail.resolve(b.path).virtual, files, total_count: files.length, truncated });
+    ok(res, {
+      path: root.virtual,
+      files: list,
+      total_count: list.length,
+      directory_count: list.filter((f) => f.is_directory).length,
+      file_count: list.filter((f) => !f.is_directory).length,
+      truncated,
+    });
   });
 
   r.post("/v1/file/find", json, async (req, res) => {
     const b = body(FileFind, req);
-    const root = jail.resolve(b.path);
+    const root = files.resolve(b.path);
     const re = globToRegExp(b.glob);
-    const { entries } = await jail.list(root, 32);
-    const files = entries
+    const { entries } = await files.list(root, 32);
+    const found = entries
       .filter((e) => e.type === "file" && re.test(posix.relative(root.virtual, e.path)))
       .map((e) => e.path);
-    ok(res, { path: root.virtual, files });
+    ok(res, { path: root.virtual, files: found });
   });
 
   r.post("/v1/file/grep", json, async (req, res) => {
     const b = body(FileGrep, req);
-    const root = jail.resolve(b.path);
+    const root = files.resolve(b.path);
     let pattern: RegExp;
     try {
       const source = b.fixed_strings ? b.pattern.replace(/[.*+?^${}()|[\]\\]/g, "\\$&") : b.pattern;
-      pattern = new RegExp(source, b.case_insensitive ? "i" : "");
+      pattern = new RegExp(source, `${b.case_insensitive ? "i" : ""}${b.multiline ? "gs" : ""}`);
     } catch (err) {
       throw new SandboxdError(
         "INVALID_ARGUMENT",
         `pattern is not a valid regular expression: ${(err as Error).message}`,
       );
     }
-    const include = b.include ? globToRegExp(b.include) : null;
-    const stat = await jail.stat(root);
+    const types = b.type ? FILE_TYPES[b.type] : null;
+    if (b.type && !types) {
+      throw new SandboxdError(
+        "INVALID_ARGUMENT",
+        `type: unknown file type ${JSON.stringify(b.type)}; one of ${Object.keys(FILE_TYPES).join(", ")}`,
+      );
+    }
+    const maxSize = parseSize(b.max_file_size);
+    const include = b.include.map(globToRegExp);
+    const exclude = b.exclude.map(globToRegExp);
+    const max = b.max_results ?? 500;
+    let skip = b.offset ?? 0;
+    const before = b.context_before ?? 0;
+    const after = b.context_after ?? 0;
+    const stat = await files.stat(root);
     const candidates: FileEntry[] =
-      stat.type === "file" ? [stat] : (await jail.list(root, 32)).entries;
-    const matches: { file: string; line_number: number; line_content: string }[] = [];
+      stat.type === "file"
+        ? [stat]
+        : (await files.list(root, b.recursive === false ? 1 : 32)).entries;
+    const matches: {
+      file: string;
+      line_number: number;
+      line_content: string;
+      context_before?: string[];
+      context_after?: string[];
+    }[] = [];
+    let searched = 0;
+    const matched = new Set<string>();
     let truncated = false;
     for (const entry of candidates) {
-      if (entry.type !== "file" || entry.size > MAX_GREP_FILE_BYTES) continue;
-      if (include && !include.test(entry.name)) continue;
-      const text = (await readIfExists(jail, entry.path)).toString("utf8");
-      const lines = text.split("\n");
-      for (let i = 0; i < lines.length; i++) {
-        if (!pattern.test(lines[i]!)) continue;
-        if (matches.length >= b.max_results) {
+      if (entry.type !== "file" || entry.size > maxSize) continue;
+      const rel = posix.relative(root.virtual, entry.path) || entry.name;
+      if (include.length && !include.some((re) => re.test(entry.name) || re.test(rel))) continue;
+      if (rel.split("/").some((part) => exclude.some((re) => re.test(part) || re.test(rel))))
+        continue;
+      if (types && !types.includes(posix.extname(entry.name))) continue;
+      const data = await readAll(files, entry.path);
+      if (data.subarray(0, 8000).includes(0)) continue; // binary, as grep skips it
+      searched++;
+      const lines = data.toString("utf8").split("\n");
+      const hits = b.multiline
+        ? multilineHits(pattern, lines)
+        : lines.flatMap((l, i) => (pattern.test(l) ? [i] : []));
+      for (const i of hits) {
+        if (skip > 0) {
+          skip--;
+          continue;
+        }
+        if (matches.length >= max) {
           truncated = true;
           break;
         }
-        matches.push({ file: entry.path, line_number: i + 1, line_content: lines[i]! });
+        matched.add(entry.path);
+        matches.push({
+          file: entry.path,
+          line_number: i + 1,
+          line_content: lines[i]!,
+          ...(before ? { context_before: lines.slice(Math.max(0, i - before), i) } : {}),
+          ...(after ? { context_after: lines.slice(i + 1, i + 1 + after) } : {}),
+        });
       }
       if (truncated) break;
     }
-    ok(res, { matches, match_count: matches.length, truncated });
+    ok(res, {
+      path: root.virtual,
+      pattern: b.pattern,
+      matches,
+      match_count: matches.length,
+      files_searched: searched,
+      files_matched: matched.size,
+      truncated,
+    });
   });
 
   r.get("/v1/file/download", async (req, res) => {
-    const p = jail.resolve(req.query.path);
-    const { fh, size } = await jail.openFileForRead(p);
+    const p = files.resolve(req.query.path);
+    const { fh, size } = await files.openFileForRead(p);
     res.status(200).type("application/octet-stream");
     res.setHeader("Content-Length", String(size));
     res.setHeader(
       "Content-Disposition",
       `attachment; filename="${encodeURIComponent(posix.basename(p.virtual))}"`,
     );
-    const stream = fh.createReadStream({ highWaterMark: 1024 * 1024 });
+    const stream = fh.createReadStream({ highWaterMark: MiB });
     stream.on("error", (err) => res.destroy(err));
     stream.pipe(res);
-  });
-
-  // Errors keep AIO's envelope (success: false), plus sandboxd's own error object.
-  r.use((err: unknown, _req: Request, res: Response, next: NextFunction) => {
-    if (!(err instanceof SandboxdError) || res.headersSent) return next(err);
-    res.status(HTTP_STATUS[err.code]).json({
-      success: false,
-      message: err.message,
-      data: null,
-      error: { code: err.code, message: err.message },
-    });
   });
 
   return r;
 }
 
-function pickTimeout(o: { timeout?: number | undefined; hard_timeout?: number | undefined }): {
-  timeoutMs?: number;
-} {
-  const ms = timeoutMs(o);
-  return ms === undefined ? {} : { timeoutMs: ms };
+/** Line indexes where a multiline (dot-all) pattern's matches start. */
+function multilineHits(pattern: RegExp, lines: string[]): number[] {
+  const text = lines.join("\n");
+  const starts: number[] = [];
+  let at = 0;
+  for (let i = 0; i < lines.length; i++) {
+    starts.push(at);
+    at += lines[i]!.length + 1;
+  }
+  const hits = new Set<number>();
+  pattern.lastIndex = 0;
+  for (const m of text.matchAll(pattern)) {
+    let line = starts.findLastIndex((s) => s <= m.index);
+    if (line < 0) line = 0;
+    hits.add(line);
+    if (m[0].length === 0) break;
+  }
+  return [...hits];
 }
 
-/** A file's bytes through the jail, or empty when it does not exist (append, grep). */
-async function readIfExists(jail: PathJail, path: string): Promise<Buffer> {
+/**
+ * Reads a `/v1/file/write` body as it arrives: `content` is unescaped into a staging file in
+ * Sandpit's state directory (its `encoding` may come after it), the other fields are returned.
+ * Nothing holds the body in memory.
+ */
+async function stageWriteBody(
+  req: Request,
+  jail: PathJail,
+): Promise<{ fields: Record<string, unknown>; staged: JailPath }> {
+  const tooLarge = () =>
+    new SandboxdError(
+      "PAYLOAD_TOO_LARGE",
+      `request body is larger than ${MAX_AIO_WRITE_BODY} bytes (files up to ${MAX_AIO_WRITE_BYTES / MiB} MiB)`,
+    );
+  if (Number(req.headers["content-length"] ?? 0) > MAX_AIO_WRITE_BODY) throw tooLarge();
+  const staged = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/uploads/${randomUUID()}`);
+  const sink = new PassThrough({ highWaterMark: MiB });
+  sink.on("error", () => undefined); // reported through `written`
+  const written = jail.writeFile(staged, sink);
+  written.catch(() => undefined); // awaited below; a failure surfaces there
+  const parser = new FlatJsonStream("content");
+  let seen = 0;
   try {
-    const { fh } = await jail.openFileForRead(jail.resolve(path));
-    try {
-      return await fh.readFile();
-    } finally {
-      await fh.close();
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      seen += chunk.length;
+      if (seen > MAX_AIO_WRITE_BODY) throw tooLarge();
+      parser.feed(chunk);
+      for (const piece of parser.drain()) {
+        if (!sink.write(piece)) await once(sink, "drain");
+      }
     }
+    parser.end();
+    for (const piece of parser.drain(true)) sink.write(piece);
+    sink.end();
+    await written;
   } catch (err) {
-    if (err instanceof SandboxdError && err.code === "NOT_FOUND") return Buffer.alloc(0);
+    sink.destroy(); // the staged write then fails too, and leaves nothing behind
+    await written.catch(() => undefined);
+    await jail.remove(staged, false).catch(() => undefined);
     throw err;
+  }
+  if (!parser.sawBig || typeof parser.fields.content !== "undefined") {
+    await jail.remove(staged, false).catch(() => undefined);
+    throw new SandboxdError(
+      "INVALID_ARGUMENT",
+      parser.sawBig ? "content: expected a string" : "content: Required",
+    );
+  }
+  return { fields: parser.fields, staged };
+}
+
+/** Base64 text to bytes, chunk by chunk (whitespace ignored, as decoders do). */
+async function* decodeBase64(chunks: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+  let carry = "";
+  for await (const chunk of chunks) {
+    const text = carry + chunk.toString("latin1").replace(/\s+/g, "");
+    if (!/^[A-Za-z0-9+/_-]*={0,2}$/.test(text)) {
+      throw new SandboxdError("INVALID_ARGUMENT", "content is not valid base64");
+    }
+    const whole = text.length - (text.length % 4);
+    if (whole > 0) yield Buffer.from(text.slice(0, whole), "base64");
+    carry = text.slice(whole);
+  }
+  if (carry) yield Buffer.from(carry, "base64");
+}
+
+/** Passes bytes through, refusing a file larger than MAX_AIO_WRITE_BYTES (the write is dropped). */
+async function* capped(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+  let total = 0;
+  for await (const b of source) {
+    total += b.length;
+    if (total > MAX_AIO_WRITE_BYTES) {
+      throw new SandboxdError(
+        "PAYLOAD_TOO_LARGE",
+        `the file would be larger than ${MAX_AIO_WRITE_BYTES / MiB} MiB`,
+      );
+    }
+    yield b;
+  }
+}
+
+/** A file's current bytes, streamed, or nothing when it does not exist (append). */
+async function* existing(files: PathJail, p: JailPath): AsyncGenerator<Buffer> {
+  let opened;
+  try {
+    opened = await files.openFileForRead(p);
+  } catch (err) {
+    if (err instanceof SandboxdError && err.code === "NOT_FOUND") return;
+    throw err;
+  }
+  yield* opened.fh.createReadStream({ highWaterMark: MiB }) as AsyncIterable<Buffer>;
+}
+
+/** A whole (small) file through the jail, for grep. */
+async function readAll(files: PathJail, path: string): Promise<Buffer> {
+  const { fh } = await files.openFileForRead(files.resolve(path));
+  try {
+    return await fh.readFile();
+  } finally {
+    await fh.close();
   }
 }

@@ -30,6 +30,24 @@ const Settings = z.object({
         return z.NEVER;
       }
     }),
+  /**
+   * Where AIO file routes (/v1/file/*) and shell working directories may point: `jail` keeps them
+   * under the sandbox root, as the native API does (the local provider, where the host is outside
+   * the sandbox); `any` allows any path the sandbox user can reach (a container or pod, where bash
+   * can reach them anyway).
+   */
+  SANDBOXD_AIO_PATHS: z.enum(["jail", "any"]).default("jail"),
+  /**
+   * "1": answer the AIO routes and /v1/sandbox without a token (DeerFlow's local container
+   * backend sends none). Native routes still need the token, and are closed when none is set.
+   */
+  SANDBOXD_AIO_NO_AUTH: z.enum(["0", "1"]).default("0"),
+  /** Persistent shell sessions kept at once, and how long an idle one lives. */
+  SANDBOXD_AIO_MAX_SESSIONS: z.coerce.number().int().min(1).max(1024).default(32),
+  SANDBOXD_AIO_SESSION_IDLE_SECONDS: z.coerce
+    .number()
+    .positive()
+    .default(30 * 60),
   SANDBOXD_LOG_LEVEL: z
     .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
     .default("info"),

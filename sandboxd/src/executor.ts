@@ -31,7 +31,7 @@ export interface ExecutorOptions {
 }
 
 /** Sandpit's own state inside the sandbox root: packages, code cells, a home directory. */
-const STATE_DIR = ".sandpit";
+export const STATE_DIR = ".sandpit";
 
 export class Executor {
   private readonly opts: ExecutorOptions;
@@ -166,6 +166,30 @@ export class Executor {
     return result;
   }
 
+  /**
+   * The environment every sandboxed process starts with: Sandpit's interpreters and installed
+   * packages first, then the sandbox-wide variables, then the request's own.
+   */
+  processEnv(extra?: Record<string, string>): Record<string, string> {
+    const { jail } = this.opts;
+    const state = (sub: string) =>
+      this.inSandbox(jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/${sub}`));
+    return {
+      ...this.opts.baseEnv,
+      PATH: `${state("bin")}:${this.opts.baseEnv.PATH ?? "/usr/local/bin:/usr/bin:/bin"}`,
+      PYTHONUNBUFFERED: "1",
+      PYTHONPATH: state("python"),
+      NODE_PATH: state("node_modules"),
+      ...this.sandboxEnv,
+      ...extra,
+    };
+  }
+
+  /** The interpreters, once the links processes rely on are in place. */
+  interpreters(): Promise<Interpreters> {
+    return this.opts.interpreters;
+  }
+
   /** Resolves a working directory, which must exist inside the root. */
   private async existingDir(cwd: string | undefined): Promise<JailPath> {
     const p = this.opts.jail.resolve(cwd ?? this.opts.jail.defaultDir);
@@ -175,7 +199,7 @@ export class Executor {
   }
 
   /** The path processes use for a jail path (the virtual one when the root is mounted there). */
-  private inSandbox(p: JailPath): string {
+  inSandbox(p: JailPath): string {
     return this.opts.jail.hostPath(p);
   }
 
@@ -184,13 +208,13 @@ export class Executor {
    * the virtual prefix in command and code text is rewritten to the real root, as DeerFlow's
    * local mode does, so agents can use the same paths everywhere.
    */
-  private localise(text: string): string {
+  localise(text: string): string {
     const { jail } = this.opts;
     return jail.realRoot === jail.virtualRoot ? text : text.replace(this.rootRef, jail.realRoot);
   }
 
   /** The reverse, on output: agents see /mnt/user-data, never the host directory. */
-  private virtualise(text: string): string {
+  virtualise(text: string): string {
     const { jail } = this.opts;
     return jail.realRoot === jail.virtualRoot
       ? text
@@ -234,17 +258,7 @@ export class Executor {
     },
   ): Promise<RunCommandResult> {
     const { jail } = this.opts;
-    const state = (sub: string) =>
-      this.inSandbox(jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/${sub}`));
-    const env: Record<string, string> = {
-      ...this.opts.baseEnv,
-      PATH: `${state("bin")}:${this.opts.baseEnv.PATH ?? "/usr/local/bin:/usr/bin:/bin"}`,
-      PYTHONUNBUFFERED: "1",
-      PYTHONPATH: state("python"),
-      NODE_PATH: state("node_modules"),
-      ...this.sandboxEnv,
-      ...o.env,
-    };
+    const env = this.processEnv(o.env);
     const [file, ...args] = argv as [string, ...string[]];
     const onChunk = o.onChunk;
     try {

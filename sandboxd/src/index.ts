@@ -11,6 +11,7 @@ import { PathJail } from "./jail.ts";
 import { discoverInterpreters, installShims, scrubEnv } from "./environment.ts";
 import { VIRTUAL_DIRS } from "./protocol.ts";
 import { killStartedSessions } from "./process.ts";
+import { ShellSessions } from "./shell-sessions.ts";
 import type { Settings } from "./config.ts";
 
 export * from "./protocol.ts";
@@ -30,7 +31,8 @@ export interface RunningSandboxd {
 
 export async function startSandboxd(o: {
   settings: Settings;
-  token: string;
+  /** Null only with SANDBOXD_AIO_NO_AUTH=1: then native routes accept nothing until /v1/init. */
+  token: string | null;
   logger: Logger;
   env: NodeJS.ProcessEnv;
 }): Promise<RunningSandboxd> {
@@ -49,7 +51,22 @@ export async function startSandboxd(o: {
   });
   executor.setSandboxEnv(o.settings.SANDBOXD_ENV);
   const gate = new TokenGate(o.token);
-  const app = createApp({ jail, executor, gate, logger: o.logger });
+  const files =
+    o.settings.SANDBOXD_AIO_PATHS === "any" ? await PathJail.open("/", "/", jail.defaultDir) : jail;
+  const sessions = new ShellSessions({
+    executor,
+    jail,
+    outputCapBytes: o.settings.SANDBOXD_OUTPUT_CAP_BYTES,
+    maxSessions: o.settings.SANDBOXD_AIO_MAX_SESSIONS,
+    idleMs: o.settings.SANDBOXD_AIO_SESSION_IDLE_SECONDS * 1000,
+  });
+  const app = createApp({
+    jail,
+    executor,
+    gate,
+    logger: o.logger,
+    aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
+  });
   const server = createServer(app);
   attachTunnel(server, gate, o.logger);
   // Long commands stream for minutes; Node's default request timeout would cut them.
@@ -76,6 +93,7 @@ export async function startSandboxd(o: {
         server.close(() => resolve());
         server.closeAllConnections();
       });
+      await sessions.shutdown();
       await killStartedSessions();
     },
   };

@@ -65,17 +65,14 @@ export class PathJail {
 
   /** Host path of a resolved path. Only for building argv/cwd; never opened without verification. */
   hostPath(p: JailPath): string {
-    return p.parts.length === 0 ? this.realRoot : `${this.realRoot}/${p.parts.join("/")}`;
-  }
-
-  /** Maps a verified host path back to the virtual path agents see. */
-  toVirtual(hostPath: string): string {
-    if (hostPath === this.realRoot) return this.virtualRoot;
-    return this.virtualRoot + hostPath.slice(this.realRoot.length);
+    if (p.parts.length === 0) return this.realRoot;
+    return `${this.realRoot === "/" ? "" : this.realRoot}/${p.parts.join("/")}`;
   }
 
   private isInside(real: string): boolean {
-    return real === this.realRoot || real.startsWith(this.realRoot + "/");
+    return (
+      real === this.realRoot || real.startsWith(this.realRoot === "/" ? "/" : this.realRoot + "/")
+    );
   }
 
   /** Refuses (and closes) a descriptor whose real path left the root. */

@@ -9,7 +9,7 @@ import { pino } from "pino";
 import { startSandboxd } from "./index.ts";
 import { readSettings } from "./config.ts";
 
-async function readToken(settings: ReturnType<typeof readSettings>): Promise<string> {
+async function readToken(settings: ReturnType<typeof readSettings>): Promise<string | null> {
   if (settings.SANDBOXD_TOKEN) return settings.SANDBOXD_TOKEN;
   if (settings.SANDBOXD_TOKEN_FILE)
     return (await readFile(settings.SANDBOXD_TOKEN_FILE, "utf8")).trim();
@@ -17,12 +17,21 @@ async function readToken(settings: ReturnType<typeof readSettings>): Promise<str
     const lines = createInterface({ input: process.stdin });
     for await (const line of lines) return line.trim();
   }
-  throw new Error("no token: set SANDBOXD_TOKEN, SANDBOXD_TOKEN_FILE or SANDBOXD_TOKEN_STDIN=1");
+  // DeerFlow's local container backend sends no credential: serving its routes open is a choice
+  // the deployer makes explicitly, never a default.
+  if (settings.SANDBOXD_AIO_NO_AUTH === "1") return null;
+  throw new Error(
+    "no token: set SANDBOXD_TOKEN, SANDBOXD_TOKEN_FILE or SANDBOXD_TOKEN_STDIN=1; or, to serve " +
+      "only the AIO routes (/v1/sandbox, /v1/shell, /v1/bash, /v1/file) without a token, as " +
+      "DeerFlow's local container backend needs, set SANDBOXD_AIO_NO_AUTH=1",
+  );
 }
 
 let settings: ReturnType<typeof readSettings>;
+let token: string | null;
 try {
   settings = readSettings(process.env);
+  token = await readToken(settings);
 } catch (err) {
   // A configuration mistake is the operator's to fix: say what it is, without a stack trace.
   process.stderr.write(`sandboxd: ${(err as Error).message}\n`);
@@ -30,7 +39,6 @@ try {
 }
 const logger = pino({ level: settings.SANDBOXD_LOG_LEVEL }, pino.destination(2));
 try {
-  const token = await readToken(settings);
   // The token and settings are not passed on: children get a scrubbed environment built afresh.
   delete process.env.SANDBOXD_TOKEN;
   const server = await startSandboxd({ settings, token, logger, env: process.env });

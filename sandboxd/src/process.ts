@@ -3,7 +3,7 @@
  * a cap (the rest is drained and dropped, and the result says so), the deadline kills the whole
  * process group, and chunks can be streamed to the caller as they arrive.
  */
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { readdir, readFile, writeFile } from "node:fs/promises";
 import { constants } from "node:os";
 import { StringDecoder } from "node:string_decoder";
@@ -102,22 +102,62 @@ class CappedStream {
   }
 }
 
+/**
+ * Starts a child leading its own session and process group, so a timeout can kill everything it
+ * started, and sandboxd's exit takes what is left with it (killStartedSessions).
+ */
+export function spawnDetached(
+  file: string,
+  args: string[],
+  o: { cwd: string; env: Record<string, string> },
+): ChildProcessWithoutNullStreams {
+  const child = spawn(file, args, {
+    cwd: o.cwd,
+    env: o.env,
+    detached: true,
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  if (child.pid !== undefined) {
+    sessions.add(child.pid);
+    // Under a memory limit the kernel should kill the command, not sandboxd: raising a
+    // child's OOM score needs no privilege, and its own children inherit it.
+    void writeFile(`/proc/${child.pid}/oom_score_adj`, "1000").catch(() => undefined);
+  }
+  return child;
+}
+
+/** Sends `signal` to every process in group `pgid`, except `spare` (a shell to keep alive). */
+export async function signalGroup(
+  pgid: number,
+  signal: NodeJS.Signals,
+  spare?: number,
+): Promise<void> {
+  if (spare === undefined) {
+    try {
+      process.kill(-pgid, signal);
+    } catch {
+      // the group is already gone
+    }
+    return;
+  }
+  for (const name of await readdir("/proc").catch(() => [] as string[])) {
+    if (!/^\d+$/.test(name) || Number(name) === spare) continue;
+    const stat = await readFile(`/proc/${name}/stat`, "utf8").catch(() => "");
+    // Fields after the parenthesised command name: state ppid pgrp ...
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(fields[2]) !== pgid) continue;
+    try {
+      process.kill(Number(name), signal);
+    } catch {
+      // gone meanwhile
+    }
+  }
+}
+
 export function runProcess(spec: ProcessSpec): Promise<RunCommandResult> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
-    const child = spawn(spec.file, spec.args, {
-      cwd: spec.cwd,
-      env: spec.env,
-      // A new process group, so a timeout can kill everything the command started.
-      detached: true,
-      stdio: ["pipe", "pipe", "pipe"],
-    });
-    if (child.pid !== undefined) {
-      sessions.add(child.pid);
-      // Under a memory limit the kernel should kill the command, not sandboxd: raising a
-      // child's OOM score needs no privilege, and its own children inherit it.
-      void writeFile(`/proc/${child.pid}/oom_score_adj`, "1000").catch(() => undefined);
-    }
+    const child = spawnDetached(spec.file, spec.args, { cwd: spec.cwd, env: spec.env });
     const out = new CappedStream("stdout", spec.outputCapBytes, spec.onChunk);
     const err = new CappedStream("stderr", spec.outputCapBytes, spec.onChunk);
     let timedOut = false;

@@ -34,7 +34,7 @@ export function resolveVirtualPath(
   }
   const joined = input.startsWith("/") ? input : posix.join(base, input);
   const virtual = posix.normalize(joined).replace(/(.)\/+$/, "$1");
-  if (virtual !== root && !virtual.startsWith(root + "/")) {
+  if (virtual !== root && !virtual.startsWith(root === "/" ? "/" : root + "/")) {
     throw new SandboxdError("INVALID_ARGUMENT", `path ${JSON.stringify(input)} is outside ${root}`);
   }
   const parts = virtual.slice(root.length).split("/").filter(Boolean);

@@ -7,8 +7,10 @@ import express, { type NextFunction, type Request, type Response } from "express
 import type { Logger } from "pino";
 import { z } from "zod";
 import { aioRouter } from "./aio.ts";
+import { isAioPath, sendAioError } from "./aio-envelope.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
+import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
 import {
   CAPABILITIES,
@@ -36,6 +38,13 @@ export interface ServerOptions {
   /** Shared with the port tunnel, which authenticates the same way. */
   gate: TokenGate;
   logger: Logger;
+  aio: {
+    /** The jail AIO file paths resolve in (see aio.ts). */
+    files: PathJail;
+    sessions: ShellSessions;
+    /** SANDBOXD_AIO_NO_AUTH: the AIO routes need no token. */
+    open: boolean;
+  };
 }
 
 export function createApp(opts: ServerOptions): express.Express {
@@ -44,7 +53,7 @@ export function createApp(opts: ServerOptions): express.Express {
   app.disable("x-powered-by");
   app.set("query parser", "simple");
 
-  // Activity, for idle reapers: authenticated requests in flight, and when the last one ended.
+  // Activity, for idle reapers: admitted requests in flight, and when the last one ended.
   let inFlight = 0;
   let lastActivity = Date.now();
 
@@ -60,7 +69,9 @@ export function createApp(opts: ServerOptions): express.Express {
   });
 
   app.use((req, res, next) => {
-    if (!gate.accepts(req.headers.authorization)) {
+    // SANDBOXD_AIO_NO_AUTH opens the AIO routes only; every other route keeps the token check.
+    const open = opts.aio.open && isAioPath(req.path);
+    if (!open && !gate.accepts(req.headers.authorization)) {
       return next(new SandboxdError("UNAUTHORIZED", "missing or wrong bearer token"));
     }
     inFlight++;
@@ -187,18 +198,20 @@ export function createApp(opts: ServerOptions): express.Express {
     res.status(204).end();
   });
 
-  // DeerFlow / AIO compatibility routes, behind the same token.
-  app.use(aioRouter(jail, executor, VERSION));
+  // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
+  app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));
 
   app.use((_req, _res, next) => next(new SandboxdError("NOT_FOUND", "no such route")));
 
-  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+  // One error handler: AIO routes answer in AIO's envelope, the rest in sandboxd's.
+  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
     const body = errorBody(err, logger);
     if (res.headersSent) {
       res.destroy();
       return;
     }
-    res.status(HTTP_STATUS[body.code]).json({ error: body });
+    if (isAioPath(req.path)) sendAioError(res, HTTP_STATUS[body.code], body);
+    else res.status(HTTP_STATUS[body.code]).json({ error: body });
   });
 
   return app;

@@ -1,18 +1,23 @@
 /** The bearer token every sandboxd route but /healthz requires. */
 import { createHash, timingSafeEqual } from "node:crypto";
 
-/** Bearer-token check in constant time: both sides are hashed so lengths never differ. */
+/**
+ * Bearer-token check in constant time: both sides are hashed so lengths never differ. Without a
+ * token (SANDBOXD_AIO_NO_AUTH with none set) nothing is accepted.
+ */
 export class TokenGate {
-  private digest: Buffer;
-  constructor(token: string) {
-    this.digest = sha256(token);
+  private digest: Buffer | null;
+  constructor(token: string | null) {
+    this.digest = token === null ? null : sha256(token);
   }
   replace(token: string): void {
     this.digest = sha256(token);
   }
   accepts(header: string | undefined): boolean {
     const match = /^Bearer (.+)$/.exec(header ?? "");
-    return match !== null && timingSafeEqual(sha256(match[1]!), this.digest);
+    return (
+      match !== null && this.digest !== null && timingSafeEqual(sha256(match[1]!), this.digest)
+    );
   }
 }
 

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
-const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url));
+export const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url));
 
 export interface TestSandboxd {
   url: string;
@@ -20,19 +20,25 @@ export interface TestSandboxd {
   stop(): Promise<void>;
 }
 
-export async function startSandboxd(env: Record<string, string> = {}): Promise<TestSandboxd> {
+/** Starts sandboxd with `env` over the defaults; a variable set to null is left unset. */
+export async function startSandboxd(
+  env: Record<string, string | null> = {},
+): Promise<TestSandboxd> {
   const root = await mkdtemp(join(tmpdir(), "sandboxd-test-"));
   const token = randomBytes(32).toString("hex");
+  const merged: Record<string, string | null> = {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    HOME: root,
+    SANDBOXD_LISTEN: "127.0.0.1:0",
+    SANDBOXD_ROOT: root,
+    SANDBOXD_TOKEN: token,
+    SANDBOXD_LOG_LEVEL: "error",
+    ...env,
+  };
   const child = spawn(process.execPath, [MAIN], {
-    env: {
-      PATH: process.env.PATH ?? "/usr/bin:/bin",
-      HOME: root,
-      SANDBOXD_LISTEN: "127.0.0.1:0",
-      SANDBOXD_ROOT: root,
-      SANDBOXD_TOKEN: token,
-      SANDBOXD_LOG_LEVEL: "error",
-      ...env,
-    },
+    env: Object.fromEntries(
+      Object.entries(merged).filter((e): e is [string, string] => e[1] !== null),
+    ),
     stdio: ["ignore", "pipe", "inherit"],
   });
   const line = await new Promise<string>((resolve, reject) => {

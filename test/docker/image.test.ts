@@ -124,6 +124,7 @@ describe("sandbox image", () => {
         "SANDBOXD_LISTEN=0.0.0.0:8080",
         "SANDBOXD_PYTHON=/usr/bin/python3",
         "SANDBOXD_PYTHON_PREFIX=/usr",
+        "SANDBOXD_AIO_PATHS=any",
         "HOME=/home/sandpit",
       ]),
     );
@@ -184,6 +185,16 @@ describe("sandbox image", () => {
       expect(node).toMatch(/^v24\./);
       expect(npm).toMatch(/^\d+\.\d+\.\d+$/);
       expect(npx).toBe(npm);
+    });
+
+    it("has git and python3 -m venv", async () => {
+      const out = ok(
+        await sbx.run(
+          "git --version && python3 -m venv /tmp/venv && . /tmp/venv/bin/activate && pip --version",
+        ),
+      );
+      expect(out).toMatch(/^git version \d+/);
+      expect(out).toContain("/tmp/venv/");
     });
 
     it("serves a command, a python cell and a typescript cell", async () => {

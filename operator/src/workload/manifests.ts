@@ -207,6 +207,7 @@ export function pod(
               valueFrom: { secretKeyRef: { name: opts.tokenSecret, key: "token" } },
             },
             { name: "SANDBOXD_ENV", value: JSON.stringify(e.env) },
+            { name: "SANDBOXD_AIO_PATHS", value: "any" }, // a pod: AIO paths reach what bash can
           ],
           resources: {
             // A request above its limit is invalid: a small sandbox requests what it may use.

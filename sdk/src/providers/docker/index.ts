@@ -419,6 +419,7 @@ export class DockerProvider implements SandboxProvider {
             SANDBOXD_TOKEN: token,
             // HOME on the volume: pip and npm caches survive pause/resume and a read-only root.
             SANDBOXD_ENV: JSON.stringify({ HOME: `${VIRTUAL_ROOT}/.sandpit/home`, ...envs }),
+            SANDBOXD_AIO_PATHS: "any", // a container: AIO paths reach what bash can
           },
           labels: hostPort === null ? labels : { ...labels, [LABEL.port]: String(hostPort) },
           volume: `${name}-data`,

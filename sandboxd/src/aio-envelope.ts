@@ -1,0 +1,50 @@
+/**
+ * AIO's response envelope: `{success, message, data}` on success, and the same shape with
+ * `success: false` (plus sandboxd's own `error` object) with an error status on every failure of
+ * an AIO route, whatever produced it: validation, the token check, a body too large, an unknown
+ * route under an AIO prefix.
+ */
+import type { Request, RequestHandler, Response } from "express";
+import type { z } from "zod";
+import { SandboxdError, type ErrorBody } from "./protocol.ts";
+
+export type JsonParser = RequestHandler;
+
+/** Paths the AIO routes live under; `/v1/files` (native) is not one of them. */
+const AIO_PATH = /^\/v1\/(sandbox|shell|bash|file)(\/|$)/;
+
+export function isAioPath(path: string): boolean {
+  return AIO_PATH.test(path);
+}
+
+export function ok(res: Response, data: unknown, message = "ok"): void {
+  res.json({ success: true, message, data });
+}
+
+export function sendAioError(res: Response, status: number, error: ErrorBody): void {
+  res.status(status).json({ success: false, message: error.message, data: null, error });
+}
+
+export function body<T extends z.ZodType>(schema: T, req: Request): z.infer<T> {
+  return parse(schema, req.body);
+}
+
+/** Validates a request's fields, with the first problem as the message. */
+export function parse<T extends z.ZodType>(schema: T, value: unknown): z.infer<T> {
+  const r = schema.safeParse(value ?? {});
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new SandboxdError(
+      "INVALID_ARGUMENT",
+      `${i?.path.join(".") || "body"}: ${i?.message ?? "invalid"}`,
+    );
+  }
+  return r.data;
+}
+
+/** AIO truncates long output in the middle, keeping both ends. */
+export function truncateMiddle(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const half = Math.floor(max / 2);
+  return `${text.slice(0, half)}\n... [${text.length - max} characters truncated] ...\n${text.slice(-half)}`;
+}
