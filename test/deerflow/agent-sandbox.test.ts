@@ -10,7 +10,7 @@
 import { execFile } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
-import { type Stack, provisionerCall, startStack } from "../cluster/harness.ts";
+import { type Stack, provisionerCall, startStack, waitFor } from "../cluster/harness.ts";
 import { ensureVenv } from "./python.ts";
 
 const HERE = new URL(".", import.meta.url).pathname;
@@ -80,8 +80,10 @@ beforeAll(async () => {
       { "X-API-Key": KEY },
     );
     expect(r.status, JSON.stringify(r.json)).toBe(200);
-    expect(r.json.status).toBe("Running");
-    return r.json.sandbox_url as string;
+    const url = r.json.sandbox_url as string;
+    // DeerFlow's readiness wait: GET /v1/sandbox until it answers 200.
+    await waitFor(`${url}/v1/sandbox`, 120_000, async () => (await fetch(`${url}/v1/sandbox`)).ok);
+    return url;
   };
   [urls.SANDPIT_SANDBOX_URL, urls.SANDPIT_OTHER_SANDBOX_URL] = await Promise.all([
     create(randomUUID()),
@@ -95,8 +97,8 @@ afterAll(async () => {
 
 describe("agent-sandbox (DeerFlow's pin) against sandbox_url", () => {
   for (const id of nodeIds) {
-    test(id.replace(/^.*::/, ""), { timeout: TEST_TIMEOUT_MS }, async (ctx) => {
-      const r = await pytest(python, ["-q", id], urls);
+    test(id, { timeout: TEST_TIMEOUT_MS }, async (ctx) => {
+      const r = await pytest(python, ["-q", "--tb=short", id], urls);
       const summary = r.output.trim().split("\n").at(-1) ?? "";
       if (r.code === 0 && /\b1 skipped\b/.test(summary)) {
         ctx.skip(/SKIPPED \[\d+\] [^:]+:\d+: (.*)/.exec(r.output)?.[1] ?? summary);

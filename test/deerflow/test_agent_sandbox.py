@@ -275,6 +275,18 @@ def test_grep_literal_and_case_sensitive(client: Sandbox, workdir: str) -> None:
 # ---- shell sessions ----
 
 
+def test_execute_command_calls_share_one_shell(client: Sandbox, workdir: str) -> None:
+    """DeerFlow's bash tool sends no session id and relies on the AIO image's one persistent
+    shell for those calls: a `cd` or an `export` holds for the agent's next command."""
+    home = shell(client, "pwd").output.strip()
+    try:
+        shell(client, f"cd {workdir} && export DEER_FLOW_TOOL_VAR=kept")
+        assert shell(client, "pwd").output.strip() == workdir
+        assert shell(client, 'echo "$DEER_FLOW_TOOL_VAR"').output.strip() == "kept"
+    finally:
+        shell(client, f"cd {home} && unset DEER_FLOW_TOOL_VAR")
+
+
 def test_shell_session_keeps_cwd_and_env(client: Sandbox, workdir: str) -> None:
     """Recovery in AioSandbox.execute_command: shell.create_session(id), exec with id, cleanup_session."""
     sid = str(uuid.uuid4())
