@@ -1,11 +1,14 @@
 # Sourced by scripts/up.sh and scripts/test.sh: installs what Sandpit needs on a fresh clone.
 # Idempotent: a warm machine installs nothing.
 
-# System packages: bubblewrap (local isolation), python3 with pip (code cells, pip installs).
+# System packages: bubblewrap (local isolation), python3 with pip (code cells, pip installs),
+# python3-venv (the DeerFlow suite's virtualenv: Debian ships ensurepip, which `python3 -m venv`
+# needs, in that package).
 ensure_system_packages() {
   local missing=()
   command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
   command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
   command -v npm >/dev/null 2>&1 || missing+=(npm)
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
