@@ -25,8 +25,9 @@ export interface Claims {
   /** UIDs of warm pods a reconcile is claiming right now. */
   claiming: Set<string>;
   /**
-   * Sandbox key -> adopted warm pod, remembered until the sandbox goes: the caches may not show
-   * the adoption yet, and a sandbox must never adopt twice.
+   * Sandbox uid -> adopted warm pod, remembered until the sandbox goes: the caches may not show
+   * the adoption yet, and a sandbox must never adopt twice. By uid, not name: a sandbox deleted
+   * and created again under its name is another sandbox.
    */
   adopted: Map<string, string>;
 }
@@ -111,7 +112,7 @@ export async function tryAdopt(
       const [claimed, tok] = await Promise.all([claim(ctx, sbx, candidate), token]);
       if (!claimed) continue;
       // Remembered at once: if what follows fails, the retry must find this pod, not claim another.
-      claims.adopted.set(`${ns}/${sbx.metadata.name}`, candidate.metadata.name);
+      claims.adopted.set(sbx.metadata.uid!, candidate.metadata.name);
       // Packages already installed are skipped by pip and npm; only the extra ones cost time.
       const current =
         candidate.metadata.annotations?.[ANNOTATION.templateHash] === templateHash(ctx, pool);

@@ -41,6 +41,18 @@ export function controllerRef(owner: KObject): OwnerReference {
   };
 }
 
+/**
+ * Whether `o` is controlled by another object of `owner`'s kind: for a child found under a name
+ * derived from its owner's, one left by a deleted namesake (same name, another uid).
+ */
+export function controlledByAnother(o: KObject | undefined, owner: KObject): boolean {
+  return (
+    o?.metadata.ownerReferences?.some(
+      (r) => r.controller && r.kind === owner.kind && r.uid !== owner.metadata.uid,
+    ) ?? false
+  );
+}
+
 interface Meta {
   name: string;
   namespace: string;
