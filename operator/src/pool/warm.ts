@@ -18,7 +18,14 @@ import type { Adoption } from "../sandbox/membership.ts";
 import { controllerRef } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { init } from "../workload/sandboxd.ts";
-import { type Effective, effectiveSpec, hashOf, podShape, shapeHash } from "../workload/spec.ts";
+import {
+  type Effective,
+  effectiveSpec,
+  hashOf,
+  podShape,
+  shapeHash,
+  warmable,
+} from "../workload/spec.ts";
 
 /** Warm pods being claimed and adopted, by this process. */
 export interface Claims {
@@ -94,6 +101,9 @@ export async function tryAdopt(
   token: Promise<string>,
   signal: AbortSignal,
 ): Promise<Adoption | undefined> {
+  // A sandbox whose directories depend on its user or thread starts cold: no pod made before
+  // it could have them.
+  if (!warmable(eff)) return undefined;
   const template = effectiveSpec({}, pool.spec, ctx.cfg);
   const shape = shapeHash(eff);
   if (shape !== shapeHash(template)) return undefined; // the sandbox overrides the pod's shape

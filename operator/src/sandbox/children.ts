@@ -20,6 +20,7 @@ import {
   service,
   tokenSecret,
 } from "../workload/manifests.ts";
+import type { ClaimMount } from "../workload/mounts.ts";
 import type { Effective } from "../workload/spec.ts";
 
 const meta = (sbx: Sandbox, name: string) => ({
@@ -117,12 +118,13 @@ export async function ensureAdoptedClaim(ctx: Ctx, sbx: Sandbox, podName: string
   }
 }
 
-/** Creates the sandbox's own pod on its volume; the token Secret must exist already. */
+/** Creates the sandbox's own pod with its claims; the token Secret must exist already. */
 export async function createPod(
   ctx: Ctx,
   sbx: Sandbox,
   eff: Effective,
   podName: string,
+  mounts: ClaimMount[],
 ): Promise<void> {
   const ns = sbx.metadata.namespace!;
   const labels: Record<string, string> = { [LABEL.sandbox]: sbx.metadata.name };
@@ -136,7 +138,7 @@ export async function createPod(
       podManifest(
         { name: podName, namespace: ns, owner: sbx, labels },
         eff,
-        { tokenSecret: tokenSecretName(sbx.metadata.name), claimName: dataClaimName(podName) },
+        { tokenSecret: tokenSecretName(sbx.metadata.name), mounts },
         ctx.cfg,
       ),
     );

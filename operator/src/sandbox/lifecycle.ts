@@ -361,6 +361,23 @@ export function recordInitRejected(
   });
 }
 
+/**
+ * A subPath names a user or thread the sandbox does not have: no pod is made (the whole claim
+ * is never mounted in its place) until the spec says who it is for.
+ */
+export function recordInvalidMounts(
+  ctx: Ctx,
+  sbx: Sandbox,
+  st: SandboxStatusBuilder,
+  message: string,
+): void {
+  if (st.phase !== "Failed") {
+    ctx.events.record(sbx, "Warning", "InvalidMounts", "Start", message);
+    sandboxTransitions.inc({ reason: "Failed" });
+  }
+  st.phaseIs("Failed", "InvalidMounts", message).set({ endpoint: undefined });
+}
+
 export function recordReady(
   ctx: Ctx,
   sbx: Sandbox,

@@ -17,6 +17,7 @@ import { type Ctx, splitKey } from "../context.ts";
 import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../kube/resources.ts";
 import { sandboxTransitions } from "../metrics.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
+import { podMounts } from "../workload/mounts.ts";
 import { containerRunning, restartCount } from "../workload/pod-state.ts";
 import { InitRejected, init, waitHealthy } from "../workload/sandboxd.ts";
 import { type Effective, effectiveSpec } from "../workload/spec.ts";
@@ -38,6 +39,7 @@ import {
   recordAdmitted,
   recordAdopted,
   recordInitRejected,
+  recordInvalidMounts,
   recordPodCreated,
   recordPodFailed,
   recordPreviousGoing,
@@ -225,25 +227,30 @@ async function start(
 ): Promise<ReconcileResult | void> {
   const { sbx, st } = r;
   const ns = sbx.metadata.namespace!;
-  const claimName = dataClaimName(r.podName);
+  // A sandbox whose user data lives in a shared claim has no claim of its own.
+  const ownClaim = r.eff.storage.sharedClaim ? undefined : dataClaimName(r.podName);
   const previous = await clearPrevious(ctx, sbx, [
     [PODS, ctx.caches.pods.get(r.podName, ns)],
-    [PVCS, ctx.caches.claims.get(claimName, ns)],
+    [PVCS, ownClaim ? ctx.caches.claims.get(ownClaim, ns) : undefined],
   ]);
   if (previous.length > 0) {
     return recordPreviousGoing(st, previous, now - Date.parse(sbx.metadata.creationTimestamp!));
   }
+  const resolved = podMounts(r.eff, sbx.spec, ownClaim ?? "");
+  if ("problem" in resolved) return recordInvalidMounts(ctx, sbx, st, resolved.problem);
   const decision = podStart(ctx, sbx, r.podName, st, now, resuming);
   if (!decision.start) return decision.result;
 
-  await ensureClaim(ctx, sbx, r.eff, claimName);
-  const claim = ctx.caches.claims.get(claimName, ns);
-  if (claim?.status?.phase !== "Bound") {
-    const age = now - Date.parse(claim?.metadata.creationTimestamp ?? st.now);
-    if (age < BIND_WAIT_MS) return { requeueAfterMs: BIND_WAIT_MS - age }; // the bind event comes first
+  if (ownClaim) {
+    await ensureClaim(ctx, sbx, r.eff, ownClaim);
+    const claim = ctx.caches.claims.get(ownClaim, ns);
+    if (claim?.status?.phase !== "Bound") {
+      const age = now - Date.parse(claim?.metadata.creationTimestamp ?? st.now);
+      if (age < BIND_WAIT_MS) return { requeueAfterMs: BIND_WAIT_MS - age }; // the bind event comes first
+    }
   }
   await r.token; // the pod reads its token from the Secret: it must exist first
-  await createPod(ctx, sbx, r.eff, r.podName);
+  await createPod(ctx, sbx, r.eff, r.podName, resolved.mounts);
   return recordPodCreated(ctx, sbx, r.podName, st, now, resuming, decision);
 }
 
