@@ -102,8 +102,6 @@ export async function reconcileSandbox(
     if (st.current.initializedFor?.startsWith("failed:")) st.set({ initializedFor: undefined });
   }
 
-  const podName = st.current.podName ?? pools.adoptedPod(sbx) ?? name;
-  st.set({ serviceName: name, tokenSecretRef: tokenSecretName(name), podName });
   let result: ReconcileResult | void;
   const previous = await clearPrevious(ctx, sbx, [
     [SECRETS, ctx.caches.secrets.get(tokenSecretName(name), ns)],
@@ -111,8 +109,11 @@ export async function reconcileSandbox(
     [NETWORK_POLICIES, ctx.caches.networkPolicies.get(name, ns)],
   ]);
   if (previous.length > 0) {
+    // No pod name in status yet: a member that waited here can still adopt a warm pod.
     result = recordPreviousGoing(st, previous, Date.parse(st.now) - created);
   } else {
+    const podName = st.current.podName ?? pools.adoptedPod(sbx) ?? name;
+    st.set({ serviceName: name, tokenSecretRef: tokenSecretName(name), podName });
     // The children every state has are made alongside the run state's work (a warm adoption
     // needs none of them to finish first); whatever waits on the token awaits it.
     const token = ensureTokenSecret(ctx, sbx);
