@@ -268,7 +268,10 @@ async function floor(m: Main) {
           labels: {},
         },
         eff,
-        { tokenSecret: secret, claimName: "none" },
+        {
+          tokenSecret: secret,
+          mounts: [{ claimName: "none", mountPath: "/mnt/user-data", readOnly: false }],
+        },
         cfg,
       );
       p.metadata = { name, namespace: m.ns, labels: { app: "sandpit-bench-floor" } };

@@ -26,6 +26,28 @@ describe("podProblem", () => {
     });
   });
 
+  it("names a claim that does not exist (a mount's or a shared one) with reason ClaimNotFound", () => {
+    const p: Pod = {
+      metadata: { name: "p", namespace: "team-a" },
+      status: {
+        phase: "Pending",
+        conditions: [
+          {
+            type: "PodScheduled",
+            status: "False",
+            reason: "Unschedulable",
+            message:
+              '0/1 nodes are available: persistentvolumeclaim "skills" not found. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.',
+          },
+        ],
+      },
+    };
+    expect(podProblem(p)).toMatchObject({ phase: "Pending", reason: "ClaimNotFound", stuck: true });
+    expect(podProblem(p).message).toMatch(
+      /^PersistentVolumeClaim skills does not exist in namespace team-a/,
+    );
+  });
+
   it("reports an image that cannot be pulled as Starting and stuck", () => {
     const p = pod({
       phase: "Pending",

@@ -12,7 +12,8 @@ import {
   service,
   tokenSecret,
 } from "../src/workload/manifests.ts";
-import { effectiveSpec } from "../src/workload/spec.ts";
+import { podMounts } from "../src/workload/mounts.ts";
+import { effectiveSpec, podShape, shapeHash, warmable } from "../src/workload/spec.ts";
 
 const cfg = readConfig({
   SANDPIT_SANDBOX_IMAGE: "registry.example/sandbox:1",
@@ -34,6 +35,9 @@ const meta = { name: "sbx-1", namespace: "team-a", owner, labels: { [LABEL.sandb
 /** Specs as the API server stores them: parsed through the CRD's own schema, defaults applied. */
 const sandbox = (spec: unknown) => SandboxSpec.parse(spec);
 const poolOf = (spec: unknown) => SandboxPoolSpec.parse(spec);
+
+/** The mounts of a pod with a claim of its own and nothing else. */
+const own = (claimName: string) => [{ claimName, mountPath: VIRTUAL_ROOT, readOnly: false }];
 
 /** Navigation into the plain JSON objects the builders return. */
 const at = (o: unknown, ...path: (string | number)[]): unknown =>
@@ -158,7 +162,7 @@ describe("pod", () => {
     undefined,
     cfg,
   );
-  const p = pod(meta, e, { tokenSecret: "sbx-1-token", claimName: "sbx-1-data" }, cfg);
+  const p = pod(meta, e, { tokenSecret: "sbx-1-token", mounts: own("sbx-1-data") }, cfg);
   const container = at(p, "spec", "containers", 0);
 
   it("runs restricted: non-root uid 1000, seccomp RuntimeDefault, no capabilities, read-only root", () => {
@@ -221,7 +225,7 @@ describe("pod", () => {
     const plain = pod(
       meta,
       effectiveSpec(sandbox({}), undefined, cfg),
-      { tokenSecret: "t", claimName: "c" },
+      { tokenSecret: "t", mounts: own("c") },
       cfg,
     );
     expect(at(plain, "spec")).not.toHaveProperty("runtimeClassName");
@@ -253,7 +257,7 @@ describe("pod", () => {
       SANDPIT_POD_NODE_SELECTOR: '{"pool":"sandboxes"}',
       SANDPIT_POD_TOLERATIONS: '[{"key":"sandbox","operator":"Exists","effect":"NoSchedule"}]',
     });
-    const q = pod(meta, e, { tokenSecret: "t", claimName: "c" }, placed);
+    const q = pod(meta, e, { tokenSecret: "t", mounts: own("c") }, placed);
     expect(at(q, "spec", "nodeSelector")).toEqual({ pool: "sandboxes" });
     expect(at(q, "spec", "tolerations")).toEqual([
       { key: "sandbox", operator: "Exists", effect: "NoSchedule" },
@@ -395,5 +399,163 @@ describe("networkPolicy", () => {
     const allow80 = hash({ egress: "Allowlist", allow: [{ cidr: "203.0.113.0/24", ports: [80] }] });
     expect(allow443).not.toBe(allow80);
     expect(allow443).not.toBe(deny);
+  });
+});
+
+describe("mounts", () => {
+  const skills = { claimName: "skills", mountPath: "/mnt/skills", readOnly: true };
+  const pool = poolOf({
+    maxActive: 2,
+    template: {
+      mounts: [skills, { claimName: "ws", mountPath: "/mnt/acp-workspace" }],
+      storage: {
+        sharedClaim: { claimName: "deerflow", subPath: "users/{user}/threads/{thread}/user-data" },
+      },
+    },
+  });
+
+  it("adds a sandbox's mounts to its pool's, the sandbox's winning at the same path", () => {
+    const e = effectiveSpec(
+      sandbox({
+        poolRef: "p",
+        mounts: [
+          { claimName: "ws-2", mountPath: "/mnt/acp-workspace", subPath: "{thread}" },
+          { claimName: "tools", mountPath: "/opt/tools", readOnly: true },
+        ],
+      }),
+      pool,
+      cfg,
+    );
+    expect(e.mounts).toEqual([
+      skills,
+      { claimName: "ws-2", mountPath: "/mnt/acp-workspace", subPath: "{thread}" },
+      { claimName: "tools", mountPath: "/opt/tools", readOnly: true },
+    ]);
+    expect(e.storage.sharedClaim).toEqual({
+      claimName: "deerflow",
+      subPath: "users/{user}/threads/{thread}/user-data",
+    });
+    expect(effectiveSpec(sandbox({}), undefined, cfg).mounts).toEqual([]);
+  });
+
+  it("renders {user} and {thread}; the user-data volume comes first, from the shared claim", () => {
+    const e = effectiveSpec(sandbox({ poolRef: "p" }), pool, cfg);
+    expect(podMounts(e, { userId: "u1", threadId: "t1" }, "own-data")).toEqual({
+      mounts: [
+        {
+          claimName: "deerflow",
+          mountPath: VIRTUAL_ROOT,
+          readOnly: false,
+          subPath: "users/u1/threads/t1/user-data",
+        },
+        { claimName: "skills", mountPath: "/mnt/skills", readOnly: true },
+        { claimName: "ws", mountPath: "/mnt/acp-workspace", readOnly: false },
+      ],
+    });
+  });
+
+  it("refuses a subPath naming an id the sandbox lacks, or one that is not a plain segment", () => {
+    const e = effectiveSpec(sandbox({ poolRef: "p" }), pool, cfg);
+    expect(podMounts(e, { userId: "u1" }, "own-data")).toEqual({
+      problem:
+        "spec.storage.sharedClaim.subPath names {thread} but the sandbox has no spec.threadId",
+    });
+    expect(podMounts(e, { userId: "..", threadId: "t" }, "own-data")).toEqual({
+      problem:
+        "spec.storage.sharedClaim.subPath names {user} but spec.userId is not a plain path segment",
+    });
+    expect(podMounts(e, { userId: "a/b", threadId: "t" }, "own-data")).toHaveProperty("problem");
+    const mount = effectiveSpec(
+      sandbox({ mounts: [{ claimName: "c", mountPath: "/mnt/x", subPath: "u/{user}" }] }),
+      undefined,
+      cfg,
+    );
+    expect(podMounts(mount, {}, "own-data")).toEqual({
+      problem: "the subPath of the mount at /mnt/x names {user} but the sandbox has no spec.userId",
+    });
+  });
+
+  it("builds one volume per claim, read-only when every mount of it is, with subPaths", () => {
+    const e = effectiveSpec(sandbox({ poolRef: "p" }), pool, cfg);
+    const resolved = podMounts(
+      {
+        ...e,
+        mounts: [...e.mounts, { claimName: "deerflow", mountPath: "/mnt/all", readOnly: true }],
+      },
+      { userId: "u1", threadId: "t1" },
+      "own-data",
+    );
+    if ("problem" in resolved) throw new Error(resolved.problem);
+    const p = pod(meta, e, { tokenSecret: "t", mounts: resolved.mounts }, cfg);
+    expect(at(p, "spec", "volumes")).toEqual([
+      { name: "data", persistentVolumeClaim: { claimName: "deerflow" } },
+      { name: "claim-1", persistentVolumeClaim: { claimName: "skills", readOnly: true } },
+      { name: "claim-2", persistentVolumeClaim: { claimName: "ws" } },
+      { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
+    ]);
+    expect(at(p, "spec", "containers", 0, "volumeMounts")).toEqual([
+      { name: "data", mountPath: "/mnt/user-data", subPath: "users/u1/threads/t1/user-data" },
+      { name: "claim-1", mountPath: "/mnt/skills", readOnly: true },
+      { name: "claim-2", mountPath: "/mnt/acp-workspace" },
+      { name: "data", mountPath: "/mnt/all", readOnly: true },
+      { name: "tmp", mountPath: "/tmp" },
+    ]);
+    // Mounts change nothing of the pod's restrictions.
+    expect(at(p, "spec", "securityContext")).toMatchObject({ runAsNonRoot: true, runAsUser: 1000 });
+    expect(at(p, "spec", "containers", 0, "securityContext")).toMatchObject({
+      readOnlyRootFilesystem: true,
+      allowPrivilegeEscalation: false,
+    });
+  });
+
+  it("makes warm pods only for what no user or thread decides, and keeps the shape of pods without mounts", () => {
+    expect(warmable(effectiveSpec(sandbox({ poolRef: "p" }), pool, cfg))).toBe(false);
+    const skillsOnly = effectiveSpec(sandbox({ mounts: [skills] }), undefined, cfg);
+    expect(warmable(skillsOnly)).toBe(true);
+    const perThread = effectiveSpec(
+      sandbox({ mounts: [{ ...skills, subPath: "t/{thread}" }] }),
+      undefined,
+      cfg,
+    );
+    expect(warmable(perThread)).toBe(false);
+    const plain = effectiveSpec(sandbox({}), undefined, cfg);
+    expect(podShape(plain)).not.toHaveProperty("mounts");
+    expect(shapeHash(skillsOnly)).not.toBe(shapeHash(plain));
+  });
+
+  it("rejects mounts that are relative, shadow sandboxd's or the system's paths, climb out, or repeat", () => {
+    const bad = (mounts: unknown) => {
+      const r = SandboxSpec.safeParse({ mounts });
+      return r.success ? "" : r.error.issues.map((i) => i.message).join("\n");
+    };
+    const m = (mountPath: string, extra: object = {}) => [{ claimName: "c", mountPath, ...extra }];
+    expect(bad(m("mnt/skills"))).toMatch(/absolute path/);
+    expect(bad(m("/mnt/skills/"))).toMatch(/absolute path/);
+    for (const path of [
+      "/mnt/user-data",
+      "/mnt/user-data/x",
+      "/mnt",
+      "/tmp/x",
+      "/opt/sandpit",
+      "/opt",
+      "/usr/lib",
+    ]) {
+      expect(bad(m(path)), path).toMatch(/may not cover, lie under or contain/);
+    }
+    expect(bad(m("/mnt/a/../user-data"))).toMatch(/no '\.' or '\.\.' segments/);
+    expect(bad(m("/mnt/x", { subPath: "../up" }))).toMatch(/no '\.' or '\.\.' segments/);
+    expect(bad(m("/mnt/x", { subPath: "/abs" }))).toMatch(/relative path/);
+    expect(bad(m("/mnt/x", { subPath: "u/{email}" }))).toMatch(/relative path/);
+    expect(bad(m("/mnt/x", { claimName: "Not_A_Claim" }))).toMatch(/PersistentVolumeClaim name/);
+    expect(bad([...m("/mnt/x"), ...m("/mnt/x")])).toMatch(/its own mountPath/);
+    expect(bad(Array.from({ length: 17 }, (_, i) => m(`/mnt/m${i}`)[0]))).not.toBe("");
+    expect(
+      bad([
+        ...m("/mnt/skills", { readOnly: true, subPath: "s/{user}" }),
+        ...m("/home/sandpit/.lark"),
+      ]),
+    ).toBe("");
+    const shared = SandboxSpec.safeParse({ storage: { sharedClaim: { claimName: "c" } } });
+    expect(shared.success).toBe(false); // a shared claim always names its directory
   });
 });

@@ -504,3 +504,67 @@ export async function provisionerCall(
   }
   return { status: res.status, json, headers: res.headers };
 }
+
+/** Creates a PersistentVolumeClaim of the cluster's default class. */
+export async function createClaim(c: Clients, ns: string, name: string, size = "64Mi") {
+  await c.core.createNamespacedPersistentVolumeClaim({
+    namespace: ns,
+    body: {
+      metadata: { name },
+      spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: size } } },
+    },
+  });
+}
+
+/**
+ * Runs `script` (sh) to completion in a pod of `image` with `claim` at /claim, as the sandbox's
+ * uid and gid 1000, and returns its output: another process writing into or reading from a
+ * claim the sandboxes mount.
+ */
+export async function runInClaim(
+  c: Clients,
+  ns: string,
+  o: { claim: string; image: string; script: string },
+): Promise<string> {
+  const name = `claim-job-${Math.random().toString(36).slice(2, 8)}`;
+  await c.core.createNamespacedPod({
+    namespace: ns,
+    body: {
+      metadata: { name },
+      spec: {
+        restartPolicy: "Never",
+        securityContext: {
+          runAsNonRoot: true,
+          runAsUser: 1000,
+          runAsGroup: 1000,
+          fsGroup: 1000,
+          seccompProfile: { type: "RuntimeDefault" },
+        },
+        containers: [
+          {
+            name: "job",
+            image: o.image,
+            imagePullPolicy: "IfNotPresent",
+            command: ["sh", "-c", o.script],
+            securityContext: {
+              allowPrivilegeEscalation: false,
+              capabilities: { drop: ["ALL"] },
+            },
+            volumeMounts: [{ name: "claim", mountPath: "/claim" }],
+          },
+        ],
+        volumes: [{ name: "claim", persistentVolumeClaim: { claimName: o.claim } }],
+      },
+    },
+  });
+  const phase = await waitFor(`pod ${name} to finish`, 120_000, async () => {
+    const p = await c.core.readNamespacedPod({ name, namespace: ns });
+    return p.status?.phase === "Succeeded" || p.status?.phase === "Failed"
+      ? p.status.phase
+      : undefined;
+  });
+  const logs = await c.core.readNamespacedPodLog({ name, namespace: ns });
+  await c.core.deleteNamespacedPod({ name, namespace: ns, gracePeriodSeconds: 0 });
+  if (phase !== "Succeeded") throw new Error(`pod ${name} failed: ${logs}`);
+  return logs;
+}

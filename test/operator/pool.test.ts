@@ -1,7 +1,8 @@
 /**
  * SandboxPools on the real cluster: the maxActive cap under LRU and Reject, warm adoption with
- * the new sandbox's own token and environment, and a template change that replaces warm pods
- * without the pool ever running out of claimable ones.
+ * the new sandbox's own token and environment, a template change that replaces warm pods
+ * without the pool ever running out of claimable ones, and a member deleted and at once created
+ * again under its name, which must not take its predecessor's pod or volume.
  */
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { dataClaimName } from "@sandpit/operator/api";
@@ -230,6 +231,57 @@ describe("SandboxPool", () => {
           )
         ).stdout,
       ).toBe("2\n");
+    },
+  );
+
+  test(
+    "a member suspended, resumed, deleted and at once created again is Ready on its own pod and volume",
+    { timeout: 300_000 },
+    async () => {
+      await pools.create(c, ns, "again", { maxActive: 3, warm: 1, template: {} });
+      const oneWarm = () =>
+        waitFor(
+          "a warm pod ready",
+          90_000,
+          async () => (await pools.get(c, ns, "again")).status?.warmReady === 1,
+        );
+      await oneWarm();
+      await sandboxes.create(c, ns, "re", { poolRef: "again" });
+      await waitForPhase(c, ns, "re", "Ready", 30_000);
+      await sandboxes.patchSpec(c, ns, "re", { lifecycle: { suspended: true } });
+      await waitForPhase(c, ns, "re", "Suspended");
+      await sandboxes.patchSpec(c, ns, "re", { lifecycle: { suspended: false } });
+      const resumed = await waitForPhase(c, ns, "re", "Ready");
+      await oneWarm(); // the pool refilled after the first adoption
+
+      const since = Date.now() - 1_000; // event timestamps have whole seconds
+      await sandboxes.delete(c, ns, "re");
+      const created = await sandboxes.create(c, ns, "re", { poolRef: "again" });
+      // The bound of a fresh create: the predecessor's terminating pod costs it nothing.
+      const ready = await waitForPhase(c, ns, "re", "Ready");
+      const uid = created.metadata.uid!;
+      expect(ready.metadata.uid).toBe(uid);
+      expect(ready.status?.podName).not.toBe(resumed.status?.podName);
+      const pod = await c.core.readNamespacedPod({ name: ready.status!.podName!, namespace: ns });
+      expect(pod.metadata?.ownerReferences?.map((o) => o.uid)).toEqual([uid]);
+      const claim = await c.core.readNamespacedPersistentVolumeClaim({
+        name: dataClaimName(ready.status!.podName!),
+        namespace: ns,
+      });
+      expect(claim.metadata?.ownerReferences?.map((o) => o.uid)).toEqual([uid]);
+      // Its own token opens it (not the deleted one's).
+      const out = await runCode(ready.status!.endpoint!, await tokenOf(c, ns, "re"), "print(7)");
+      expect(out.stdout).toBe("7\n");
+      const events = await c.core.listNamespacedEvent({ namespace: ns });
+      const notFound = events.items.filter((e) => {
+        const at = e.lastTimestamp ?? e.eventTime ?? e.metadata?.creationTimestamp;
+        return (
+          e.type === "Warning" &&
+          /not found/.test(e.message ?? "") &&
+          (at ? new Date(at).getTime() >= since : true)
+        );
+      });
+      expect(notFound.map((e) => e.message)).toEqual([]);
     },
   );
 });

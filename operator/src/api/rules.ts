@@ -34,3 +34,51 @@ export { Port } from "@sandpit/sandboxd/protocol";
 /** A listen address: host:port, an empty host meaning every interface. */
 export const HOST_PORT_PATTERN = /^[^:]*:\d+$/;
 export const HOST_PORT_RULE = "expected host:port";
+
+/** A PersistentVolumeClaim's name (a DNS-1123 subdomain). */
+export const CLAIM_NAME_PATTERN =
+  /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+export const CLAIM_NAME_RULE =
+  "a PersistentVolumeClaim name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit";
+
+/** An absolute container path of plain segments (no '.' or '..', no trailing '/'). */
+export const MOUNT_PATH_PATTERN = /^(\/[A-Za-z0-9._-]+)+$/;
+export const MOUNT_PATH_RULE =
+  "an absolute path of segments made of letters, digits, '.', '_' and '-', such as /mnt/skills";
+
+/**
+ * Paths a mount may not cover, lie under or contain: sandboxd's volume, its scratch space, its
+ * install directory (OPT in images/build.ts) and the system directories the sandbox runs on.
+ */
+export const RESERVED_MOUNT_PATHS = [
+  "/mnt/user-data",
+  "/tmp",
+  "/opt/sandpit",
+  "/bin",
+  "/dev",
+  "/etc",
+  "/lib",
+  "/lib64",
+  "/proc",
+  "/sbin",
+  "/sys",
+  "/usr",
+] as const;
+
+/** Whether a mount at `path` would shadow or be shadowed by one of RESERVED_MOUNT_PATHS. */
+export const reservedMountPath = (path: string) =>
+  RESERVED_MOUNT_PATHS.find(
+    (r) => path === r || path.startsWith(`${r}/`) || r.startsWith(`${path}/`),
+  );
+
+/**
+ * A path inside a claim, relative, of plain segments; `{user}` and `{thread}` stand for the
+ * sandbox's userId and threadId.
+ */
+export const SUB_PATH_PATTERN =
+  /^([A-Za-z0-9._-]|\{user\}|\{thread\})+(\/([A-Za-z0-9._-]|\{user\}|\{thread\})+)*$/;
+export const SUB_PATH_RULE =
+  "a relative path of segments made of letters, digits, '.', '_', '-', {user} and {thread}, such as users/{user}/threads/{thread}/user-data";
+
+/** Whether a path has a '.' or '..' segment (a subPath must stay inside its claim). */
+export const hasDotSegment = (path: string) => path.split("/").some((s) => s === "." || s === "..");

@@ -6,7 +6,20 @@
 import { ENV_NAME_PATTERN, ENV_NAME_RULE, ID_PATTERN, ID_RULE } from "@sandpit/sandboxd/protocol";
 import { z } from "zod";
 import type { KObject, Resource } from "../kube/rest.ts";
-import { Port, QUANTITY_PATTERN, QUANTITY_RULE } from "./rules.ts";
+import {
+  CLAIM_NAME_PATTERN,
+  CLAIM_NAME_RULE,
+  MOUNT_PATH_PATTERN,
+  MOUNT_PATH_RULE,
+  Port,
+  QUANTITY_PATTERN,
+  QUANTITY_RULE,
+  RESERVED_MOUNT_PATHS,
+  SUB_PATH_PATTERN,
+  SUB_PATH_RULE,
+  hasDotSegment,
+  reservedMountPath,
+} from "./rules.ts";
 
 export const GROUP = "sandpit.dev";
 export const VERSION = "v1alpha1";
@@ -55,6 +68,45 @@ export const Resources = z
     "Resource limits of the sandbox container; the operator's defaults apply to what is omitted.",
   );
 
+const claimName = (what: string) =>
+  z
+    .string()
+    .max(253)
+    .regex(CLAIM_NAME_PATTERN, `claimName is ${CLAIM_NAME_RULE}`)
+    .describe(`${what}: an existing PersistentVolumeClaim in the sandbox's namespace.`);
+
+/** CEL: the path in `field` (relative when `relative`) has no '.' or '..' segment. */
+const noDotSegments = (field: string, relative: boolean) => {
+  const path = relative ? `'/' + self.${field} + '/'` : `self.${field} + '/'`;
+  return `!(${path}).contains('/./') && !(${path}).contains('/../')`;
+};
+
+const subPath = (what: string) =>
+  z
+    .string()
+    .min(1)
+    .max(512)
+    .regex(SUB_PATH_PATTERN, `subPath is ${SUB_PATH_RULE}`)
+    .refine((p) => !hasDotSegment(p), "subPath has no '.' or '..' segments")
+    .describe(
+      `${what}, relative to the claim's root. {user} and {thread} stand for the sandbox's userId and threadId; a sandbox without the one its subPath names is not started (reason InvalidMounts) rather than given the whole claim.`,
+    );
+
+const subPathRule = cel(
+  `!has(self.subPath) || ${noDotSegments("subPath", true)}`,
+  "subPath has no '.' or '..' segments",
+);
+
+export const SharedClaim = z
+  .strictObject({
+    claimName: claimName("Claim holding every sandbox's user data"),
+    subPath: subPath("This sandbox's directory in the claim, mounted at /mnt/user-data"),
+  })
+  .meta({ "x-kubernetes-validations": [subPathRule] })
+  .describe(
+    "/mnt/user-data as a directory of an existing shared claim (for example users/{user}/threads/{thread}/user-data) instead of a claim of the sandbox's own: whoever else mounts the claim sees the sandbox's files as they are written. No <pod>-data claim is made, size and storageClassName do not apply, and the sandbox always starts cold (a warm pod cannot know its future directory). The directory should exist and be writable by uid or gid 1000; one the kubelet creates is root's.",
+  );
+
 export const Storage = z
   .strictObject({
     // No schema default, as for language: a Sandbox setting only the class keeps the pool's size.
@@ -68,10 +120,46 @@ export const Storage = z
       .max(253)
       .optional()
       .describe("StorageClass of the volume; the cluster's default class when omitted."),
+    sharedClaim: SharedClaim.optional(),
   })
   .describe(
-    "The PersistentVolumeClaim (<name>-data) mounted at /mnt/user-data; it outlives suspension.",
+    "The volume at /mnt/user-data: a PersistentVolumeClaim of the sandbox's own (<pod>-data), or a directory of a shared claim (sharedClaim). It outlives suspension.",
   );
+
+const reservedList = RESERVED_MOUNT_PATHS.map((r) => `'${r}'`).join(", ");
+
+export const Mount = z
+  .strictObject({
+    claimName: claimName("Claim to mount"),
+    mountPath: z
+      .string()
+      .max(512)
+      .regex(MOUNT_PATH_PATTERN, `mountPath is ${MOUNT_PATH_RULE}`)
+      .refine((p) => !hasDotSegment(p), "mountPath has no '.' or '..' segments")
+      .refine(
+        (p) => !reservedMountPath(p),
+        `mountPath may not cover, lie under or contain ${RESERVED_MOUNT_PATHS.join(", ")}`,
+      )
+      .describe(
+        `Absolute path in the sandbox, for example /mnt/skills. It may not cover, lie under or contain ${RESERVED_MOUNT_PATHS.join(", ")} (sandboxd's own paths and the system's; the user-data volume is spec.storage).`,
+      ),
+    readOnly: z
+      .boolean()
+      .optional()
+      .describe("true mounts the claim read-only; read-write when omitted."),
+    subPath: subPath("Directory of the claim to mount instead of its root").optional(),
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      cel(noDotSegments("mountPath", false), "mountPath has no '.' or '..' segments"),
+      cel(
+        `[${reservedList}].all(r, self.mountPath != r && !self.mountPath.startsWith(r + '/') && !r.startsWith(self.mountPath + '/'))`,
+        `mountPath may not cover, lie under or contain ${RESERVED_MOUNT_PATHS.join(", ")}`,
+      ),
+      subPathRule,
+    ],
+  })
+  .describe("An existing PersistentVolumeClaim mounted into the sandbox.");
 
 export const AllowRule = z
   .strictObject({
@@ -173,6 +261,18 @@ const templateFields = {
     .describe("Environment of every process in the sandbox."),
   resources: Resources.optional(),
   storage: Storage.optional(),
+  mounts: z
+    .array(Mount)
+    .max(16)
+    .refine(
+      (ms) => new Set(ms.map((m) => m.mountPath)).size === ms.length,
+      "each mount has its own mountPath",
+    )
+    .optional()
+    .meta({ "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"] })
+    .describe(
+      "Existing claims mounted into the sandbox (skills, a shared workspace). A sandbox's mounts add to its pool's; one at the same mountPath replaces the pool's. Each claim must exist: until it does, the sandbox is Pending with reason ClaimNotFound.",
+    ),
   network: Network.optional(),
   lifecycle: Lifecycle.optional(),
   runtimeClassName: z
@@ -358,6 +458,8 @@ export const SandboxPoolStatus = z
   .describe("What the pool is, as observed by the operator.");
 
 export type Package = z.infer<typeof Package>;
+export type Mount = z.infer<typeof Mount>;
+export type SharedClaim = z.infer<typeof SharedClaim>;
 export type SandboxSpec = z.infer<typeof SandboxSpec>;
 export type SandboxStatus = z.infer<typeof SandboxStatus>;
 export type SandboxPoolSpec = z.infer<typeof SandboxPoolSpec>;

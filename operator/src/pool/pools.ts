@@ -3,10 +3,10 @@
  * maxActive ledger and the warm pods being claimed and adopted. It implements PoolMembership,
  * the one way the sandbox reconciler reaches pool semantics.
  */
-import { LABEL } from "../api/labels.ts";
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import { type Ctx, keyOf, splitKey } from "../context.ts";
 import type { Adoption, PoolMembership } from "../sandbox/membership.ts";
+import { controlledByAnother } from "../workload/manifests.ts";
 import type { Effective } from "../workload/spec.ts";
 import { PoolAdmission, type PoolView } from "./admission.ts";
 import { type Claims, tryAdopt, warmToken } from "./warm.ts";
@@ -37,16 +37,20 @@ export class Pools implements PoolMembership {
     return this.admission.isEvicting(keyOf(sbx));
   }
 
-  /** A pod adopted from the warm pool carries the sandbox's label but the pool's pod name. */
+  /**
+   * A pod adopted from the warm pool keeps the pool's pod name; it is this sandbox's by owner uid.
+   * Its name label is no proof: a deleted sandbox of the same name leaves pods that carry it.
+   */
   adoptedPod(sbx: Sandbox): string | undefined {
+    const uid = sbx.metadata.uid!;
     return (
-      this.#claims.adopted.get(keyOf(sbx)) ??
+      this.#claims.adopted.get(uid) ??
       this.#ctx.caches.pods
         .list(sbx.metadata.namespace)
         .find(
           (p) =>
-            p.metadata.labels?.[LABEL.sandbox] === sbx.metadata.name &&
-            p.metadata.name !== sbx.metadata.name,
+            p.metadata.name !== sbx.metadata.name &&
+            p.metadata.ownerReferences?.some((o) => o.controller && o.uid === uid),
         )?.metadata.name
     );
   }
@@ -68,7 +72,7 @@ export class Pools implements PoolMembership {
 
   /** A sandbox is gone: its slot, its eviction mark and its adoption go with it. */
   forget(sbx: Sandbox): void {
-    this.#claims.adopted.delete(keyOf(sbx));
+    this.#claims.adopted.delete(sbx.metadata.uid!);
     if (!sbx.spec.poolRef) return;
     const poolKey = `${sbx.metadata.namespace}/${sbx.spec.poolRef}`;
     for (const k of this.admission.release(poolKey, keyOf(sbx))) this.#ctx.enqueueSandbox(k);
@@ -93,9 +97,10 @@ export class Pools implements PoolMembership {
         ctx.caches.sandboxes
           .list(ns)
           .filter((s) => s.spec.poolRef === pool.metadata.name && !s.metadata.deletionTimestamp)
-          .filter(
-            (s) => ctx.caches.pods.get(s.status?.podName ?? s.metadata.name, ns) !== undefined,
-          )
+          .filter((s) => {
+            const pod = ctx.caches.pods.get(s.status?.podName ?? s.metadata.name, ns);
+            return pod !== undefined && !controlledByAnother(pod, s);
+          })
           .map(keyOf),
       lastActive: (key: string) => {
         const [, name] = splitKey(key);

@@ -22,8 +22,9 @@ import {
   tokenSecret,
 } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
+import { podMounts } from "../workload/mounts.ts";
 import { init } from "../workload/sandboxd.ts";
-import { effectiveSpec, shapeHash } from "../workload/spec.ts";
+import { effectiveSpec, shapeHash, warmable } from "../workload/spec.ts";
 import type { Pools } from "./pools.ts";
 import { claimable, templateHash, warmPods, warmSecretName, warmToken } from "./warm.ts";
 
@@ -52,7 +53,7 @@ export async function reconcilePool(
   // A lowered maxActive takes effect now, least recently active first.
   for (const victim of pools.admission.trim(key, pools.view(pool))) ctx.enqueueSandbox(victim);
 
-  if (pool.spec.warm > 0 || warmPods(ctx, pool).length > 0) {
+  if ((warmable(template) && pool.spec.warm > 0) || warmPods(ctx, pool).length > 0) {
     await ensureWarmSecret(ctx, pool, meta(warmSecretName(pool)));
     const np = networkPolicy(
       meta(`${name}-warm`),
@@ -72,7 +73,7 @@ export async function reconcilePool(
   const pods = warmPods(ctx, pool);
   const fresh = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] === hash);
   const stale = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] !== hash);
-  const want = pool.spec.warm;
+  const want = warmable(template) ? pool.spec.warm : 0;
 
   await installTemplatePackages(ctx, pool, fresh, signal);
 
@@ -127,6 +128,7 @@ export async function reconcilePool(
 
   await writePoolStatus(ctx, pools, pool, {
     warmReady: pods.filter((p) => !deletions.includes(p) && claimable(pool, p, shape)).length,
+    warmable: warmable(template),
     rolling: stale.length > 0,
   });
   const settling = pods.some((p) => !podReady(p)) || stale.length > 0;
@@ -155,6 +157,10 @@ async function createWarmPod(
 ): Promise<void> {
   const ns = pool.metadata.namespace!;
   const e = effectiveSpec({}, pool.spec, ctx.cfg);
+  const resolved = podMounts(e, {}, dataClaimName(podName));
+  // Only warmable templates get warm pods, and theirs name no user or thread.
+  if ("problem" in resolved) throw new Error(resolved.problem);
+  const { mounts } = resolved;
   const labels = { [LABEL.pool]: pool.metadata.name };
   await ctx.kube.create(
     PVCS,
@@ -167,7 +173,7 @@ async function createWarmPod(
       e,
       {
         tokenSecret: warmSecretName(pool),
-        claimName: dataClaimName(podName),
+        mounts,
         annotations: { [ANNOTATION.templateHash]: hash, [ANNOTATION.shapeHash]: shape },
       },
       ctx.cfg,
@@ -214,7 +220,7 @@ async function writePoolStatus(
   ctx: Ctx,
   pools: Pools,
   pool: SandboxPool,
-  s: { warmReady: number; rolling: boolean },
+  s: { warmReady: number; warmable: boolean; rolling: boolean },
 ): Promise<void> {
   const key = keyOf(pool);
   const now = new Date().toISOString();
@@ -227,19 +233,27 @@ async function writePoolStatus(
   const gen = pool.metadata.generation;
   conditions = setCondition(
     conditions,
-    s.warmReady >= pool.spec.warm
+    !s.warmable && pool.spec.warm > 0
       ? {
           type: "Ready",
           status: "True",
-          reason: "WarmPoolFilled",
-          message: `${s.warmReady} warm sandboxes ready`,
+          reason: "WarmNotApplicable",
+          message:
+            "the template gives each sandbox a directory of its own user or thread (storage.sharedClaim, or a mount's subPath naming {user} or {thread}), which a pod made ahead of its sandbox cannot know: no warm sandboxes are kept and members start cold",
         }
-      : {
-          type: "Ready",
-          status: "False",
-          reason: "WarmingUp",
-          message: `${s.warmReady} of ${pool.spec.warm} warm sandboxes ready`,
-        },
+      : s.warmReady >= pool.spec.warm
+        ? {
+            type: "Ready",
+            status: "True",
+            reason: "WarmPoolFilled",
+            message: `${s.warmReady} warm sandboxes ready`,
+          }
+        : {
+            type: "Ready",
+            status: "False",
+            reason: "WarmingUp",
+            message: `${s.warmReady} of ${pool.spec.warm} warm sandboxes ready`,
+          },
     gen,
     now,
   );

@@ -18,15 +18,23 @@ import type { Adoption } from "../sandbox/membership.ts";
 import { controllerRef } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { init } from "../workload/sandboxd.ts";
-import { type Effective, effectiveSpec, hashOf, podShape, shapeHash } from "../workload/spec.ts";
+import {
+  type Effective,
+  effectiveSpec,
+  hashOf,
+  podShape,
+  shapeHash,
+  warmable,
+} from "../workload/spec.ts";
 
 /** Warm pods being claimed and adopted, by this process. */
 export interface Claims {
   /** UIDs of warm pods a reconcile is claiming right now. */
   claiming: Set<string>;
   /**
-   * Sandbox key -> adopted warm pod, remembered until the sandbox goes: the caches may not show
-   * the adoption yet, and a sandbox must never adopt twice.
+   * Sandbox uid -> adopted warm pod, remembered until the sandbox goes: the caches may not show
+   * the adoption yet, and a sandbox must never adopt twice. By uid, not name: a sandbox deleted
+   * and created again under its name is another sandbox.
    */
   adopted: Map<string, string>;
 }
@@ -93,6 +101,9 @@ export async function tryAdopt(
   token: Promise<string>,
   signal: AbortSignal,
 ): Promise<Adoption | undefined> {
+  // A sandbox whose directories depend on its user or thread starts cold: no pod made before
+  // it could have them.
+  if (!warmable(eff)) return undefined;
   const template = effectiveSpec({}, pool.spec, ctx.cfg);
   const shape = shapeHash(eff);
   if (shape !== shapeHash(template)) return undefined; // the sandbox overrides the pod's shape
@@ -111,7 +122,7 @@ export async function tryAdopt(
       const [claimed, tok] = await Promise.all([claim(ctx, sbx, candidate), token]);
       if (!claimed) continue;
       // Remembered at once: if what follows fails, the retry must find this pod, not claim another.
-      claims.adopted.set(`${ns}/${sbx.metadata.name}`, candidate.metadata.name);
+      claims.adopted.set(sbx.metadata.uid!, candidate.metadata.name);
       // Packages already installed are skipped by pip and npm; only the extra ones cost time.
       const current =
         candidate.metadata.annotations?.[ANNOTATION.templateHash] === templateHash(ctx, pool);

@@ -9,8 +9,9 @@ import { dataClaimName, tokenSecretName } from "../api/names.ts";
 import type { Sandbox } from "../api/v1alpha1.ts";
 import { type Ctx, keyOf } from "../context.ts";
 import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../kube/resources.ts";
-import { isAlreadyExists, isConflict } from "../kube/rest.ts";
+import { type KObject, type Resource, isAlreadyExists, isConflict } from "../kube/rest.ts";
 import {
+  controlledByAnother,
   controllerRef,
   dataClaim,
   networkPolicy,
@@ -19,6 +20,7 @@ import {
   service,
   tokenSecret,
 } from "../workload/manifests.ts";
+import type { ClaimMount } from "../workload/mounts.ts";
 import type { Effective } from "../workload/spec.ts";
 
 const meta = (sbx: Sandbox, name: string) => ({
@@ -43,10 +45,17 @@ export async function ensureTokenSecret(ctx: Ctx, sbx: Sandbox): Promise<string>
     return token;
   } catch (err) {
     if (!isAlreadyExists(err)) throw err;
-    const secret = await ctx.kube.get<{
-      metadata: { name: string };
-      data?: Record<string, string>;
-    }>(SECRETS, ns, name);
+    const secret = await ctx.kube.get<KObject & { data?: Record<string, string> }>(
+      SECRETS,
+      ns,
+      name,
+    );
+    // A deleted namesake's token, which the cache did not show yet: never this sandbox's.
+    if (controlledByAnother(secret, sbx)) {
+      throw new Error(`Secret ${name} is a deleted sandbox's; retrying once it is gone`, {
+        cause: err,
+      });
+    }
     return Buffer.from(secret.data?.token ?? "", "base64").toString();
   }
 }
@@ -109,12 +118,13 @@ export async function ensureAdoptedClaim(ctx: Ctx, sbx: Sandbox, podName: string
   }
 }
 
-/** Creates the sandbox's own pod on its volume; the token Secret must exist already. */
+/** Creates the sandbox's own pod with its claims; the token Secret must exist already. */
 export async function createPod(
   ctx: Ctx,
   sbx: Sandbox,
   eff: Effective,
   podName: string,
+  mounts: ClaimMount[],
 ): Promise<void> {
   const ns = sbx.metadata.namespace!;
   const labels: Record<string, string> = { [LABEL.sandbox]: sbx.metadata.name };
@@ -128,7 +138,7 @@ export async function createPod(
       podManifest(
         { name: podName, namespace: ns, owner: sbx, labels },
         eff,
-        { tokenSecret: tokenSecretName(sbx.metadata.name), claimName: dataClaimName(podName) },
+        { tokenSecret: tokenSecretName(sbx.metadata.name), mounts },
         ctx.cfg,
       ),
     );
@@ -136,6 +146,32 @@ export async function createPod(
     ctx.podExpectations.observed(podKey);
     throw err;
   }
+}
+
+/**
+ * A Sandbox deleted and at once created again under its name finds its predecessor's children
+ * under the names its own get, until the garbage collector has removed them. None may be used
+ * (a token that is no longer valid, a claim about to vanish under a new pod): each is deleted
+ * now rather than whenever the collector gets to it, and the caller waits until it is gone (its
+ * delete event requeues the sandbox). Returns those still in the way.
+ */
+export async function clearPrevious(
+  ctx: Ctx,
+  sbx: Sandbox,
+  found: [Resource, KObject | undefined][],
+): Promise<KObject[]> {
+  const previous = found.filter(([, o]) => controlledByAnother(o, sbx)) as [Resource, KObject][];
+  await Promise.all(
+    previous.map(async ([r, o]) => {
+      if (o.metadata.deletionTimestamp) return;
+      try {
+        await ctx.kube.delete(r, o.metadata.namespace, o.metadata.name, { uid: o.metadata.uid! });
+      } catch (err) {
+        if (!isConflict(err)) throw err; // gone and replaced meanwhile: the next pass sees it
+      }
+    }),
+  );
+  return previous.map(([, o]) => o);
 }
 
 /** Deletes the pod unless it is already going; its volume stays. */

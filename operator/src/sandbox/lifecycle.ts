@@ -9,6 +9,7 @@ import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import type { ReconcileResult } from "../controller/controller.ts";
 import type { Ctx } from "../context.ts";
 import type { Pod } from "../kube/resources.ts";
+import type { KObject } from "../kube/rest.ts";
 import { sandboxReadySeconds, sandboxTransitions } from "../metrics.ts";
 import { podProblem, restartCount } from "../workload/pod-state.ts";
 import type { Effective } from "../workload/spec.ts";
@@ -123,6 +124,27 @@ export function recordRunning(ctx: Ctx, sbx: Sandbox, st: SandboxStatusBuilder):
     });
   }
   return resuming;
+}
+
+/**
+ * Children of a deleted Sandbox of the same name are still going: this one waits for them
+ * (a second or so; the pod takes its grace period), saying so once the wait is long enough to ask
+ * about.
+ */
+export function recordPreviousGoing(
+  st: SandboxStatusBuilder,
+  previous: KObject[],
+  age: number,
+): ReconcileResult {
+  if (age >= QUIET_START_MS) {
+    const what = previous.map((o) => `${o.kind ?? "object"} ${o.metadata.name}`).join(", ");
+    st.phaseIs(
+      "Pending",
+      "PreviousSandboxTerminating",
+      `waiting for ${what} of a deleted sandbox of the same name to be removed`,
+    );
+  }
+  return { requeueAfterMs: 1_000 };
 }
 
 /** The pool is at maxActive and rejects more: the sandbox waits for a slot. */
@@ -337,6 +359,23 @@ export function recordInitRejected(
     endpoint: undefined,
     initializedFor: `failed:${initFor}`,
   });
+}
+
+/**
+ * A subPath names a user or thread the sandbox does not have: no pod is made (the whole claim
+ * is never mounted in its place) until the spec says who it is for.
+ */
+export function recordInvalidMounts(
+  ctx: Ctx,
+  sbx: Sandbox,
+  st: SandboxStatusBuilder,
+  message: string,
+): void {
+  if (st.phase !== "Failed") {
+    ctx.events.record(sbx, "Warning", "InvalidMounts", "Start", message);
+    sandboxTransitions.inc({ reason: "Failed" });
+  }
+  st.phaseIs("Failed", "InvalidMounts", message).set({ endpoint: undefined });
 }
 
 export function recordReady(

@@ -14,12 +14,15 @@ import { packageSpec } from "../api/packages.ts";
 import { SANDBOXES, type Sandbox, type SandboxPool } from "../api/v1alpha1.ts";
 import type { ReconcileResult } from "../controller/controller.ts";
 import { type Ctx, splitKey } from "../context.ts";
-import type { Pod } from "../kube/resources.ts";
+import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../kube/resources.ts";
 import { sandboxTransitions } from "../metrics.ts";
+import { controlledByAnother } from "../workload/manifests.ts";
+import { podMounts } from "../workload/mounts.ts";
 import { containerRunning, restartCount } from "../workload/pod-state.ts";
 import { InitRejected, init, waitHealthy } from "../workload/sandboxd.ts";
 import { type Effective, effectiveSpec } from "../workload/spec.ts";
 import {
+  clearPrevious,
   createPod,
   ensureAdoptedClaim,
   ensureClaim,
@@ -36,8 +39,10 @@ import {
   recordAdmitted,
   recordAdopted,
   recordInitRejected,
+  recordInvalidMounts,
   recordPodCreated,
   recordPodFailed,
+  recordPreviousGoing,
   recordReady,
   recordRunning,
   recordSuspended,
@@ -97,24 +102,43 @@ export async function reconcileSandbox(
     if (st.current.initializedFor?.startsWith("failed:")) st.set({ initializedFor: undefined });
   }
 
-  const podName = st.current.podName ?? pools.adoptedPod(sbx) ?? name;
-  st.set({ serviceName: name, tokenSecretRef: tokenSecretName(name), podName });
-  // The children every state has are made alongside the run state's work (a warm adoption
-  // needs none of them to finish first); whatever waits on the token awaits it.
-  const token = ensureTokenSecret(ctx, sbx);
-  const children = Promise.all([
-    token,
-    ensureService(ctx, sbx),
-    ensureNetworkPolicy(ctx, sbx, eff),
-    // A cold sandbox's own volume is made with its pod (an adopted one brings its own).
-    podName === name ? undefined : ensureAdoptedClaim(ctx, sbx, podName),
-  ]);
-  children.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
   let result: ReconcileResult | void;
-  try {
-    result = await runState(ctx, pools, { sbx, pool, eff, st, token, podName, expiresAt, signal });
-  } finally {
-    await children;
+  const previous = await clearPrevious(ctx, sbx, [
+    [SECRETS, ctx.caches.secrets.get(tokenSecretName(name), ns)],
+    [SERVICES, ctx.caches.services.get(name, ns)],
+    [NETWORK_POLICIES, ctx.caches.networkPolicies.get(name, ns)],
+  ]);
+  if (previous.length > 0) {
+    // No pod name in status yet: a member that waited here can still adopt a warm pod.
+    result = recordPreviousGoing(st, previous, Date.parse(st.now) - created);
+  } else {
+    const podName = st.current.podName ?? pools.adoptedPod(sbx) ?? name;
+    st.set({ serviceName: name, tokenSecretRef: tokenSecretName(name), podName });
+    // The children every state has are made alongside the run state's work (a warm adoption
+    // needs none of them to finish first); whatever waits on the token awaits it.
+    const token = ensureTokenSecret(ctx, sbx);
+    const children = Promise.all([
+      token,
+      ensureService(ctx, sbx),
+      ensureNetworkPolicy(ctx, sbx, eff),
+      // A cold sandbox's own volume is made with its pod (an adopted one brings its own).
+      podName === name ? undefined : ensureAdoptedClaim(ctx, sbx, podName),
+    ]);
+    children.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
+    try {
+      result = await runState(ctx, pools, {
+        sbx,
+        pool,
+        eff,
+        st,
+        token,
+        podName,
+        expiresAt,
+        signal,
+      });
+    } finally {
+      await children;
+    }
   }
   // A sandbox that has reported nothing yet stays quiet through a normal start: its first
   // status is Ready (one write), unless starting takes long enough to be worth explaining.
@@ -146,7 +170,9 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
   const ns = sbx.metadata.namespace!;
   const now = Date.parse(st.now);
   const untilExpiry = r.expiresAt - now;
-  const pod = ctx.caches.pods.get(r.podName, ns);
+  const found = ctx.caches.pods.get(r.podName, ns);
+  // A deleted namesake's pod is not this sandbox's, whatever its name and labels say.
+  const pod = controlledByAnother(found, sbx) ? undefined : found;
 
   const suspension = suspensionOf(pools, sbx, r.eff, st, now);
   if (suspension) {
@@ -201,18 +227,31 @@ async function start(
   resuming: boolean,
 ): Promise<ReconcileResult | void> {
   const { sbx, st } = r;
+  const ns = sbx.metadata.namespace!;
+  // A sandbox whose user data lives in a shared claim has no claim of its own.
+  const ownClaim = r.eff.storage.sharedClaim ? undefined : dataClaimName(r.podName);
+  const previous = await clearPrevious(ctx, sbx, [
+    [PODS, ctx.caches.pods.get(r.podName, ns)],
+    [PVCS, ownClaim ? ctx.caches.claims.get(ownClaim, ns) : undefined],
+  ]);
+  if (previous.length > 0) {
+    return recordPreviousGoing(st, previous, now - Date.parse(sbx.metadata.creationTimestamp!));
+  }
+  const resolved = podMounts(r.eff, sbx.spec, ownClaim ?? "");
+  if ("problem" in resolved) return recordInvalidMounts(ctx, sbx, st, resolved.problem);
   const decision = podStart(ctx, sbx, r.podName, st, now, resuming);
   if (!decision.start) return decision.result;
 
-  const claimName = dataClaimName(r.podName);
-  await ensureClaim(ctx, sbx, r.eff, claimName);
-  const claim = ctx.caches.claims.get(claimName, sbx.metadata.namespace);
-  if (claim?.status?.phase !== "Bound") {
-    const age = now - Date.parse(claim?.metadata.creationTimestamp ?? st.now);
-    if (age < BIND_WAIT_MS) return { requeueAfterMs: BIND_WAIT_MS - age }; // the bind event comes first
+  if (ownClaim) {
+    await ensureClaim(ctx, sbx, r.eff, ownClaim);
+    const claim = ctx.caches.claims.get(ownClaim, ns);
+    if (claim?.status?.phase !== "Bound") {
+      const age = now - Date.parse(claim?.metadata.creationTimestamp ?? st.now);
+      if (age < BIND_WAIT_MS) return { requeueAfterMs: BIND_WAIT_MS - age }; // the bind event comes first
+    }
   }
   await r.token; // the pod reads its token from the Secret: it must exist first
-  await createPod(ctx, sbx, r.eff, r.podName);
+  await createPod(ctx, sbx, r.eff, r.podName, resolved.mounts);
   return recordPodCreated(ctx, sbx, r.podName, st, now, resuming, decision);
 }
 

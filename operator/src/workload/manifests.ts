@@ -1,6 +1,7 @@
 /**
  * The objects a sandbox is made of, as pure functions of its effective spec: the Pod running
- * sandboxd, the ClusterIP Service in front of it, the PVC at /mnt/user-data, the NetworkPolicy
+ * sandboxd (with the claims it mounts), the ClusterIP Service in front of it, the PVC at
+ * /mnt/user-data, the NetworkPolicy
  * and the Secret holding its bearer token. Secure defaults (docs/security.md) live here alone.
  */
 import { randomBytes } from "node:crypto";
@@ -9,6 +10,7 @@ import { ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
 import { quantityValue } from "../api/rules.ts";
 import type { OperatorConfig } from "../config.ts";
 import type { KObject, OwnerReference } from "../kube/rest.ts";
+import type { ClaimMount } from "./mounts.ts";
 import { type Effective, hashOf } from "./spec.ts";
 
 export const UID = 1000;
@@ -39,6 +41,18 @@ export function controllerRef(owner: KObject): OwnerReference {
     controller: true,
     blockOwnerDeletion: true,
   };
+}
+
+/**
+ * Whether `o` is controlled by another object of `owner`'s kind: for a child found under a name
+ * derived from its owner's, one left by a deleted namesake (same name, another uid).
+ */
+export function controlledByAnother(o: KObject | undefined, owner: KObject): boolean {
+  return (
+    o?.metadata.ownerReferences?.some(
+      (r) => r.controller && r.kind === owner.kind && r.uid !== owner.metadata.uid,
+    ) ?? false
+  );
 }
 
 interface Meta {
@@ -166,12 +180,37 @@ export function networkPolicy(
   };
 }
 
+/**
+ * One volume per claim (the user-data volume is "data"), read-only when every mount of it is:
+ * the user-data claim can also be mounted elsewhere, read-only or at another subPath.
+ */
+function claimVolumes(mounts: ClaimMount[]) {
+  const names = new Map<string, string>();
+  for (const m of mounts) {
+    if (!names.has(m.claimName))
+      names.set(m.claimName, names.size ? `claim-${names.size}` : "data");
+  }
+  const volumes = [...names].map(([claimName, name]) => {
+    const readOnly = mounts.every((m) => m.claimName !== claimName || m.readOnly);
+    return { name, persistentVolumeClaim: { claimName, ...(readOnly ? { readOnly } : {}) } };
+  });
+  const volumeMounts = mounts.map((m) => ({
+    name: names.get(m.claimName)!,
+    mountPath: m.mountPath,
+    ...(m.readOnly ? { readOnly: true } : {}),
+    ...(m.subPath ? { subPath: m.subPath } : {}),
+  }));
+  return { volumes, volumeMounts };
+}
+
+/** The pod running sandboxd; `mounts` comes from podMounts (the user-data volume first). */
 export function pod(
   m: Meta,
   e: Effective,
-  opts: { tokenSecret: string; claimName: string; annotations?: Record<string, string> },
+  opts: { tokenSecret: string; mounts: ClaimMount[]; annotations?: Record<string, string> },
   cfg: OperatorConfig,
 ): KObject {
+  const claims = claimVolumes(opts.mounts);
   return {
     apiVersion: "v1",
     kind: "Pod",
@@ -244,16 +283,10 @@ export function pod(
             periodSeconds: 10,
             failureThreshold: 6,
           },
-          volumeMounts: [
-            { name: "data", mountPath: VIRTUAL_ROOT },
-            { name: "tmp", mountPath: "/tmp" },
-          ],
+          volumeMounts: [...claims.volumeMounts, { name: "tmp", mountPath: "/tmp" }],
         },
       ],
-      volumes: [
-        { name: "data", persistentVolumeClaim: { claimName: opts.claimName } },
-        { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
-      ],
+      volumes: [...claims.volumes, { name: "tmp", emptyDir: { sizeLimit: "512Mi" } }],
     },
   };
 }

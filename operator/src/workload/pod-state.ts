@@ -37,6 +37,17 @@ export interface PodProblem {
 export function podProblem(pod: Pod): PodProblem {
   const scheduled = pod.status?.conditions?.find((c) => c.type === "PodScheduled");
   if (scheduled?.status === "False") {
+    // The scheduler waits for a claim that does not exist (a mount's, or a shared user-data
+    // claim): it is the user's to create, and the pod schedules once it does.
+    const missing = /persistentvolumeclaim "([^"]+)" not found/.exec(scheduled.message ?? "");
+    if (missing) {
+      return {
+        phase: "Pending",
+        reason: "ClaimNotFound",
+        message: `PersistentVolumeClaim ${missing[1]} does not exist in namespace ${pod.metadata.namespace}; the sandbox starts once it does (or fix spec.mounts or spec.storage.sharedClaim)`,
+        stuck: true,
+      };
+    }
     return {
       phase: "Pending",
       reason: scheduled.reason ?? "Unschedulable",

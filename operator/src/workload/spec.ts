@@ -4,7 +4,7 @@
  * spec.
  */
 import { createHash } from "node:crypto";
-import type { SandboxPoolSpec, SandboxSpec } from "../api/v1alpha1.ts";
+import type { Mount, SandboxPoolSpec, SandboxSpec, SharedClaim } from "../api/v1alpha1.ts";
 import type { OperatorConfig } from "../config.ts";
 
 type Template = SandboxPoolSpec["template"];
@@ -16,7 +16,14 @@ export interface Effective {
   packages: { name: string; version?: string | undefined }[];
   env: Record<string, string>;
   limits: { cpu: string; memory: string; ephemeralStorage: string };
-  storage: { size: string; storageClassName?: string | undefined };
+  storage: {
+    size: string;
+    storageClassName?: string | undefined;
+    /** /mnt/user-data from a directory of this claim instead of a claim of the pod's own. */
+    sharedClaim?: SharedClaim | undefined;
+  };
+  /** The pool's mounts, then the sandbox's (one at the same path replaces the pool's). */
+  mounts: Mount[];
   network: NonNullable<SandboxSpec["network"]>;
   ttlSeconds: number;
   idleTimeoutSeconds: number | undefined;
@@ -33,6 +40,8 @@ export function effectiveSpec(
   const env: Record<string, string> = {};
   for (const e of t.env ?? []) env[e.name] = e.value;
   for (const e of spec.env ?? []) env[e.name] = e.value;
+  const mounts = new Map<string, Mount>();
+  for (const m of [...(t.mounts ?? []), ...(spec.mounts ?? [])]) mounts.set(m.mountPath, m);
   return {
     image: spec.image ?? t.image ?? cfg.image,
     language: spec.language ?? t.language ?? "python",
@@ -49,7 +58,9 @@ export function effectiveSpec(
     storage: {
       size: spec.storage?.size ?? t.storage?.size ?? "1Gi",
       storageClassName: spec.storage?.storageClassName ?? t.storage?.storageClassName,
+      sharedClaim: spec.storage?.sharedClaim ?? t.storage?.sharedClaim,
     },
+    mounts: [...mounts.values()],
     network: spec.network ?? t.network ?? { egress: "Internet" },
     ttlSeconds:
       spec.lifecycle?.ttlSeconds ??
@@ -75,7 +86,18 @@ export function podShape(e: Effective) {
     limits: e.limits,
     storage: e.storage,
     runtimeClassName: e.runtimeClassName ?? null,
+    // Only when there are some: the shapes of pods without mounts stay what they were.
+    ...(e.mounts.length > 0 ? { mounts: e.mounts } : {}),
   };
+}
+
+/**
+ * Whether a pod for `e` can be made before its sandbox exists, to be adopted: not when the
+ * sandbox's user or thread decides what it mounts (a shared user-data directory, a subPath
+ * naming {user} or {thread}). Such sandboxes start cold and their pools keep no warm pods.
+ */
+export function warmable(e: Effective): boolean {
+  return !e.storage.sharedClaim && !e.mounts.some((m) => /\{(user|thread)\}/.test(m.subPath ?? ""));
 }
 
 /** The hash of what a pod is made of; a warm pod serves sandboxes whose shape matches it. */
