@@ -246,12 +246,14 @@ export function pod(
           volumeMounts: [
             { name: "data", mountPath: VIRTUAL_ROOT },
             { name: "tmp", mountPath: "/tmp" },
+            ...e.emptyDirs.map((mountPath, i) => ({ name: `empty-${i}`, mountPath })),
           ],
         },
       ],
       volumes: [
         { name: "data", persistentVolumeClaim: { claimName: opts.claimName } },
         { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
+        ...e.emptyDirs.map((_, i) => ({ name: `empty-${i}`, emptyDir: { sizeLimit: "512Mi" } })),
       ],
     },
   };

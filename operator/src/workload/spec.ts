@@ -22,6 +22,7 @@ export interface Effective {
   idleTimeoutSeconds: number | undefined;
   suspended: boolean;
   runtimeClassName: string | undefined;
+  emptyDirs: string[];
 }
 
 export function effectiveSpec(
@@ -62,6 +63,7 @@ export function effectiveSpec(
       pool?.defaultIdleTimeoutSeconds,
     suspended: spec.lifecycle?.suspended ?? false,
     runtimeClassName: spec.runtimeClassName ?? t.runtimeClassName,
+    emptyDirs: spec.emptyDirs ?? t.emptyDirs ?? [],
   };
 }
 
@@ -75,6 +77,8 @@ export function podShape(e: Effective) {
     limits: e.limits,
     storage: e.storage,
     runtimeClassName: e.runtimeClassName ?? null,
+    // A pod's volumes cannot change once it exists.
+    ...(e.emptyDirs.length ? { emptyDirs: e.emptyDirs } : {}),
   };
 }
 
