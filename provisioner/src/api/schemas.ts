@@ -128,7 +128,12 @@ export const DeerFlowMount = z.object({
 export const DeerFlowCreate = z.object({
   sandbox_id: z
     .string()
-    .regex(/^[^/\u0000-\u001f\u007f]{1,255}$/, "sandbox_id: 1-255 characters, no '/' or controls"),
+    .min(1)
+    .max(255)
+    .refine(
+      (id) => [...id].every((c) => c !== "/" && c.charCodeAt(0) > 0x1f && c !== "\u007f"),
+      "sandbox_id: 1-255 characters, no '/' or control characters",
+    ),
   thread_id: z.string().regex(DEERFLOW_ID, `thread_id: ${DEERFLOW_ID_RULE}`).nullish(),
   user_id: z
     .string()
