@@ -220,6 +220,46 @@ describe("pod", () => {
     expect(at(container, "volumeMounts")).toContainEqual({ name: "tmp", mountPath: "/tmp" });
   });
 
+  it("mounts each of emptyDirs as its own empty volume, and changes the pod's shape only when set", () => {
+    const dirs = ["/mnt/skills/custom", "/mnt/acp-workspace"];
+    const withDirs = effectiveSpec(sandbox({ emptyDirs: dirs }), undefined, cfg);
+    const q = pod(meta, withDirs, { tokenSecret: "t", mounts: own("c") }, cfg);
+    expect(at(q, "spec", "containers", 0, "volumeMounts")).toEqual(
+      expect.arrayContaining([
+        { name: "empty-0", mountPath: "/mnt/skills/custom" },
+        { name: "empty-1", mountPath: "/mnt/acp-workspace" },
+      ]),
+    );
+    expect(at(q, "spec", "volumes")).toEqual(
+      expect.arrayContaining([
+        { name: "empty-0", emptyDir: { sizeLimit: "512Mi" } },
+        { name: "empty-1", emptyDir: { sizeLimit: "512Mi" } },
+      ]),
+    );
+    const plain = effectiveSpec(sandbox({}), undefined, cfg);
+    expect(podShape(plain)).not.toHaveProperty("emptyDirs"); // warm pods made before stay claimable
+    expect(shapeHash(withDirs)).not.toBe(shapeHash(plain));
+    const fromPool = effectiveSpec(
+      sandbox({}),
+      poolOf({ maxActive: 1, template: { emptyDirs: dirs } }),
+      cfg,
+    );
+    expect(shapeHash(fromPool)).toBe(shapeHash(withDirs));
+  });
+
+  it("refuses emptyDirs outside /mnt, on the user-data volume, relative or repeated", () => {
+    for (const bad of [
+      ["/etc/x"],
+      ["/mnt/user-data"],
+      ["/mnt/user-data/workspace"],
+      ["mnt/x"],
+      ["/mnt/../etc"],
+      ["/mnt/a", "/mnt/a"],
+    ])
+      expect(SandboxSpec.safeParse({ emptyDirs: bad }).success, bad.join(",")).toBe(false);
+    expect(SandboxSpec.safeParse({ emptyDirs: ["/mnt/user-data-x/a"] }).success).toBe(true);
+  });
+
   it("passes runtimeClassName through, and sets none when none is asked for", () => {
     expect(at(p, "spec", "runtimeClassName")).toBe("gvisor");
     const plain = pod(

@@ -78,6 +78,34 @@ export function externalSandboxName(tenant: string, externalId: string): string 
   return `df-${hash(tenant, externalId).slice(0, 20)}`;
 }
 
+const LABEL_VALUE = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+
+/**
+ * An id as a label value: itself when Kubernetes accepts it as one (so existing selectors and
+ * Sandboxes keep working), else `h.` and a hash. The ids the APIs accept never contain a '.',
+ * so a hashed value cannot be mistaken for another id.
+ */
+export function labelSafe(id: string): string {
+  return LABEL_VALUE.test(id) ? id : `h.${hash(id).slice(0, 40)}`;
+}
+
+/** Who a sandbox serves: label-safe values to select by, the ids as given in annotations. */
+export function identity(
+  userId: string,
+  threadId: string | undefined,
+): { labels: Record<string, string>; annotations: Record<string, string> } {
+  return {
+    labels: {
+      [LABEL.user]: labelSafe(userId),
+      ...(threadId ? { [LABEL.thread]: labelSafe(threadId) } : {}),
+    },
+    annotations: {
+      [ANNOTATION.user]: userId,
+      ...(threadId ? { [ANNOTATION.thread]: threadId } : {}),
+    },
+  };
+}
+
 export class SandboxStore {
   readonly namespace: string;
   readonly #kube: Kube;
@@ -179,6 +207,20 @@ export class SandboxStore {
       ? own.sandbox.metadata.uid === s.metadata.uid || deleted
       : deleted || s.metadata.deletionTimestamp || s.metadata.uid !== own.deletedUid;
     if (shows) this.#ownWrites.delete(s.metadata.name);
+  }
+
+  /**
+   * A tenant's sandbox as the API server has it now, for an answer that must not trail a write
+   * another replica made (this process's cache learns of it a moment later).
+   */
+  async getLive(tenant: string, name: string): Promise<Sandbox | undefined> {
+    try {
+      const s = await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
+      return s.metadata.labels?.[LABEL.tenant] === tenant ? s : undefined;
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
   }
 
   count(tenant: string): number {

@@ -7,7 +7,17 @@ import { describe, expect, test } from "vitest";
 import { KeyRing } from "../src/api/auth.ts";
 import { ApiError, endSocket, errorEnvelope, toApiError } from "../src/api/errors.ts";
 import { readConfig } from "../src/config.ts";
-import { SandboxUnavailable, externalSandboxName, threadSandboxName } from "../src/sandboxes.ts";
+import { KubeApiError } from "@sandpit/operator/kube/client";
+import { deerflowStatus, placeMounts } from "../src/api/deerflow.ts";
+import { DeerFlowCreate } from "../src/api/schemas.ts";
+import {
+  type Sandbox,
+  SandboxUnavailable,
+  externalSandboxName,
+  identity,
+  labelSafe,
+  threadSandboxName,
+} from "../src/sandboxes.ts";
 
 const KEYS = JSON.stringify([{ key: "k".repeat(24), tenant: "acme" }]);
 
@@ -63,7 +73,138 @@ describe("names", () => {
   });
 });
 
+describe("ids in labels", () => {
+  const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;
+  // make_safe_user_id of an email: the sanitised address, '-', 16 hex digits.
+  const email = `${"a".repeat(60)}-example-com-0123456789abcdef`;
+  test("a valid label value is kept; anything else becomes a stable hash no id can equal", () => {
+    expect(labelSafe("alice")).toBe("alice");
+    for (const id of [email, "-lead", "trail_", "x".repeat(64), "y".repeat(255)]) {
+      const v = labelSafe(id);
+      expect(v, id).toMatch(LABEL_VALUE);
+      expect(v, id).toMatch(/^h\.[0-9a-f]{40}$/);
+      expect(labelSafe(id)).toBe(v);
+    }
+    expect(labelSafe("-a")).not.toBe(labelSafe("-b"));
+  });
+  test("identity keeps the ids as given in annotations and label-safe values in labels", () => {
+    expect(identity(email, "-t_")).toEqual({
+      labels: { "sandpit.dev/user": labelSafe(email), "sandpit.dev/thread": labelSafe("-t_") },
+      annotations: { "sandpit.dev/user-id": email, "sandpit.dev/thread-id": "-t_" },
+    });
+    expect(identity("u", undefined)).toEqual({
+      labels: { "sandpit.dev/user": "u" },
+      annotations: { "sandpit.dev/user-id": "u" },
+    });
+  });
+});
+
+describe("DeerFlow's create", () => {
+  const mount = (container_path: string, read_only = true) => ({
+    host_path: `/app/backend/.deer-flow/users/u/x${container_path}`,
+    container_path,
+    read_only,
+  });
+  test("takes every shape DeerFlow sends: null thread, long and odd ids, extra_mounts", () => {
+    const body = DeerFlowCreate.parse({
+      sandbox_id: "0123456789abcdef",
+      thread_id: null,
+      user_id: `-${"u".repeat(200)}_`,
+      include_legacy_skills: false,
+      provision_lark_cli_runtime: false,
+      provision_lark_cli_broker: false,
+      extra_mounts: [
+        mount("/mnt/acp-workspace"),
+        mount("/mnt/skills/custom"),
+        mount("/mnt/skills/integrations"),
+        mount("/mnt/integrations/lark-cli/config"),
+        mount("/mnt/integrations/lark-cli/config/locks", false),
+        mount("/mnt/integrations/lark-cli/data", false),
+      ],
+    });
+    expect(body.thread_id).toBeNull();
+    expect(placeMounts(body.extra_mounts!).emptyDirs).toEqual([
+      "/mnt/acp-workspace",
+      "/mnt/skills/custom",
+      "/mnt/skills/integrations",
+      "/mnt/integrations/lark-cli/config",
+      "/mnt/integrations/lark-cli/config/locks",
+      "/mnt/integrations/lark-cli/data",
+    ]);
+    expect(DeerFlowCreate.parse({ sandbox_id: "abc", user_id: null }).user_id).toBe("default");
+  });
+  test.each([
+    [{ sandbox_id: "" }, /sandbox_id/],
+    [{ sandbox_id: "a/b" }, /sandbox_id/],
+    [{ sandbox_id: "x".repeat(256) }, /sandbox_id/],
+    [{ sandbox_id: "a", user_id: "a b" }, /user_id/],
+    [{ sandbox_id: "a", thread_id: "t".repeat(256) }, /thread_id/],
+    [
+      { sandbox_id: "a", extra_mounts: Array.from({ length: 11 }, (_, i) => mount(`/mnt/m${i}`)) },
+      /at most 10/,
+    ],
+    [{ sandbox_id: "a", extra_mounts: [mount("/mnt/a"), mount("/mnt/a")] }, /at most once/],
+    [{ sandbox_id: "a", extra_mounts: [mount("/etc")] }, /under \/mnt/],
+    [{ sandbox_id: "a", extra_mounts: [mount("/mnt/user-data/x")] }, /not \/mnt\/user-data/],
+    [{ sandbox_id: "a", extra_mounts: [{ container_path: "/mnt/a" }] }, /host_path/],
+    [{ sandbox_id: "a", extra_mounts: [{ ...mount("/mnt/a"), read_only: "yes" }] }, /read_only/],
+  ])("refuses %j", (body, message) => {
+    const r = DeerFlowCreate.safeParse(body);
+    expect(r.success).toBe(false);
+    expect(JSON.stringify(r.error!.issues)).toMatch(message);
+  });
+  test("a sandbox that serves or will serve its sandbox_url is Running, a suspended one too", () => {
+    const at = (phase: string | undefined, capacity = false) =>
+      ({
+        metadata: { name: "x" },
+        spec: {},
+        ...(phase
+          ? {
+              status: {
+                phase,
+                ...(capacity
+                  ? {
+                      conditions: [
+                        {
+                          type: "CapacityExceeded",
+                          status: "True",
+                          reason: "AtCap",
+                          message: "",
+                          lastTransitionTime: "2026-01-01T00:00:00Z",
+                        },
+                      ],
+                    }
+                  : {}),
+              },
+            }
+          : {}),
+      }) as Sandbox;
+    for (const phase of [undefined, "Pending", "Starting", "Ready", "Suspended"])
+      expect(deerflowStatus(at(phase)), String(phase)).toBe("Running");
+    expect(deerflowStatus(at("Failed"))).toBe("Failed");
+    expect(deerflowStatus(at("Pending", true))).toBe("Pending");
+  });
+});
+
 describe("errors", () => {
+  test("the API server's refusals are answered in our words, never its paths or messages", () => {
+    const leak =
+      'Sandbox.sandpit.dev "df-0123" is invalid: metadata.labels: Invalid value: "-x": /apis/sandpit.dev/v1alpha1/namespaces/ns/sandboxes';
+    for (const [status, code, http] of [
+      [422, "INVALID_ARGUMENT", 400],
+      [400, "INVALID_ARGUMENT", 400],
+      [404, "NOT_FOUND", 404],
+      [409, "CONFLICT", 409],
+      [429, "RATE_LIMITED", 429],
+      [403, "INTERNAL", 500],
+      [500, "INTERNAL", 500],
+    ] as const) {
+      const e = toApiError(new KubeApiError(status, "Invalid", leak));
+      expect([e.code, e.status], String(status)).toEqual([code, http]);
+      expect(e.message).not.toMatch(/apis|sandpit\.dev|metadata|df-0123|Invalid value/);
+    }
+  });
+
   test("a pool at its cap is 429 with Retry-After; a failed sandbox 409; a timeout 504", () => {
     const cap = toApiError(new SandboxUnavailable("capacity", "full", 5));
     expect([cap.status, cap.code, cap.retryAfterS]).toEqual([429, "CAPACITY_EXCEEDED", 5]);

@@ -337,12 +337,12 @@ describe("DeerFlow-compatible API", () => {
     },
   );
 
-  test("extra_mounts are refused: sandboxes never see host paths", async () => {
+  test("extra_mounts outside /mnt are refused (host paths are never used)", async () => {
     const r = await api(
       "POST",
       "/api/sandboxes",
       undefined,
-      { sandbox_id: "deer-2", extra_mounts: [{ host_path: "/etc", container_path: "/mnt/etc" }] },
+      { sandbox_id: "deer-2", extra_mounts: [{ host_path: "/etc", container_path: "/etc" }] },
       { "x-api-key": KEY_A },
     );
     expect(r.status).toBe(400);

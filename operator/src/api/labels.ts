@@ -14,7 +14,10 @@ export const LABEL = {
   warm: "sandpit.dev/warm",
   /** On a Sandbox the provisioner made: the tenant (API key) holding it. */
   tenant: "sandpit.dev/tenant",
-  /** On a Sandbox the provisioner made: the user and thread it serves. */
+  /**
+   * On a Sandbox the provisioner made: the user and thread it serves, as label values (the id
+   * itself when it is a valid one, else a hash); the ids as given are in ANNOTATION.user/thread.
+   */
   user: "sandpit.dev/user",
   thread: "sandpit.dev/thread",
 } as const;
@@ -38,4 +41,7 @@ export const ANNOTATION = {
   capability: "sandpit.dev/capability",
   /** On a Sandbox: the id a DeerFlow client gave it. */
   externalId: "sandpit.dev/external-id",
+  /** On a Sandbox the provisioner made: the user and thread ids as the client gave them. */
+  user: "sandpit.dev/user-id",
+  thread: "sandpit.dev/thread-id",
 } as const;

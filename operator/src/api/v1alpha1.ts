@@ -235,6 +235,15 @@ export const Lifecycle = z
   .describe("When the sandbox runs, sleeps and ends.");
 
 /** The fields a Sandbox and a pool's template share. */
+/**
+ * A directory the sandbox gets empty (a client that expects a path to exist, such as DeerFlow's
+ * `/mnt/skills/custom`): absolute, under /mnt, never the user-data volume or below it.
+ */
+export const EMPTY_DIR_PATTERN = /^\/mnt(\/[A-Za-z0-9_][A-Za-z0-9._-]{0,62}){1,8}$/;
+export const EMPTY_DIR_RULE =
+  "an absolute path under /mnt/ but not /mnt/user-data, of 1-8 segments of [A-Za-z0-9._-], none starting with '.' or '-'";
+const notUserData = (p: string) => p !== "/mnt/user-data" && !p.startsWith("/mnt/user-data/");
+
 const templateFields = {
   image: z
     .string()
@@ -280,6 +289,29 @@ const templateFields = {
     .max(253)
     .optional()
     .describe("RuntimeClass of the Pod, for stronger isolation (gVisor, Kata)."),
+  emptyDirs: z
+    .array(
+      z
+        .string()
+        .max(512)
+        .regex(EMPTY_DIR_PATTERN, EMPTY_DIR_RULE)
+        .refine(notUserData, EMPTY_DIR_RULE),
+    )
+    .max(16)
+    .refine((ps) => new Set(ps).size === ps.length, "emptyDirs: each path at most once")
+    .optional()
+    .meta({
+      "x-kubernetes-list-type": "set",
+      "x-kubernetes-validations": [
+        cel(
+          "self.all(p, p != '/mnt/user-data' && !p.startsWith('/mnt/user-data/'))",
+          "emptyDirs cannot be /mnt/user-data or below it",
+        ),
+      ],
+    })
+    .describe(
+      `Empty, writable directories made in the sandbox (the root filesystem is read-only): ${EMPTY_DIR_RULE}.`,
+    ),
 };
 
 export const SandboxSpec = z

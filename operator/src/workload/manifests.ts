@@ -283,10 +283,18 @@ export function pod(
             periodSeconds: 10,
             failureThreshold: 6,
           },
-          volumeMounts: [...claims.volumeMounts, { name: "tmp", mountPath: "/tmp" }],
+          volumeMounts: [
+            ...claims.volumeMounts,
+            { name: "tmp", mountPath: "/tmp" },
+            ...e.emptyDirs.map((mountPath, i) => ({ name: `empty-${i}`, mountPath })),
+          ],
         },
       ],
-      volumes: [...claims.volumes, { name: "tmp", emptyDir: { sizeLimit: "512Mi" } }],
+      volumes: [
+        ...claims.volumes,
+        { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
+        ...e.emptyDirs.map((_, i) => ({ name: `empty-${i}`, emptyDir: { sizeLimit: "512Mi" } })),
+      ],
     },
   };
 }

@@ -29,6 +29,7 @@ export interface Effective {
   idleTimeoutSeconds: number | undefined;
   suspended: boolean;
   runtimeClassName: string | undefined;
+  emptyDirs: string[];
 }
 
 export function effectiveSpec(
@@ -73,6 +74,7 @@ export function effectiveSpec(
       pool?.defaultIdleTimeoutSeconds,
     suspended: spec.lifecycle?.suspended ?? false,
     runtimeClassName: spec.runtimeClassName ?? t.runtimeClassName,
+    emptyDirs: spec.emptyDirs ?? t.emptyDirs ?? [],
   };
 }
 
@@ -86,8 +88,10 @@ export function podShape(e: Effective) {
     limits: e.limits,
     storage: e.storage,
     runtimeClassName: e.runtimeClassName ?? null,
-    // Only when there are some: the shapes of pods without mounts stay what they were.
+    // A pod's volumes cannot change once it exists. Each joins the shape only when present,
+    // so the shapes of pods without them stay what they were.
     ...(e.mounts.length > 0 ? { mounts: e.mounts } : {}),
+    ...(e.emptyDirs.length > 0 ? { emptyDirs: e.emptyDirs } : {}),
   };
 }
 

@@ -8,15 +8,15 @@ import { Router, json, type Request, type Response } from "express";
 import { ID_PATTERN } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, requireKey } from "./auth.ts";
 import { ApiError, parse } from "./errors.ts";
-import { DeerFlowCreate } from "./schemas.ts";
+import { DEERFLOW_ID, DeerFlowCreate } from "./schemas.ts";
 import type { ProvisionerConfig } from "../config.ts";
 import {
   CAPABILITY_ANNOTATION,
   EXTERNAL_ID_ANNOTATION,
-  LABEL,
   type Sandbox,
   SandboxStore,
   externalSandboxName,
+  identity,
 } from "../sandboxes.ts";
 import type { Transport } from "../transport.ts";
 
@@ -28,12 +28,36 @@ export interface DeerFlowDeps {
   baseUrl: (req: Request) => string;
 }
 
-/** How long a create waits for Ready before answering Pending (DeerFlow's client waits 30 s). */
+/** How long a create waits for Ready before answering; DeerFlow's client waits 30 s. */
 const CREATE_WAIT_MS = 25_000;
 
-/** DeerFlow reads a pod phase: Running means usable. */
-const statusOf = (s: Sandbox) =>
-  s.status?.phase === "Ready" ? "Running" : (s.status?.phase ?? "Pending");
+/**
+ * DeerFlow's `status`, which its `is_alive` compares with "Running" and deletes the sandbox (and
+ * the thread's workspace) on anything else. So "Running" whenever the sandbox_url serves: Ready,
+ * and also on its way there or asleep (Pending, Starting, Suspended), since the first request
+ * through the sandbox_url waits for it or resumes it. Not while the pool is at capacity (that
+ * request would be refused) nor once it failed.
+ */
+export function deerflowStatus(s: Sandbox): string {
+  const phase = s.status?.phase ?? "Pending";
+  if (phase === "Failed") return "Failed";
+  const atCapacity = s.status?.conditions?.some(
+    (c) => c.type === "CapacityExceeded" && c.status === "True",
+  );
+  return atCapacity && phase === "Pending" ? "Pending" : "Running";
+}
+
+/**
+ * Where each of DeerFlow's extra_mounts goes. Host paths are never used: the sandbox runs
+ * elsewhere. Every container path becomes an empty, writable directory.
+ * Seam: once Sandboxes can mount volumes, a path the provisioner's settings map to a volume is
+ * mounted instead, and answered as such.
+ */
+export function placeMounts(mounts: readonly { container_path: string }[]): {
+  emptyDirs: string[];
+} {
+  return { emptyDirs: mounts.map((m) => m.container_path) };
+}
 
 export function deerflowRouter(d: DeerFlowDeps): Router {
   const r = Router();
@@ -45,15 +69,24 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
   const shape = (req: Request, s: Sandbox) => ({
     sandbox_id: s.metadata.annotations?.[EXTERNAL_ID_ANNOTATION] ?? s.metadata.name,
     sandbox_url: `${d.baseUrl(req)}/aio/${s.metadata.name}/${s.metadata.annotations?.[CAPABILITY_ANNOTATION]}`,
-    status: statusOf(s),
+    status: deerflowStatus(s),
+    extra_mounts: (s.spec.emptyDirs ?? []).map((p) => ({
+      container_path: p,
+      provided_as: "empty_dir" as const,
+    })),
   });
-  const find = (req: Request) => {
+  /**
+   * The sandbox DeerFlow made under this id. Only sandboxes made through this API are seen
+   * here (the id annotation marks them), so DeerFlow's adoption of what it lists never reaches
+   * a sandbox another client of the same key made.
+   */
+  const cached = (req: Request): Sandbox | undefined => {
     const id = String(req.params.id);
     const s = d.store.get(req.apiKey!.tenant, externalSandboxName(req.apiKey!.tenant, id));
-    if (!s || s.metadata.deletionTimestamp)
-      throw new ApiError("NOT_FOUND", `Sandbox '${id}' not found`);
-    return s;
+    return s && madeHere(s, id) ? s : undefined;
   };
+  const notFound = (req: Request) =>
+    new ApiError("NOT_FOUND", `Sandbox '${String(req.params.id)}' not found`);
 
   r.get("/api/capabilities", (_req, res) => {
     res.json({ lark_cli_init_image: false, lark_cli_broker_image: false });
@@ -64,27 +97,29 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
     json({ limit: d.cfg.maxBodyBytes }),
     async (req: Request, res: Response) => {
       const body = parse(DeerFlowCreate, req.body ?? {}, "body");
-      if (body.extra_mounts?.length) {
-        throw new ApiError(
-          "INVALID_ARGUMENT",
-          "extra_mounts are not supported: sandboxes never see host paths",
-        );
-      }
       const key = req.apiKey!;
       const name = externalSandboxName(key.tenant, body.sandbox_id);
-      const threadId =
-        body.thread_id ?? (ID_PATTERN.test(body.sandbox_id) ? body.sandbox_id : undefined);
+      // DeerFlow's own provisioner serves a sandbox without a thread as the thread of its id.
+      const threadId = body.thread_id ?? body.sandbox_id;
+      const who = identity(body.user_id, DEERFLOW_ID.test(threadId) ? threadId : undefined);
+      const { emptyDirs } = placeMounts(body.extra_mounts ?? []);
       const { sandbox } = await d.store.create({
         tenant: key.tenant,
         quota: key.maxSandboxes,
         name,
         pool: d.cfg.defaultPool,
-        labels: { [LABEL.user]: body.user_id, ...(threadId ? { [LABEL.thread]: threadId } : {}) },
-        annotations: { [EXTERNAL_ID_ANNOTATION]: body.sandbox_id },
-        spec: { language: "python", userId: body.user_id, ...(threadId ? { threadId } : {}) },
+        labels: who.labels,
+        annotations: { ...who.annotations, [EXTERNAL_ID_ANNOTATION]: body.sandbox_id },
+        spec: {
+          language: "python",
+          // The Sandbox's own fields hold the ids its rule admits; every id is in annotations.
+          ...(ID_PATTERN.test(body.user_id) ? { userId: body.user_id } : {}),
+          ...(ID_PATTERN.test(threadId) ? { threadId } : {}),
+          ...(emptyDirs.length ? { emptyDirs } : {}),
+        },
       });
       const current = await d.transport.ready(sandbox, { timeoutMs: CREATE_WAIT_MS }).catch(
-        () => d.store.get(key.tenant, name) ?? sandbox, // report Pending; DeerFlow polls
+        () => d.store.get(key.tenant, name) ?? sandbox, // answered as is; DeerFlow polls the URL
       );
       res.json(shape(req, current));
     },
@@ -93,16 +128,26 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
   r.get("/api/sandboxes", (req: Request, res: Response) => {
     const all = d.store
       .list(req.apiKey!.tenant)
-      .filter((s) => s.metadata.annotations?.[EXTERNAL_ID_ANNOTATION]);
+      .filter((s) => s.metadata.annotations?.[EXTERNAL_ID_ANNOTATION] !== undefined);
     res.json({ sandboxes: all.map((s) => shape(req, s)), count: all.length });
   });
 
-  r.get("/api/sandboxes/:id", (req: Request, res: Response) => {
-    res.json(shape(req, find(req)));
+  // DeerFlow deletes a sandbox it is told is gone or not Running: what the cache shows is
+  // confirmed with the API server, since another replica may have deleted it a moment ago.
+  // One read by name per status check (DeerFlow checks once per acquire); a sandbox the cache
+  // does not show is answered 404 at once (at worst DeerFlow then creates it again, which
+  // finds the same sandbox).
+  r.get("/api/sandboxes/:id", async (req: Request, res: Response) => {
+    const seen = cached(req);
+    const live = seen && (await d.store.getLive(req.apiKey!.tenant, seen.metadata.name));
+    if (!live || live.metadata.deletionTimestamp || !madeHere(live, String(req.params.id)))
+      throw notFound(req);
+    res.json(shape(req, live));
   });
 
   r.delete("/api/sandboxes/:id", async (req: Request, res: Response) => {
-    const s = find(req);
+    const s = cached(req);
+    if (!s || s.metadata.deletionTimestamp) throw notFound(req);
     await d.store.delete(s.metadata.name);
     res.json({ ok: true, sandbox_id: String(req.params.id) });
   });
@@ -114,6 +159,10 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
 
   return r;
 }
+
+/** Whether `s` is the sandbox DeerFlow made through this API under `id`. */
+const madeHere = (s: Sandbox, id: string) =>
+  s.metadata.annotations?.[EXTERNAL_ID_ANNOTATION] === id;
 
 /** The sandbox a capability URL names, or 404 (the same answer for a wrong capability). */
 function findByCapability(store: SandboxStore, req: Request): Sandbox {

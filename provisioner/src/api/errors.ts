@@ -78,8 +78,33 @@ export function parse<T extends z.ZodType>(schema: T, value: unknown, where: str
   throw new ApiError("INVALID_ARGUMENT", lines.join("; "));
 }
 
+/**
+ * The API server's refusals in our own words: its messages name resource paths and fields of
+ * objects the client never sees, so none of its text is passed on.
+ */
+export function fromKube(err: KubeApiError): ApiError {
+  switch (err.status) {
+    case 400:
+    case 422:
+      return new ApiError("INVALID_ARGUMENT", "the sandbox's settings were refused by the cluster");
+    case 404:
+      return new ApiError("NOT_FOUND", "the sandbox no longer exists");
+    case 409:
+      return new ApiError("CONFLICT", "the sandbox changed meanwhile; try again", {
+        retryAfterS: 1,
+      });
+    case 429:
+      return new ApiError("RATE_LIMITED", "the cluster is busy; try again shortly", {
+        retryAfterS: 5,
+      });
+    default:
+      return new ApiError("INTERNAL", "internal error");
+  }
+}
+
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
+  if (err instanceof KubeApiError) return fromKube(err);
   if (err instanceof SandboxUnavailable) {
     if (err.kind === "capacity")
       return new ApiError("CAPACITY_EXCEEDED", err.message, { retryAfterS: err.retryAfterS ?? 5 });
@@ -99,10 +124,6 @@ export function toApiError(err: unknown): ApiError {
   if (typeof e.status === "number" && e.status >= 400 && e.status < 500) {
     return new ApiError("INVALID_ARGUMENT", e.message ?? "bad request", { status: e.status });
   }
-  if (err instanceof KubeApiError && err.status === 422)
-    return new ApiError("INVALID_ARGUMENT", err.message);
-  if (err instanceof KubeApiError && err.status === 404)
-    return new ApiError("NOT_FOUND", err.message);
   return new ApiError("INTERNAL", "internal error");
 }
 

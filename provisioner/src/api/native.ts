@@ -18,6 +18,8 @@ import {
   type Sandbox,
   type SandboxStore,
   SandboxUnavailable,
+  identity,
+  labelSafe,
   threadSandboxName,
 } from "../sandboxes.ts";
 import { type Transport, abortedBy } from "../transport.ts";
@@ -63,16 +65,14 @@ export function nativeRouter(d: NativeDeps): Router {
     const key = req.apiKey!;
     const userId = input.userId ?? "default";
     const name = threadSandboxName(key.tenant, userId, input.threadId);
+    const who = identity(userId, input.threadId);
     const { sandbox, created } = await d.store.create({
       tenant: key.tenant,
       quota: key.maxSandboxes,
       ...(name ? { name } : {}),
       pool: input.pool ?? d.cfg.defaultPool,
-      labels: {
-        ...input.labels,
-        [LABEL.user]: userId,
-        ...(input.threadId ? { [LABEL.thread]: input.threadId } : {}),
-      },
+      labels: { ...input.labels, ...who.labels },
+      annotations: who.annotations,
       spec: {
         language: input.language,
         ...(input.packages?.length ? { packages: input.packages.map(packageOfSpec) } : {}),
@@ -118,7 +118,8 @@ export function nativeRouter(d: NativeDeps): Router {
       const [k, v, ...rest] = sel.split("=");
       if (!k || v === undefined || rest.length)
         throw new ApiError("INVALID_ARGUMENT", `label must be key=value, got "${sel}"`);
-      labels[k] = v;
+      // User and thread are selected by the value their label holds.
+      labels[k] = k === LABEL.user || k === LABEL.thread ? labelSafe(v) : v;
     }
     res.json({
       sandboxes: d.store.list(req.apiKey!.tenant, labels).map((s) => view(s, d.baseUrl(req))),

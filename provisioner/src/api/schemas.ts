@@ -2,8 +2,19 @@
  * The request and response shapes of the native API, as zod schemas: they validate requests,
  * and /openapi.json is generated from them, so the document cannot drift from the code.
  */
-import { QUANTITY_PATTERN, QUANTITY_RULE } from "@sandpit/operator/api";
-import { ENV_NAME_PATTERN, ENV_NAME_RULE, ID_PATTERN, ID_RULE } from "@sandpit/sandboxd/protocol";
+import {
+  EMPTY_DIR_PATTERN,
+  EMPTY_DIR_RULE,
+  QUANTITY_PATTERN,
+  QUANTITY_RULE,
+} from "@sandpit/operator/api";
+import {
+  ENV_NAME_PATTERN,
+  ENV_NAME_RULE,
+  ID_PATTERN,
+  ID_RULE,
+  VIRTUAL_ROOT,
+} from "@sandpit/sandboxd/protocol";
 import { z } from "zod";
 
 const quantity = z.string().regex(QUANTITY_PATTERN, QUANTITY_RULE);
@@ -94,18 +105,60 @@ export const ListQuery = z.strictObject({
     .describe("key=value; repeat for several (all must match)."),
 });
 
-/** DeerFlow's provisioner API (docker/provisioner/app.py), kept field for field. */
+/**
+ * DeerFlow's ids: its user ids (`make_safe_user_id` of an email can pass 64 characters) and
+ * thread ids are of its own charset; sandbox ids are only ever put in a hash and an annotation.
+ */
+export const DEERFLOW_ID = /^[A-Za-z0-9_-]{1,255}$/;
+const DEERFLOW_ID_RULE = "1-255 of [A-Za-z0-9_-]";
+export const MAX_EXTRA_MOUNTS = 10;
+
+/** One of DeerFlow's `extra_mounts`: a host path we never use, and where the sandbox wants it. */
+export const DeerFlowMount = z.object({
+  host_path: z.string().max(4096),
+  container_path: z
+    .string()
+    .max(512)
+    .regex(EMPTY_DIR_PATTERN, EMPTY_DIR_RULE)
+    .refine((p) => p !== VIRTUAL_ROOT && !p.startsWith(`${VIRTUAL_ROOT}/`), EMPTY_DIR_RULE),
+  read_only: z.boolean().default(false),
+});
+
+/** DeerFlow's provisioner API (docker/provisioner/app.py), field for field; unknown fields pass. */
 export const DeerFlowCreate = z.object({
-  sandbox_id: z.string().min(1).max(253),
-  thread_id: z.string().regex(ID_PATTERN, `thread_id: ${ID_RULE}`).optional(),
-  user_id: z.string().regex(ID_PATTERN, `user_id: ${ID_RULE}`).default("default"),
-  extra_mounts: z.array(z.unknown()).max(10).optional(),
-  include_legacy_skills: z.boolean().optional(),
-  provision_lark_cli_runtime: z.boolean().optional(),
-  provision_lark_cli_broker: z.boolean().optional(),
+  sandbox_id: z
+    .string()
+    .min(1)
+    .max(255)
+    .refine(
+      (id) => [...id].every((c) => c !== "/" && c.charCodeAt(0) > 0x1f && c !== "\u007f"),
+      "sandbox_id: 1-255 characters, no '/' or control characters",
+    ),
+  thread_id: z.string().regex(DEERFLOW_ID, `thread_id: ${DEERFLOW_ID_RULE}`).nullish(),
+  user_id: z
+    .string()
+    .regex(DEERFLOW_ID, `user_id: ${DEERFLOW_ID_RULE}`)
+    .nullish()
+    .transform((u) => u ?? "default"),
+  extra_mounts: z
+    .array(DeerFlowMount)
+    .max(MAX_EXTRA_MOUNTS, `extra_mounts: at most ${MAX_EXTRA_MOUNTS}`)
+    .refine(
+      (ms) => new Set(ms.map((m) => m.container_path)).size === ms.length,
+      "extra_mounts: each container_path at most once",
+    )
+    .nullish(),
+  include_legacy_skills: z.boolean().nullish(),
+  provision_lark_cli_runtime: z.boolean().nullish(),
+  provision_lark_cli_broker: z.boolean().nullish(),
 });
 export const DeerFlowSandbox = z.object({
   sandbox_id: z.string(),
   sandbox_url: z.string(),
-  status: z.string(),
+  status: z
+    .string()
+    .describe("Running while the sandbox_url serves (a suspended sandbox included)."),
+  extra_mounts: z
+    .array(z.object({ container_path: z.string(), provided_as: z.literal("empty_dir") }))
+    .describe("What each asked-for container path became in the sandbox."),
 });
