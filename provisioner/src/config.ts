@@ -3,7 +3,7 @@
  * or a malformed key list stops it at start-up with a message naming the variable.
  */
 import { readFileSync } from "node:fs";
-import { HOST_PORT_PATTERN, HOST_PORT_RULE } from "@sandpit/operator/api";
+import { HOST_PORT_PATTERN, HOST_PORT_RULE, Mount } from "@sandpit/operator/api";
 import { z } from "zod";
 
 /** One API key: who it belongs to (tenant), and how many sandboxes it may hold at once. */
@@ -47,6 +47,11 @@ const Env = z.object({
     .min(1024)
     .default(1024 * 1024),
   SANDPIT_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
+  /**
+   * JSON object: a container path DeerFlow asks for in extra_mounts -> the claim mounted there,
+   * {claimName, subPath?, readOnly?}. A path not named here is given an empty directory.
+   */
+  SANDPIT_DEERFLOW_MOUNTS: z.string().optional(),
 });
 
 export interface ProvisionerConfig {
@@ -61,11 +66,13 @@ export interface ProvisionerConfig {
   shutdownDelayMs: number;
   maxBodyBytes: number;
   logLevel: string;
+  /** The volumes DeerFlow's extra_mounts are mapped to, one per container path. */
+  deerflowMounts: Mount[];
 }
 
 export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
   const parsed = Env.safeParse(env);
-  const fail = (lines: string[]) => {
+  const fail = (lines: string[]): never => {
     throw new Error(`invalid provisioner settings:\n  ${lines.join("\n  ")}`);
   };
   if (!parsed.success) fail(parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`));
@@ -83,6 +90,9 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
   const keys = z.array(ApiKey).min(1).safeParse(json);
   if (!keys.success)
     fail(keys.error.issues.map((i) => `SANDPIT_API_KEYS[${i.path.join(".")}]: ${i.message}`));
+  const deerflowMounts = e.SANDPIT_DEERFLOW_MOUNTS
+    ? parseDeerflowMounts(e.SANDPIT_DEERFLOW_MOUNTS, fail)
+    : [];
   const at = e.SANDPIT_LISTEN.lastIndexOf(":");
   return {
     kubeconfig: e.SANDPIT_KUBECONFIG,
@@ -99,5 +109,38 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
     shutdownDelayMs: e.SANDPIT_SHUTDOWN_DELAY_MS,
     maxBodyBytes: e.SANDPIT_MAX_BODY_BYTES,
     logLevel: e.SANDPIT_LOG_LEVEL,
+    deerflowMounts,
   };
+}
+
+/**
+ * SANDPIT_DEERFLOW_MOUNTS, each entry checked by the operator's own Mount rule (the key is its
+ * mountPath), so a mapping the Sandbox would refuse stops the provisioner rather than every create.
+ */
+function parseDeerflowMounts(raw: string, fail: (lines: string[]) => never): Mount[] {
+  const NAME = "SANDPIT_DEERFLOW_MOUNTS";
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch (err) {
+    fail([`${NAME}: must be a JSON object: ${(err as Error).message}`]);
+  }
+  const byPath = z.record(z.string(), z.record(z.string(), z.unknown())).safeParse(json);
+  if (!byPath.success)
+    fail([`${NAME}: must be a JSON object of container path -> {claimName, subPath?, readOnly?}`]);
+  const problems: string[] = [];
+  const mounts: Mount[] = [];
+  for (const [mountPath, target] of Object.entries(byPath.data!)) {
+    const m = Mount.safeParse({ ...target, mountPath });
+    if (m.success) mounts.push(m.data);
+    else
+      problems.push(
+        ...m.error.issues.map(
+          (i) =>
+            `${NAME}[${mountPath}]${i.path.map((k) => `.${String(k)}`).join("")}: ${i.message}`,
+        ),
+      );
+  }
+  if (problems.length) fail(problems);
+  return mounts;
 }

@@ -42,9 +42,67 @@ describe("settings", () => {
       /tenant: lowercase/,
     ],
     [{ SANDPIT_API_KEYS: KEYS, SANDPIT_LISTEN: "8080" }, /SANDPIT_LISTEN: expected host:port/],
+    [
+      { SANDPIT_API_KEYS: KEYS, SANDPIT_DEERFLOW_MOUNTS: "{not json" },
+      /SANDPIT_DEERFLOW_MOUNTS: must be a JSON object/,
+    ],
+    [
+      { SANDPIT_API_KEYS: KEYS, SANDPIT_DEERFLOW_MOUNTS: '["skills"]' },
+      /SANDPIT_DEERFLOW_MOUNTS: must be a JSON object/,
+    ],
+    [
+      {
+        SANDPIT_API_KEYS: KEYS,
+        SANDPIT_DEERFLOW_MOUNTS: JSON.stringify({ "/mnt/skills": { claimName: "Skills_Claim" } }),
+      },
+      /SANDPIT_DEERFLOW_MOUNTS\[\/mnt\/skills\]\.claimName: claimName is a PersistentVolumeClaim name/,
+    ],
+    [
+      {
+        SANDPIT_API_KEYS: KEYS,
+        SANDPIT_DEERFLOW_MOUNTS: JSON.stringify({ "/mnt/../etc": { claimName: "skills" } }),
+      },
+      /SANDPIT_DEERFLOW_MOUNTS\[\/mnt\/\.\.\/etc\]\.mountPath: mountPath has no/,
+    ],
+    [
+      {
+        SANDPIT_API_KEYS: KEYS,
+        SANDPIT_DEERFLOW_MOUNTS: JSON.stringify({ "/tmp/skills": { claimName: "skills" } }),
+      },
+      /SANDPIT_DEERFLOW_MOUNTS\[\/tmp\/skills\]\.mountPath: mountPath may not cover/,
+    ],
+    [
+      {
+        SANDPIT_API_KEYS: KEYS,
+        SANDPIT_DEERFLOW_MOUNTS: JSON.stringify({ "/mnt/s": { claimName: "s", size: "1Gi" } }),
+      },
+      /SANDPIT_DEERFLOW_MOUNTS\[\/mnt\/s\]: .*size/,
+    ],
   ])("refuses %j with a message naming the setting", (env, message) => {
     expect(() => readConfig(env as NodeJS.ProcessEnv)).toThrow(message);
   });
+});
+
+test("SANDPIT_DEERFLOW_MOUNTS: container path -> claim, none by default", () => {
+  expect(readConfig({ SANDPIT_API_KEYS: KEYS }).deerflowMounts).toEqual([]);
+  const cfg = readConfig({
+    SANDPIT_API_KEYS: KEYS,
+    SANDPIT_DEERFLOW_MOUNTS: JSON.stringify({
+      "/mnt/skills/custom": { claimName: "deerflow-skills", readOnly: true },
+      "/mnt/acp-workspace": {
+        claimName: "deerflow-data",
+        subPath: "users/{user}/threads/{thread}",
+      },
+    }),
+  });
+  expect(cfg.deerflowMounts).toEqual([
+    { mountPath: "/mnt/skills/custom", claimName: "deerflow-skills", readOnly: true },
+    {
+      mountPath: "/mnt/acp-workspace",
+      claimName: "deerflow-data",
+      subPath: "users/{user}/threads/{thread}",
+    },
+  ]);
 });
 
 describe("API keys", () => {
@@ -123,7 +181,7 @@ describe("DeerFlow's create", () => {
       ],
     });
     expect(body.thread_id).toBeNull();
-    expect(placeMounts(body.extra_mounts!).emptyDirs).toEqual([
+    expect(placeMounts(body.extra_mounts!, []).emptyDirs).toEqual([
       "/mnt/acp-workspace",
       "/mnt/skills/custom",
       "/mnt/skills/integrations",
@@ -132,6 +190,37 @@ describe("DeerFlow's create", () => {
       "/mnt/integrations/lark-cli/data",
     ]);
     expect(DeerFlowCreate.parse({ sandbox_id: "abc", user_id: null }).user_id).toBe("default");
+  });
+  test("a path the settings map becomes that claim, read-only if either side says so", () => {
+    const volumes = [
+      { mountPath: "/mnt/skills/custom", claimName: "skills", readOnly: true },
+      { mountPath: "/mnt/acp-workspace", claimName: "data", subPath: "{user}/{thread}" },
+      { mountPath: "/mnt/integrations/lark-cli/data", claimName: "lark" },
+      { mountPath: "/mnt/not-asked", claimName: "other" },
+    ];
+    expect(
+      placeMounts(
+        [
+          mount("/mnt/acp-workspace"), // DeerFlow: read-only; the setting: read-write
+          mount("/mnt/skills/custom", false), // the setting: read-only
+          mount("/mnt/skills/integrations"),
+          mount("/mnt/integrations/lark-cli/data", false), // read-write on both sides
+        ],
+        volumes,
+      ),
+    ).toEqual({
+      emptyDirs: ["/mnt/skills/integrations"],
+      mounts: [
+        {
+          mountPath: "/mnt/acp-workspace",
+          claimName: "data",
+          subPath: "{user}/{thread}",
+          readOnly: true,
+        },
+        { mountPath: "/mnt/skills/custom", claimName: "skills", readOnly: true },
+        { mountPath: "/mnt/integrations/lark-cli/data", claimName: "lark" },
+      ],
+    });
   });
   test.each([
     [{ sandbox_id: "" }, /sandbox_id/],

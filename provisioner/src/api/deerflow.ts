@@ -5,6 +5,7 @@
  * the URL carries an unguessable capability (192 random bits) in its path instead.
  */
 import { Router, json, type Request, type Response } from "express";
+import type { Mount } from "@sandpit/operator/api";
 import { ID_PATTERN } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, requireKey } from "./auth.ts";
 import { ApiError, parse } from "./errors.ts";
@@ -49,14 +50,38 @@ export function deerflowStatus(s: Sandbox): string {
 
 /**
  * Where each of DeerFlow's extra_mounts goes. Host paths are never used: the sandbox runs
- * elsewhere. Every container path becomes an empty, writable directory.
- * Seam: once Sandboxes can mount volumes, a path the provisioner's settings map to a volume is
- * mounted instead, and answered as such.
+ * elsewhere. A container path the provisioner's settings map to a claim (SANDPIT_DEERFLOW_MOUNTS)
+ * mounts that claim, read-only if either the setting or DeerFlow says so; any other becomes an
+ * empty, writable directory.
  */
-export function placeMounts(mounts: readonly { container_path: string }[]): {
-  emptyDirs: string[];
-} {
-  return { emptyDirs: mounts.map((m) => m.container_path) };
+export function placeMounts(
+  asked: readonly { container_path: string; read_only?: boolean }[],
+  volumes: readonly Mount[],
+): { emptyDirs: string[]; mounts: Mount[] } {
+  const emptyDirs: string[] = [];
+  const mounts: Mount[] = [];
+  for (const m of asked) {
+    const volume = volumes.find((v) => v.mountPath === m.container_path);
+    if (!volume) emptyDirs.push(m.container_path);
+    else if (volume.readOnly || m.read_only) mounts.push({ ...volume, readOnly: true });
+    else mounts.push(volume);
+  }
+  return { emptyDirs, mounts };
+}
+
+/** What each asked-for path became, read back from the Sandbox. */
+function providedMounts(s: Sandbox) {
+  return [
+    ...(s.spec.mounts ?? []).map((m) => ({
+      container_path: m.mountPath,
+      provided_as: "volume" as const,
+      claim_name: m.claimName,
+    })),
+    ...(s.spec.emptyDirs ?? []).map((p) => ({
+      container_path: p,
+      provided_as: "empty_dir" as const,
+    })),
+  ];
 }
 
 export function deerflowRouter(d: DeerFlowDeps): Router {
@@ -70,10 +95,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
     sandbox_id: s.metadata.annotations?.[EXTERNAL_ID_ANNOTATION] ?? s.metadata.name,
     sandbox_url: `${d.baseUrl(req)}/aio/${s.metadata.name}/${s.metadata.annotations?.[CAPABILITY_ANNOTATION]}`,
     status: deerflowStatus(s),
-    extra_mounts: (s.spec.emptyDirs ?? []).map((p) => ({
-      container_path: p,
-      provided_as: "empty_dir" as const,
-    })),
+    extra_mounts: providedMounts(s),
   });
   /**
    * The sandbox DeerFlow made under this id. Only sandboxes made through this API are seen
@@ -102,7 +124,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
       // DeerFlow's own provisioner serves a sandbox without a thread as the thread of its id.
       const threadId = body.thread_id ?? body.sandbox_id;
       const who = identity(body.user_id, DEERFLOW_ID.test(threadId) ? threadId : undefined);
-      const { emptyDirs } = placeMounts(body.extra_mounts ?? []);
+      const { emptyDirs, mounts } = placeMounts(body.extra_mounts ?? [], d.cfg.deerflowMounts);
       const { sandbox } = await d.store.create({
         tenant: key.tenant,
         quota: key.maxSandboxes,
@@ -116,6 +138,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
           ...(ID_PATTERN.test(body.user_id) ? { userId: body.user_id } : {}),
           ...(ID_PATTERN.test(threadId) ? { threadId } : {}),
           ...(emptyDirs.length ? { emptyDirs } : {}),
+          ...(mounts.length ? { mounts } : {}),
         },
       });
       const current = await d.transport.ready(sandbox, { timeoutMs: CREATE_WAIT_MS }).catch(

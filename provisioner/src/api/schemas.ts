@@ -159,6 +159,16 @@ export const DeerFlowSandbox = z.object({
     .string()
     .describe("Running while the sandbox_url serves (a suspended sandbox included)."),
   extra_mounts: z
-    .array(z.object({ container_path: z.string(), provided_as: z.literal("empty_dir") }))
+    .array(
+      z.object({
+        container_path: z.string(),
+        provided_as: z
+          .enum(["volume", "empty_dir"])
+          .describe(
+            "volume: the claim the provisioner's settings map this path to; empty_dir: an empty, writable directory.",
+          ),
+        claim_name: z.string().optional().describe("The claim mounted, for a volume."),
+      }),
+    )
     .describe("What each asked-for container path became in the sandbox."),
 });
