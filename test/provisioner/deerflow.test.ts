@@ -11,7 +11,9 @@ import {
   type ProvisionerApi,
   type ProvisionerProcess,
   type Stack,
+  createClaim,
   provisionerCall,
+  runInClaim,
   sandboxes,
   startProvisioner,
   startStack,
@@ -178,6 +180,62 @@ describe("DeerFlow's create payloads", () => {
       expect(byUser.json.sandboxes.map((s: { id: string }) => s.id)).toEqual([n.json.id]);
       await native("DELETE", `/v1/sandboxes/${n.json.id}`, KEY);
       await deer(one(), "DELETE", "/api/sandboxes/-odd_");
+    },
+  );
+});
+
+describe("extra_mounts the provisioner's settings map to a claim", () => {
+  test(
+    "/mnt/skills/custom is the skills claim, read-only; the other paths stay empty directories",
+    { timeout: 240_000 },
+    async () => {
+      const image = inject("clusterSandboxImage");
+      await createClaim(c, ns, "deerflow-skills");
+      await runInClaim(c, ns, {
+        claim: "deerflow-skills",
+        image,
+        script: "mkdir -p /claim/demo && echo 'use me' > /claim/demo/SKILL.md",
+      });
+      const mapped = await startProvisioner({
+        kubeconfig: inject("kubeconfig"),
+        namespace: ns,
+        keys: KEYS,
+        env: {
+          SANDPIT_DEERFLOW_MOUNTS: JSON.stringify({
+            "/mnt/skills/custom": { claimName: "deerflow-skills", readOnly: true },
+          }),
+        },
+      });
+      try {
+        const r = await deer(
+          mapped.url,
+          "POST",
+          "/api/sandboxes",
+          deerflowCreate("sk1", "t-sk", "u-sk"),
+        );
+        expect(r.status, JSON.stringify(r.json)).toBe(200);
+        expect(r.json.extra_mounts).toHaveLength(6);
+        for (const m of r.json.extra_mounts as { container_path: string }[]) {
+          expect(m).toEqual(
+            m.container_path === "/mnt/skills/custom"
+              ? {
+                  container_path: "/mnt/skills/custom",
+                  provided_as: "volume",
+                  claim_name: "deerflow-skills",
+                }
+              : { container_path: m.container_path, provided_as: "empty_dir" },
+          );
+        }
+        const url = r.json.sandbox_url as string;
+        expect(await shell(url, "cat /mnt/skills/custom/demo/SKILL.md")).toBe("use me\n");
+        const write = await shell(
+          url,
+          "touch /mnt/skills/custom/x 2>/dev/null && echo wrote || echo refused; touch /mnt/acp-workspace/x && echo wrote",
+        );
+        expect(write.trim().split("\n")).toEqual(["refused", "wrote"]);
+      } finally {
+        await mapped.stop();
+      }
     },
   );
 });
