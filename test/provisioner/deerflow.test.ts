@@ -227,7 +227,7 @@ describe("extra_mounts the provisioner's settings map to a claim", () => {
           );
         }
         const url = r.json.sandbox_url as string;
-        expect(await shell(url, "cat /mnt/skills/custom/demo/SKILL.md")).toBe("use me\n");
+        expect((await shell(url, "cat /mnt/skills/custom/demo/SKILL.md")).trim()).toBe("use me");
         const write = await shell(
           url,
           "touch /mnt/skills/custom/x 2>/dev/null && echo wrote || echo refused; touch /mnt/acp-workspace/x && echo wrote",
