@@ -216,9 +216,12 @@ export function podStart(
   if (st.phase === "Failed") return { start: false, result: undefined };
   if (recreations >= ctx.cfg.maxRecreations) {
     const message = `the pod failed or disappeared ${recreations + 1} times without becoming ready; fix the cause and change the spec to retry`;
-    ctx.events.record(sbx, "Warning", "Failed", "GiveUp", message);
-    sandboxTransitions.inc({ reason: "Failed" });
-    st.phaseIs("Failed", "TooManyRecreations", message).set({ endpoint: undefined });
+    fail(ctx, sbx, st, {
+      reason: "TooManyRecreations",
+      event: "Failed",
+      action: "GiveUp",
+      message,
+    });
     return { start: false, result: undefined };
   }
   const backoff = Math.min(1000 * 2 ** recreations, MAX_RECREATE_BACKOFF_MS);
@@ -304,11 +307,7 @@ export function notServingYet(
   if (p.reason === "CrashLoopBackOff" && restarts > ctx.cfg.maxRecreations) {
     const last = pod.status?.containerStatuses?.[0]?.lastState?.terminated;
     const message = `sandboxd exited ${restarts + 1} times${last?.reason ? ` (last: ${last.reason}, exit code ${last.exitCode})` : ""}; see the pod's logs, then fix the spec`;
-    if (st.phase !== "Failed") {
-      ctx.events.record(sbx, "Warning", "Failed", "GiveUp", message);
-      sandboxTransitions.inc({ reason: "Failed" });
-    }
-    st.phaseIs("Failed", "CrashLoopBackOff", message).set({ endpoint: undefined });
+    fail(ctx, sbx, st, { reason: "CrashLoopBackOff", event: "Failed", action: "GiveUp", message });
     return;
   }
   if (p.stuck && st.conditionOf("Ready")?.reason !== p.reason) {
@@ -351,12 +350,8 @@ export function recordInitRejected(
   message: string,
   initFor: string,
 ): void {
-  if (st.phase !== "Failed") {
-    ctx.events.record(sbx, "Warning", "PackageInstallFailed", "GiveUp", message);
-    sandboxTransitions.inc({ reason: "Failed" });
-  }
-  st.phaseIs("Failed", "PackageInstallFailed", message).set({
-    endpoint: undefined,
+  const reason = "PackageInstallFailed";
+  fail(ctx, sbx, st, { reason, event: reason, action: "GiveUp", message }).set({
     initializedFor: `failed:${initFor}`,
   });
 }
@@ -371,11 +366,8 @@ export function recordInvalidMounts(
   st: SandboxStatusBuilder,
   message: string,
 ): void {
-  if (st.phase !== "Failed") {
-    ctx.events.record(sbx, "Warning", "InvalidMounts", "Start", message);
-    sandboxTransitions.inc({ reason: "Failed" });
-  }
-  st.phaseIs("Failed", "InvalidMounts", message).set({ endpoint: undefined });
+  const reason = "InvalidMounts";
+  fail(ctx, sbx, st, { reason, event: reason, action: "Start", message });
 }
 
 export function recordReady(
@@ -426,4 +418,21 @@ export function nextDeadline(
     at = Math.min(at, last + eff.idleTimeoutSeconds * 1000);
   }
   return Math.max(1_000, at - now);
+}
+
+/**
+ * The sandbox is Failed for `reason` and has no endpoint; the Warning event and the transition
+ * are recorded only when it was not Failed already, so a repeated pass stays quiet.
+ */
+function fail(
+  ctx: Ctx,
+  sbx: Sandbox,
+  st: SandboxStatusBuilder,
+  o: { reason: string; event: string; action: string; message: string },
+): SandboxStatusBuilder {
+  if (st.phase !== "Failed") {
+    ctx.events.record(sbx, "Warning", o.event, o.action, o.message);
+    sandboxTransitions.inc({ reason: "Failed" });
+  }
+  return st.phaseIs("Failed", o.reason, o.message).set({ endpoint: undefined });
 }
