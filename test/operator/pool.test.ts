@@ -272,12 +272,15 @@ describe("SandboxPool", () => {
       // Its own token opens it (not the deleted one's).
       const out = await runCode(ready.status!.endpoint!, await tokenOf(c, ns, "re"), "print(7)");
       expect(out.stdout).toBe("7\n");
+      // The bug's own symptom: a pod scheduled onto the deleted predecessor's claim. (A pod
+      // waiting for its new claim to bind, such as the pool's refill, is another, normal
+      // "unbound immediate PersistentVolumeClaims" warning.)
       const events = await c.core.listNamespacedEvent({ namespace: ns });
       const notFound = events.items.filter((e) => {
         const at = e.lastTimestamp ?? e.eventTime ?? e.metadata?.creationTimestamp;
         return (
           e.type === "Warning" &&
-          /not found/.test(e.message ?? "") &&
+          /persistentvolumeclaim "[^"]+" not found/.test(e.message ?? "") &&
           (at ? new Date(at).getTime() >= since : true)
         );
       });
