@@ -214,9 +214,14 @@ export class SandboxStore {
    * another replica made (this process's cache learns of it a moment later).
    */
   async getLive(tenant: string, name: string): Promise<Sandbox | undefined> {
+    const s = await this.#read(name);
+    return s?.metadata.labels?.[LABEL.tenant] === tenant ? s : undefined;
+  }
+
+  /** The sandbox of that name as the API server has it now, or undefined. */
+  async #read(name: string): Promise<Sandbox | undefined> {
     try {
-      const s = await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
-      return s.metadata.labels?.[LABEL.tenant] === tenant ? s : undefined;
+      return await this.#kube.get<Sandbox>(SANDBOXES, this.namespace, name);
     } catch (err) {
       if (isNotFound(err)) return undefined;
       throw err;
@@ -253,8 +258,13 @@ export class SandboxStore {
     name: string,
     input: CreateInput,
   ): Promise<{ sandbox: Sandbox; created: boolean }> {
-    const existing = this.#lookup(name);
-    if (existing) return { sandbox: existing, created: false };
+    // The cache may not yet show a delete another replica just made, so a sandbox found there
+    // is confirmed by a read: a create right after that delete makes a new sandbox, never
+    // answers with the one going away.
+    if (this.#lookup(name)) {
+      const live = await this.#read(name);
+      if (live) return { sandbox: live, created: false };
+    }
     const joined = this.#creating.get(name);
     const made = joined ? await joined.made : await this.#createOnce(name, input);
     if (made) return { sandbox: made, created: !joined };

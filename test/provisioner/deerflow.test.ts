@@ -326,6 +326,29 @@ describe("two replicas", () => {
       }
     },
   );
+
+  test(
+    "a create right after a delete served by the other replica makes a new sandbox",
+    { timeout: 300_000 },
+    async () => {
+      const body = { sandbox_id: "again-1", thread_id: "again-1" };
+      const first = await deer(one(), "POST", "/api/sandboxes", body);
+      expect(first.status, JSON.stringify(first.json)).toBe(200);
+      await waitFor("the other replica to see it", 30_000, async () => {
+        return (await deer(second.url, "GET", `/api/sandboxes/${body.sandbox_id}`)).status === 200;
+      });
+      expect((await deer(second.url, "DELETE", `/api/sandboxes/${body.sandbox_id}`)).status).toBe(
+        200,
+      );
+      const again = await deer(one(), "POST", "/api/sandboxes", body);
+      expect(again.status, JSON.stringify(again.json)).toBe(200);
+      // A new Sandbox carries a new capability, so its sandbox_url differs from the deleted one's.
+      const url = (r: { json: unknown }) => (r.json as { sandbox_url: string }).sandbox_url;
+      expect(url(again)).not.toBe(url(first));
+      const alive = await fetch(`${url(again)}/v1/sandbox`);
+      expect(alive.status).toBe(200);
+    },
+  );
 });
 
 describe("bad input", () => {
