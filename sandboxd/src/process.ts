@@ -57,33 +57,51 @@ export async function killStartedSessions(): Promise<number> {
   return killed;
 }
 
-class CappedStream {
-  readonly chunks: Buffer[] = [];
+/**
+ * An output stream's byte count and cap: every chunk is counted, the part that fits under the cap
+ * is handed back to keep, and the rest is dropped and flagged.
+ */
+export class OutputCap {
   kept = 0;
   seen = 0;
   truncated = false;
-  private readonly decoder = new StringDecoder("utf8");
   private readonly cap: number;
+
+  constructor(cap: number) {
+    this.cap = cap;
+  }
+
+  /** The part of `chunk` to keep, or undefined when the cap is already reached. */
+  protected take(chunk: Buffer): Buffer | undefined {
+    this.seen += chunk.length;
+    const room = this.cap - this.kept;
+    if (room <= 0) {
+      this.truncated = true;
+      return undefined;
+    }
+    const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
+    if (part.length < chunk.length) this.truncated = true;
+    this.kept += part.length;
+    return part;
+  }
+}
+
+class CappedStream extends OutputCap {
+  readonly chunks: Buffer[] = [];
+  private readonly decoder = new StringDecoder("utf8");
   private readonly name: "stdout" | "stderr";
   private readonly onChunk: ProcessSpec["onChunk"];
 
   constructor(name: "stdout" | "stderr", cap: number, onChunk: ProcessSpec["onChunk"]) {
+    super(cap);
     this.name = name;
-    this.cap = cap;
     this.onChunk = onChunk;
   }
 
   push(chunk: Buffer): void {
     const offset = this.seen;
-    this.seen += chunk.length;
-    const room = this.cap - this.kept;
-    if (room <= 0) {
-      this.truncated = true;
-      return;
-    }
-    const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
-    if (part.length < chunk.length) this.truncated = true;
-    this.kept += part.length;
+    const part = this.take(chunk);
+    if (!part) return;
     if (this.onChunk) {
       const text = this.decoder.write(part);
       if (text) this.onChunk(this.name, text, offset);

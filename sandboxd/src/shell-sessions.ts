@@ -24,7 +24,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
-import { signalGroup, spawnDetached } from "./process.ts";
+import { OutputCap, signalGroup, spawnDetached } from "./process.ts";
 import { SandboxdError } from "./protocol.ts";
 
 /** The bash API's statuses; the shell API maps them onto its own names. */
@@ -41,30 +41,15 @@ const KILL_GRACE_MS = 1000;
 const PIPE_GRACE_MS = 100;
 
 /** One output stream of one command: kept up to a cap, the rest counted and dropped. */
-class Output {
+class Output extends OutputCap {
   private chunks: Buffer[] = [];
   private joined: Buffer | null = null;
-  kept = 0;
-  seen = 0;
-  truncated = false;
-  private readonly cap: number;
-
-  constructor(cap: number) {
-    this.cap = cap;
-  }
 
   push(b: Buffer): void {
     if (b.length === 0) return;
-    this.seen += b.length;
-    const room = this.cap - this.kept;
-    if (room <= 0) {
-      this.truncated = true;
-      return;
-    }
-    const part = b.length > room ? b.subarray(0, room) : b;
-    if (part.length < b.length) this.truncated = true;
+    const part = this.take(b);
+    if (!part) return;
     this.chunks.push(Buffer.from(part));
-    this.kept += part.length;
     this.joined = null;
   }
 
