@@ -49,10 +49,13 @@ export function resolveVirtualPath(
 
 /**
  * A user or thread id, the same rule on every API that takes one (the SDK's create options, the
- * provisioner's native and DeerFlow bodies, the Sandbox resource's spec).
+ * provisioner's native and DeerFlow bodies, the Sandbox resource's spec). 255 because DeerFlow
+ * allows that much (its user ids derived from e-mail addresses run past 80), and 255 is also what
+ * one path segment may hold, which a shared claim's `users/{user}/threads/{thread}` needs.
+ * Ids are never label values as they are: labels carry a hash where an id does not fit.
  */
-export const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
-export const ID_RULE = "1-64 of [A-Za-z0-9_-]";
+export const ID_PATTERN = /^[A-Za-z0-9_-]{1,255}$/;
+export const ID_RULE = "1-255 of [A-Za-z0-9_-]";
 
 /** An environment variable name, on every API that takes an environment. */
 export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -208,7 +211,8 @@ export type InitRequest = z.infer<typeof InitRequest>;
  * Every error code a Sandpit API answers with (sandboxd, the provisioner) and every code the
  * SDK's SandboxError carries: one vocabulary end to end, so a code means the same thing
  * wherever it is seen. Not every code comes from every component: CONNECTION_FAILED is the
- * SDK's own (nothing answered), UPSTREAM_UNAVAILABLE the provisioner's (a sandbox did not).
+ * SDK's own (nothing answered), UPSTREAM_UNAVAILABLE the provisioner's (a sandbox did not),
+ * NOT_SUPPORTED a backend's that lacks a feature (its message names the feature).
  */
 export const ERROR_CODES = [
   "INVALID_ARGUMENT",
@@ -222,6 +226,7 @@ export const ERROR_CODES = [
   "EXECUTION_FAILED",
   "UPSTREAM_UNAVAILABLE",
   "CONNECTION_FAILED",
+  "NOT_SUPPORTED",
   "INTERNAL",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -243,6 +248,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   EXECUTION_FAILED: 422,
   UPSTREAM_UNAVAILABLE: 502,
   CONNECTION_FAILED: 502,
+  NOT_SUPPORTED: 501,
   INTERNAL: 500,
 };
 

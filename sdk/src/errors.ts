@@ -14,6 +14,8 @@
  * - CONFLICT: the target is in the wrong state (a directory where a file was expected, ...)
  * - CAPACITY_EXCEEDED: the pool or account is at its cap
  * - RATE_LIMITED: the provider asked us to slow down
+ * - NOT_SUPPORTED: this provider cannot do what was asked (the message names the feature; the
+ *   capability table in sdk/README.md lists which provider does what)
  */
 import { ERROR_CODES, type ErrorCode } from "@sandpit/sandboxd/protocol";
 

@@ -2,6 +2,7 @@
  * A SandboxInstance backed by sandboxd. Providers that run sandboxd (local, docker, kubernetes)
  * supply only the lifecycle: how to reach it, pause it, kill it, and publish a port.
  */
+import { FilesystemExtras, foregroundCommands, noCodeContexts, noPty } from "./unsupported.ts";
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient } from "./sandboxd-client.ts";
@@ -51,7 +52,13 @@ export interface SandboxDefaults {
   timeoutMs?: number | undefined;
 }
 
+const NO_CONTEXTS = noCodeContexts("sandboxd");
+
 export class SandboxdInstance implements SandboxInstance {
+  readonly pty = noPty("sandboxd");
+  readonly createCodeContext = NO_CONTEXTS.createCodeContext;
+  readonly listCodeContexts = NO_CONTEXTS.listCodeContexts;
+  readonly removeCodeContext = NO_CONTEXTS.removeCodeContext;
   readonly sandboxId: string;
   readonly commands: SandboxCommands;
   readonly filesystem: SandboxFilesystem;
@@ -62,7 +69,9 @@ export class SandboxdInstance implements SandboxInstance {
     this.sandboxId = sandboxId;
     this.lifecycle = lifecycle;
     this.defaults = defaults;
-    this.commands = { run: (command, options) => this.run(command, options) };
+    this.commands = foregroundCommands("sandboxd", (command, options) =>
+      this.run(command, options),
+    );
     this.filesystem = new SandboxdFilesystem((op) => withClient(lifecycle, op));
   }
 
@@ -113,7 +122,7 @@ export class SandboxdInstance implements SandboxInstance {
     }
     if (typeof code !== "string")
       throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
-    return withClient(this.lifecycle, (client) =>
+    const r = await withClient(this.lifecycle, (client) =>
       client.executeCode({
         language,
         code,
@@ -124,6 +133,7 @@ export class SandboxdInstance implements SandboxInstance {
         }),
       }),
     );
+    return { ...r, results: [] };
   }
 
   kill(): Promise<void> {
@@ -140,9 +150,10 @@ export class SandboxdInstance implements SandboxInstance {
   }
 }
 
-class SandboxdFilesystem implements SandboxFilesystem {
+class SandboxdFilesystem extends FilesystemExtras implements SandboxFilesystem {
   private readonly with: <T>(op: (c: SandboxdClient) => Promise<T>) => Promise<T>;
   constructor(withClient: <T>(op: (c: SandboxdClient) => Promise<T>) => Promise<T>) {
+    super("sandboxd");
     this.with = withClient;
   }
 

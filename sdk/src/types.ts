@@ -35,22 +35,189 @@ export interface SandboxInstance {
   pause(): Promise<void>;
   /** Address (host:port, no scheme) at which a server listening on `port` inside is reached. */
   getHost(port: number): Promise<string>;
+
+  /** Terminals: a shell (or any command) on a pseudo-terminal, bytes both ways. */
+  readonly pty: SandboxPty;
+
+  /**
+   * A persistent interpreter: cells run with `executeCode(..., {context})` share variables,
+   * imports and functions until the context is removed.
+   */
+  createCodeContext(options?: CodeContextOptions): Promise<CodeContext>;
+  listCodeContexts(): Promise<CodeContext[]>;
+  /** Stops the context's interpreter; succeeds if it is already gone. */
+  removeCodeContext(context: CodeContext | string): Promise<void>;
 }
 
 export interface SandboxCommands {
-  run(command: string, options?: SandboxCommandOptions): Promise<SandboxExecutionResult>;
+  /** Runs to completion: a non-zero exit code is a result, not an error. */
+  run(
+    command: string,
+    options?: SandboxCommandOptions & { background?: false },
+  ): Promise<SandboxExecutionResult>;
+  /**
+   * Starts the command and returns at once with a handle; the process outlives the call, the
+   * handle and the client. Its stdin stays open (after `stdin`, if given) until `closeStdin()`.
+   */
+  run(
+    command: string,
+    options: SandboxCommandOptions & { background: true },
+  ): Promise<CommandHandle>;
+  /** Background processes and terminals the sandbox knows, running or exited and not yet reaped. */
+  list(): Promise<ProcessInfo[]>;
+  /** Attaches to a background process started earlier, by this client or another. */
+  connect(pid: number, options?: CommandConnectOptions): Promise<CommandHandle>;
+  /** Sends `signal` (default SIGKILL) to the process's whole group; false if it had exited. */
+  kill(pid: number, signal?: ProcessSignal): Promise<boolean>;
+  sendStdin(pid: number, data: string | Uint8Array): Promise<void>;
+  closeStdin(pid: number): Promise<void>;
+}
+
+export type ProcessSignal =
+  "SIGTERM" | "SIGKILL" | "SIGINT" | "SIGHUP" | "SIGQUIT" | "SIGUSR1" | "SIGUSR2";
+
+export interface ProcessInfo {
+  pid: number;
+  command: string;
+  cwd: string;
+  tag?: string;
+  /** A terminal (`pty.create`) rather than a command. */
+  pty: boolean;
+  startedAt: Date;
+  /** Set once the process has exited (it stays listed until its output is reaped). */
+  exitCode?: number;
+}
+
+export interface CommandConnectOptions {
+  /** Replay output from this byte offset of the process's combined output (default: 0). */
+  offset?: number;
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+  signal?: AbortSignal;
+}
+
+/** A background process. Output callbacks fire until it exits or `disconnect()`. */
+export interface CommandHandle {
+  readonly pid: number;
+  /** Output received by this handle so far. */
+  readonly stdout: string;
+  readonly stderr: string;
+  /**
+   * Bytes of output the sandbox no longer kept when this handle attached (its buffer per
+   * process is bounded); 0 when the replay was complete.
+   */
+  readonly droppedBytes: number;
+  /** Resolves when the process exits, with everything this handle received. */
+  wait(): Promise<SandboxExecutionResult>;
+  kill(signal?: ProcessSignal): Promise<boolean>;
+  sendStdin(data: string | Uint8Array): Promise<void>;
+  closeStdin(): Promise<void>;
+  /** Stops receiving output; the process keeps running and can be `connect`ed to again. */
+  disconnect(): Promise<void>;
+}
+
+export interface SandboxPty {
+  create(options: PtyCreateOptions): Promise<PtyHandle>;
+  connect(
+    pid: number,
+    options: { onData: (data: Uint8Array) => void; signal?: AbortSignal },
+  ): Promise<PtyHandle>;
+  sendInput(pid: number, data: string | Uint8Array): Promise<void>;
+  resize(pid: number, size: PtySize): Promise<void>;
+  kill(pid: number): Promise<boolean>;
+}
+
+export interface PtySize {
+  cols: number;
+  rows: number;
+}
+
+export interface PtyCreateOptions extends PtySize {
+  onData: (data: Uint8Array) => void;
+  /** Default: the sandbox user's login shell. */
+  command?: string;
+  cwd?: string;
+  envs?: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+export interface PtyHandle {
+  readonly pid: number;
+  sendInput(data: string | Uint8Array): Promise<void>;
+  resize(size: PtySize): Promise<void>;
+  kill(): Promise<boolean>;
+  /** Resolves with the exit code when the terminal's process ends. */
+  wait(): Promise<{ exitCode: number }>;
+  /** Stops receiving output; the terminal keeps running. */
+  disconnect(): Promise<void>;
 }
 
 export interface SandboxFilesystem {
-  read(path: string): Promise<string>;
-  readBytes(path: string): Promise<Uint8Array>;
-  write(path: string, content: string | Uint8Array): Promise<void>;
-  list(path: string): Promise<SandboxFileInfo[]>;
+  read(path: string, options?: TransferOptions): Promise<string>;
+  readBytes(path: string, options?: TransferOptions): Promise<Uint8Array>;
+  write(path: string, content: string | Uint8Array, options?: TransferOptions): Promise<void>;
+  /** Entries of a directory; with `depth` > 1, of its subdirectories too (default 1). */
+  list(path: string, options?: { depth?: number }): Promise<SandboxFileInfo[]>;
   exists(path: string): Promise<boolean>;
   /** Creates the directory and any missing parents; succeeds if it already exists. */
   mkdir(path: string): Promise<void>;
   /** Removes a file or a directory with everything in it. */
   remove(path: string): Promise<void>;
+  /** Moves a file or directory; replaces a file at `to`, as rename(2) does. */
+  rename(from: string, to: string): Promise<void>;
+  stat(path: string): Promise<SandboxFileInfo>;
+  /** Appends to a file, creating it when missing. */
+  append(path: string, content: string | Uint8Array, options?: TransferOptions): Promise<void>;
+  /** Absolute paths matching a glob (`**` crosses directories), relative to `cwd`. */
+  glob(pattern: string, options?: { cwd?: string }): Promise<string[]>;
+  /** Lines matching a regular expression (or, with `literal`, a plain string). */
+  grep(pattern: string, options?: GrepOptions): Promise<GrepMatch[]>;
+  /** Calls `onEvent` for each change under `path` until the handle is stopped. */
+  watch(
+    path: string,
+    onEvent: (event: FilesystemEvent) => void,
+    options?: { recursive?: boolean; signal?: AbortSignal },
+  ): Promise<WatchHandle>;
+  /** The file's bytes as they are read: memory stays flat for any size. */
+  readStream(path: string, options?: TransferOptions): Promise<ReadableStream<Uint8Array>>;
+  /** Writes what `data` yields, as it yields it; the file appears whole or not at all. */
+  writeStream(
+    path: string,
+    data: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+    options?: TransferOptions,
+  ): Promise<void>;
+}
+
+export interface TransferOptions {
+  signal?: AbortSignal;
+}
+
+export interface GrepOptions {
+  /** Directory (searched recursively) or file; default the working directory. */
+  path?: string;
+  /** Only files whose name matches this glob. */
+  glob?: string;
+  ignoreCase?: boolean;
+  literal?: boolean;
+  /** Stop after this many matches (default 1000). */
+  maxMatches?: number;
+}
+
+export interface GrepMatch {
+  path: string;
+  /** 1-based. */
+  line: number;
+  text: string;
+}
+
+export interface FilesystemEvent {
+  type: "create" | "write" | "remove" | "rename" | "chmod";
+  /** Absolute path inside the sandbox. */
+  path: string;
+}
+
+export interface WatchHandle {
+  stop(): Promise<void>;
 }
 
 export interface SandboxCreateOptions {
@@ -77,12 +244,60 @@ export interface SandboxCommandOptions {
   /** Called with output as it arrives (the result still carries all of it). */
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
+  /** Aborting kills the command with its process group (foreground runs only). */
+  signal?: AbortSignal;
+  /** With `background`: a label shown by `commands.list()`. */
+  tag?: string;
 }
 
 export interface CodeExecutionOptions {
   envs?: Record<string, string>;
   timeoutMs?: number;
   cwd?: string;
+  /** Run in this persistent context instead of a fresh interpreter (its language must match). */
+  context?: CodeContext | string;
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+  /** Called with each rich result (display calls, then the last expression's value). */
+  onResult?: (result: CodeResult) => void;
+  /** Aborting interrupts the cell; a context stays usable. */
+  signal?: AbortSignal;
+}
+
+export interface CodeContextOptions {
+  /** Default: the sandbox's language. */
+  language?: SandboxLanguage;
+  /** Default: the sandbox's working directory. */
+  cwd?: string;
+}
+
+export interface CodeContext {
+  id: string;
+  language: SandboxLanguage;
+  cwd: string;
+}
+
+/**
+ * One output of a cell in its formats (as a notebook shows it): the last expression's value
+ * (`isMainResult`) or a display call (a matplotlib figure, `display(df)`).
+ */
+export interface CodeResult {
+  isMainResult: boolean;
+  text?: string;
+  html?: string;
+  markdown?: string;
+  svg?: string;
+  /** Base64. */
+  png?: string;
+  /** Base64. */
+  jpeg?: string;
+  latex?: string;
+  json?: unknown;
+  javascript?: string;
+  /** A table (a pandas DataFrame): column names and rows of values. */
+  table?: { columns: string[]; rows: unknown[][] };
+  /** Formats none of the fields above names, by MIME type. */
+  extra?: Record<string, unknown>;
 }
 
 export interface CodeExecutionResult {
@@ -92,6 +307,8 @@ export interface CodeExecutionResult {
   stdout: string;
   stderr: string;
   durationMs: number;
+  /** Rich results in the order they were produced; empty when there were none. */
+  results: CodeResult[];
   error?: {
     name: string;
     message: string;

@@ -17,6 +17,7 @@
  *  - Daytona timeouts are seconds: every millisecond value is converted at the boundary with
  *    Math.ceil(ms / 1000).
  */
+import { FilesystemExtras, foregroundCommands, noCodeContexts, noPty } from "../../unsupported.ts";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join, posix } from "node:path";
@@ -235,7 +236,13 @@ interface ExecOptions {
   onStderr?: ((d: string) => void) | undefined;
 }
 
+const NO_CONTEXTS = noCodeContexts("Daytona");
+
 export class DaytonaInstance implements SandboxInstance {
+  readonly pty = noPty("Daytona");
+  readonly createCodeContext = NO_CONTEXTS.createCodeContext;
+  readonly listCodeContexts = NO_CONTEXTS.listCodeContexts;
+  readonly removeCodeContext = NO_CONTEXTS.removeCodeContext;
   readonly sandboxId: string;
   readonly commands: SandboxCommands;
   readonly filesystem: SandboxFilesystem;
@@ -249,7 +256,7 @@ export class DaytonaInstance implements SandboxInstance {
     this.sandbox = sandbox;
     this.sandboxId = sandbox.id;
     this.defaults = defaults;
-    this.commands = { run: (command, options) => this.run(command, options) };
+    this.commands = foregroundCommands("Daytona", (command, options) => this.run(command, options));
     this.filesystem = new DaytonaFilesystem(this);
   }
 
@@ -466,6 +473,7 @@ export class DaytonaInstance implements SandboxInstance {
       stdout: r.stdout,
       stderr: r.stderr,
       durationMs,
+      results: [],
     };
     const output = parseOutput(r.stdout);
     if (output !== undefined) result.output = output;
@@ -561,9 +569,10 @@ function wrap(command: string, o: ExecOptions): string {
   return `(cd ${shq(o.cwd)} || exit 1; ${exports}${input})`;
 }
 
-class DaytonaFilesystem implements SandboxFilesystem {
+class DaytonaFilesystem extends FilesystemExtras implements SandboxFilesystem {
   private readonly inst: DaytonaInstance;
   constructor(inst: DaytonaInstance) {
+    super("Daytona");
     this.inst = inst;
   }
 

@@ -13,6 +13,7 @@
  *    source, one kernel context per language and working directory;
  *  - packages are installed with pip / npm in the sandbox before `create` resolves.
  */
+import { FilesystemExtras, foregroundCommands, noCodeContexts, noPty } from "../../unsupported.ts";
 import { Sandbox, type Context, type ConnectionOpts } from "@e2b/code-interpreter";
 import { CommandExitError, FileType, TimeoutError } from "e2b";
 import type { Logger } from "pino";
@@ -201,7 +202,13 @@ export class E2BProvider implements SandboxProvider {
   }
 }
 
+const NO_CONTEXTS = noCodeContexts("E2B");
+
 export class E2BInstance implements SandboxInstance {
+  readonly pty = noPty("E2B");
+  readonly createCodeContext = NO_CONTEXTS.createCodeContext;
+  readonly listCodeContexts = NO_CONTEXTS.listCodeContexts;
+  readonly removeCodeContext = NO_CONTEXTS.removeCodeContext;
   readonly sandboxId: string;
   readonly commands: SandboxCommands;
   readonly filesystem: SandboxFilesystem;
@@ -214,7 +221,7 @@ export class E2BInstance implements SandboxInstance {
     this.sandbox = sandbox;
     this.sandboxId = sandbox.sandboxId;
     this.defaults = defaults;
-    this.commands = { run: (command, options) => this.run(command, options) };
+    this.commands = foregroundCommands("E2B", (command, options) => this.run(command, options));
     this.filesystem = new E2BFilesystem(this);
   }
 
@@ -378,6 +385,7 @@ export class E2BInstance implements SandboxInstance {
       stdout,
       stderr,
       durationMs: elapsed(started),
+      results: [],
     };
     const output = parseOutput(stdout);
     if (output !== undefined) result.output = output;
@@ -432,9 +440,10 @@ export class E2BInstance implements SandboxInstance {
   }
 }
 
-class E2BFilesystem implements SandboxFilesystem {
+class E2BFilesystem extends FilesystemExtras implements SandboxFilesystem {
   private readonly inst: E2BInstance;
   constructor(inst: E2BInstance) {
+    super("E2B");
     this.inst = inst;
   }
 
