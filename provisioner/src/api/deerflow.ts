@@ -9,7 +9,7 @@ import type { Mount } from "@sandpit/operator/api";
 import { ID_PATTERN } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, requireKey } from "./auth.ts";
 import { ApiError, parse } from "./errors.ts";
-import { DEERFLOW_ID, DeerFlowCreate } from "./schemas.ts";
+import { DeerFlowCreate } from "./schemas.ts";
 import type { ProvisionerConfig } from "../config.ts";
 import {
   CAPABILITY_ANNOTATION,
@@ -121,9 +121,11 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
       const body = parse(DeerFlowCreate, req.body ?? {}, "body");
       const key = req.apiKey!;
       const name = externalSandboxName(key.tenant, body.sandbox_id);
-      // DeerFlow's own provisioner serves a sandbox without a thread as the thread of its id.
+      // DeerFlow's own provisioner serves a sandbox without a thread as the thread of its id
+      // (which, unlike a thread id, may hold characters our id rule does not admit).
       const threadId = body.thread_id ?? body.sandbox_id;
-      const who = identity(body.user_id, DEERFLOW_ID.test(threadId) ? threadId : undefined);
+      const thread = ID_PATTERN.test(threadId) ? threadId : undefined;
+      const who = identity(body.user_id, thread);
       const { emptyDirs, mounts } = placeMounts(body.extra_mounts ?? [], d.cfg.deerflowMounts);
       const { sandbox } = await d.store.create({
         tenant: key.tenant,
@@ -134,9 +136,8 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
         annotations: { ...who.annotations, [EXTERNAL_ID_ANNOTATION]: body.sandbox_id },
         spec: {
           language: "python",
-          // The Sandbox's own fields hold the ids its rule admits; every id is in annotations.
-          ...(ID_PATTERN.test(body.user_id) ? { userId: body.user_id } : {}),
-          ...(ID_PATTERN.test(threadId) ? { threadId } : {}),
+          userId: body.user_id,
+          ...(thread ? { threadId: thread } : {}),
           ...(emptyDirs.length ? { emptyDirs } : {}),
           ...(mounts.length ? { mounts } : {}),
         },

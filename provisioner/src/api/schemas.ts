@@ -105,12 +105,6 @@ export const ListQuery = z.strictObject({
     .describe("key=value; repeat for several (all must match)."),
 });
 
-/**
- * DeerFlow's ids: its user ids (`make_safe_user_id` of an email can pass 64 characters) and
- * thread ids are of its own charset; sandbox ids are only ever put in a hash and an annotation.
- */
-export const DEERFLOW_ID = /^[A-Za-z0-9_-]{1,255}$/;
-const DEERFLOW_ID_RULE = "1-255 of [A-Za-z0-9_-]";
 export const MAX_EXTRA_MOUNTS = 10;
 
 /** One of DeerFlow's `extra_mounts`: a host path we never use, and where the sandbox wants it. */
@@ -124,7 +118,11 @@ export const DeerFlowMount = z.object({
   read_only: z.boolean().default(false),
 });
 
-/** DeerFlow's provisioner API (docker/provisioner/app.py), field for field; unknown fields pass. */
+/**
+ * DeerFlow's provisioner API (docker/provisioner/app.py), field for field; unknown fields pass.
+ * Its user and thread ids share our id rule; sandbox ids are only ever put in a hash and an
+ * annotation, so they may be anything DeerFlow names a directory with.
+ */
 export const DeerFlowCreate = z.object({
   sandbox_id: z
     .string()
@@ -134,10 +132,10 @@ export const DeerFlowCreate = z.object({
       (id) => [...id].every((c) => c !== "/" && c.charCodeAt(0) > 0x1f && c !== "\u007f"),
       "sandbox_id: 1-255 characters, no '/' or control characters",
     ),
-  thread_id: z.string().regex(DEERFLOW_ID, `thread_id: ${DEERFLOW_ID_RULE}`).nullish(),
+  thread_id: z.string().regex(ID_PATTERN, `thread_id: ${ID_RULE}`).nullish(),
   user_id: z
     .string()
-    .regex(DEERFLOW_ID, `user_id: ${DEERFLOW_ID_RULE}`)
+    .regex(ID_PATTERN, `user_id: ${ID_RULE}`)
     .nullish()
     .transform((u) => u ?? "default"),
   extra_mounts: z
