@@ -8,10 +8,32 @@ import { createServer, type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance, type SandboxProvider } from "@sandpit/sdk";
 
+/**
+ * Features of the contract a backend may lack. Each is true unless the target says false, and a
+ * feature a target lacks is asserted to be refused with NOT_SUPPORTED (never skipped).
+ */
+export type ContractFeature =
+  | "background"
+  | "pty"
+  | "codeContexts"
+  | "richResults"
+  | "rename"
+  | "stat"
+  | "append"
+  | "glob"
+  | "grep"
+  | "watch"
+  | "streams";
+
 export interface ContractTarget {
   provider: SandboxProvider;
   /** Stops whatever the setup started. */
   teardown?: () => Promise<void>;
+  supports?: Partial<Record<ContractFeature, boolean>>;
+}
+
+export function supports(target: ContractTarget, feature: ContractFeature): boolean {
+  return target.supports?.[feature] !== false;
 }
 
 /** Asserts that a promise rejects with a SandboxError of `code`, and returns it. */
