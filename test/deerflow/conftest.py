@@ -4,7 +4,8 @@ The clients are built the way DeerFlow's AioSandbox builds its agent-sandbox cli
 sandbox on a private address: base_url is the sandbox_url, a 600 s timeout, an httpx client that
 ignores proxy settings from the environment, and no credential (the capability in the URL is the
 only key). test/deerflow/agent-sandbox.test.ts creates the sandboxes through the provisioner's
-DeerFlow API and passes their URLs in SANDPIT_SANDBOX_URL and SANDPIT_OTHER_SANDBOX_URL.
+DeerFlow API, and test/docker/deerflow-local.test.ts starts the sandbox image as DeerFlow's local
+container backend does; both pass the URLs in SANDPIT_SANDBOX_URL and SANDPIT_OTHER_SANDBOX_URL.
 """
 
 import os
@@ -17,7 +18,7 @@ from agent_sandbox import Sandbox
 def _url(name: str) -> str:
     url = os.environ.get(name)
     if not url:
-        pytest.fail(f"{name} is not set: this suite runs through test/deerflow/agent-sandbox.test.ts")
+        pytest.fail(f"{name} is not set: this suite runs through test/deerflow/pytest-suite.ts")
     return url
 
 

@@ -12,6 +12,7 @@ import {
   type ProvisionerProcess,
   type Stack,
   createClaim,
+  pools,
   provisionerCall,
   runInClaim,
   sandboxes,
@@ -125,9 +126,11 @@ describe("DeerFlow's create payloads", () => {
       expect(r.status, JSON.stringify(r.json)).toBe(200);
       expect(r.json.sandbox_id).toBe("1a2b3c4d");
       expect(r.json.status).toBe("Running");
+      // Asked read-only; an empty directory is writable, and the answer says so.
       expect(r.json.extra_mounts).toContainEqual({
         container_path: "/mnt/skills/custom",
         provided_as: "empty_dir",
+        read_only: false,
       });
       expect(r.json.extra_mounts).toHaveLength(6);
       const url = r.json.sandbox_url as string;
@@ -146,7 +149,7 @@ describe("DeerFlow's create payloads", () => {
       };
       expect(meta.annotations?.["sandpit.dev/user-id"]).toBe(user);
       expect(meta.labels?.["sandpit.dev/user"]).toMatch(/^h\.[0-9a-f]{40}$/);
-      expect(s.spec.userId).toBeUndefined(); // longer than the Sandbox's own field admits
+      expect(s.spec.userId).toBe(user); // the Sandbox holds it whole: a subPath can name it
       expect(s.spec.emptyDirs).toHaveLength(6);
 
       // DeerFlow's is_alive and discover.
@@ -222,8 +225,9 @@ describe("extra_mounts the provisioner's settings map to a claim", () => {
                   container_path: "/mnt/skills/custom",
                   provided_as: "volume",
                   claim_name: "deerflow-skills",
+                  read_only: true,
                 }
-              : { container_path: m.container_path, provided_as: "empty_dir" },
+              : { container_path: m.container_path, provided_as: "empty_dir", read_only: false },
           );
         }
         const url = r.json.sandbox_url as string;
@@ -235,6 +239,66 @@ describe("extra_mounts the provisioner's settings map to a claim", () => {
         expect(write.trim().split("\n")).toEqual(["refused", "wrote"]);
       } finally {
         await mapped.stop();
+      }
+    },
+  );
+});
+
+describe("user data from a shared claim, in DeerFlow's layout", () => {
+  test(
+    "an 86-character user id (make_safe_user_id of an e-mail) renders the thread's subPath: uploads appear, outputs come back",
+    { timeout: 240_000 },
+    async () => {
+      const image = inject("clusterSandboxImage");
+      const user = "alice-longname-example-com-".repeat(4).slice(0, 80) + "-a1b2c";
+      expect(user).toHaveLength(86);
+      const thread = "3f2b8a94-6c1e-4d7a-9b0f-2e5c8d1a7b64";
+      const dir = `/claim/users/${user}/threads/${thread}/user-data`;
+      await createClaim(c, ns, "deerflow-data");
+      await runInClaim(c, ns, {
+        claim: "deerflow-data",
+        image,
+        script: `mkdir -p ${dir}/uploads ${dir}/outputs ${dir}/workspace && echo from-gateway > ${dir}/uploads/report.csv`,
+      });
+      await pools.create(c, ns, "deerflow-threads", {
+        maxActive: 5,
+        template: {
+          storage: {
+            sharedClaim: {
+              claimName: "deerflow-data",
+              subPath: "users/{user}/threads/{thread}/user-data",
+            },
+          },
+        },
+      });
+      const threads = await startProvisioner({
+        kubeconfig: inject("kubeconfig"),
+        namespace: ns,
+        keys: KEYS,
+        env: { SANDPIT_DEFAULT_POOL: "deerflow-threads" },
+      });
+      try {
+        const r = await deer(threads.url, "POST", "/api/sandboxes", {
+          ...deerflowCreate("long-user", thread, user),
+          extra_mounts: [],
+        });
+        expect(r.status, JSON.stringify(r.json)).toBe(200);
+        const url = r.json.sandbox_url as string;
+        await waitFor("the sandbox", 120_000, async () => (await fetch(`${url}/v1/sandbox`)).ok);
+        expect((await shell(url, "cat /mnt/user-data/uploads/report.csv")).trim()).toBe(
+          "from-gateway",
+        );
+        await shell(url, "echo from-agent > /mnt/user-data/outputs/answer.md");
+        const back = await runInClaim(c, ns, {
+          claim: "deerflow-data",
+          image,
+          script: `cat ${dir}/outputs/answer.md`,
+        });
+        expect(back).toBe("from-agent\n");
+        const s = await objectOf(new URL(url).pathname.split("/")[2]!);
+        expect([s.spec.userId, s.spec.threadId]).toEqual([user, thread]);
+      } finally {
+        await threads.stop();
       }
     },
   );

@@ -69,17 +69,23 @@ export function placeMounts(
   return { emptyDirs, mounts };
 }
 
-/** What each asked-for path became, read back from the Sandbox. */
+/**
+ * What each asked-for path became, read back from the Sandbox. `read_only` is what the sandbox
+ * has, not what was asked: an empty directory is always writable (a read-only empty directory
+ * would hold nothing), so DeerFlow's `read_only: true` for a path no claim backs answers false.
+ */
 function providedMounts(s: Sandbox) {
   return [
     ...(s.spec.mounts ?? []).map((m) => ({
       container_path: m.mountPath,
       provided_as: "volume" as const,
       claim_name: m.claimName,
+      read_only: m.readOnly ?? false,
     })),
     ...(s.spec.emptyDirs ?? []).map((p) => ({
       container_path: p,
       provided_as: "empty_dir" as const,
+      read_only: false,
     })),
   ];
 }
