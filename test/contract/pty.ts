@@ -86,7 +86,8 @@ export function ptyContract(sandbox: () => SandboxInstance, target: () => Contra
         command: "top -d 0.5",
       });
       opened.push(h);
-      await screen.waitFor(/\x1b\[[0-9;?]*[A-Za-z][\s\S]*Tasks:/);
+      // A CSI escape sequence (cursor movement, colours), then top's summary.
+      await screen.waitFor(new RegExp(String.raw`\u001b\[[0-9;?]*[A-Za-z][\s\S]*Tasks:`));
       await h.resize({ cols: 60, rows: 20 });
       await h.sendInput("q");
       expect(await h.wait()).toEqual({ exitCode: 0 });
