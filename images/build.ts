@@ -115,6 +115,8 @@ interface Inputs {
   nodeBinary: string;
   npmDir: string;
   bundle: Uint8Array;
+  /** node-pty's files, by path under its package directory (see ptyFiles). */
+  pty: { path: string; data: Buffer }[];
   runners: { name: string; data: Buffer }[];
   healthcheck: Buffer;
   caCerts: string[];
@@ -127,6 +129,7 @@ async function collectInputs(caBundle: string | undefined): Promise<Inputs> {
   const baseTag = `${BASE_REPO}:${rootfsKey(recipe).slice(0, 12)}`;
   const { nodeBinary, npmDir, npmVersion } = await nodeAndNpm();
   const bundle = await bundleSandboxd();
+  const pty = await ptyFiles();
   const runnersDir = join(sandboxdDir, "runners");
   const runners = await Promise.all(
     (await readdir(runnersDir))
@@ -143,6 +146,7 @@ async function collectInputs(caBundle: string | undefined): Promise<Inputs> {
   part("node", await sha256File(nodeBinary));
   part("npm", npmVersion);
   part("bundle", bundle);
+  for (const f of pty) part(`node-pty:${f.path}`, f.data);
   for (const r of runners) part(`runner:${r.name}`, r.data);
   part("healthcheck", healthcheck);
   part("ca", caCerts.join(""));
@@ -153,6 +157,7 @@ async function collectInputs(caBundle: string | undefined): Promise<Inputs> {
     nodeBinary,
     npmDir,
     bundle,
+    pty,
     runners,
     healthcheck,
     caCerts,
@@ -179,18 +184,41 @@ export async function nodeAndNpm(): Promise<{
 }
 
 /**
- * sandboxd as one ESM file with express, zod and pino inside. Some of their CommonJS code calls
- * `require` for Node built-ins, which an ESM bundle lacks, hence the createRequire banner.
+ * sandboxd as one ESM file with express, zod, pino and ws inside. Some of their CommonJS code
+ * calls `require` for Node built-ins, which an ESM bundle lacks, hence the createRequire banner.
+ * node-pty stays outside: it loads its native addon relative to its own files, so it ships as a
+ * package next to the bundle (ptyFiles), where the bundle's `import "node-pty"` finds it.
  */
 function bundleSandboxd(): Promise<Uint8Array> {
-  return bundleForNode(join(sandboxdDir, "src", "main.ts"), "sandboxd.mjs");
+  return bundleForNode(join(sandboxdDir, "src", "main.ts"), "sandboxd.mjs", ["node-pty"]);
+}
+
+/**
+ * What of node-pty runs on Linux: its package.json, its compiled JavaScript (tests and source
+ * maps left out) and the addon `npm ci` built on this machine. The image's Debian is the same
+ * release as the build machine's (rootfs.ts), so the addon's glibc and libstdc++ match.
+ */
+async function ptyFiles(): Promise<{ path: string; data: Buffer }[]> {
+  const dir = dirname(
+    createRequire(join(sandboxdDir, "package.json")).resolve("node-pty/package.json"),
+  );
+  const lib = (await readdir(join(dir, "lib"), { recursive: true }))
+    .filter((f) => f.endsWith(".js") && !f.endsWith(".test.js"))
+    .map((f) => `lib/${f}`);
+  const paths = ["package.json", ...lib, "build/Release/pty.node"].sort();
+  return Promise.all(paths.map(async (path) => ({ path, data: await readFile(join(dir, path)) })));
 }
 
 /** Bundles `entry` and everything it imports into one ESM file for Node 24 (see bundleSandboxd). */
-export async function bundleForNode(entry: string, outfile: string): Promise<Uint8Array> {
+export async function bundleForNode(
+  entry: string,
+  outfile: string,
+  external: string[] = [],
+): Promise<Uint8Array> {
   const result = await esbuild({
     entryPoints: [entry],
     bundle: true,
+    external,
     platform: "node",
     format: "esm",
     target: "node24",
@@ -300,6 +328,11 @@ async function buildImage(
     await mkdir(join(ctx, "sandboxd", "dist"), { recursive: true });
     await mkdir(join(ctx, "sandboxd", "runners"), { recursive: true });
     await writeFile(join(ctx, "sandboxd", "dist", "sandboxd.mjs"), inputs.bundle);
+    for (const f of inputs.pty) {
+      const to = join(ctx, "sandboxd", "node_modules", "node-pty", f.path);
+      await mkdir(dirname(to), { recursive: true });
+      await writeFile(to, f.data);
+    }
     for (const r of inputs.runners)
       await writeFile(join(ctx, "sandboxd", "runners", r.name), r.data);
     await writeFile(join(ctx, "sandboxd", "healthcheck.mjs"), inputs.healthcheck);

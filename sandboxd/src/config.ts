@@ -48,6 +48,12 @@ const Settings = z.object({
     .number()
     .positive()
     .default(30 * 60),
+  /** Terminals (PTYs) running at once, and how long one without clients or input lives. */
+  SANDBOXD_MAX_TERMINALS: z.coerce.number().int().min(1).max(1024).default(32),
+  SANDBOXD_TERMINAL_IDLE_SECONDS: z.coerce
+    .number()
+    .positive()
+    .default(30 * 60),
   SANDBOXD_LOG_LEVEL: z
     .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
     .default("info"),

@@ -5,7 +5,10 @@ import { rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import { createApp } from "./server.ts";
 import { TokenGate } from "./token-gate.ts";
-import { attachTunnel } from "./tunnel.ts";
+import { tunnelRoute } from "./tunnel.ts";
+import { attachUpgrades } from "./upgrades.ts";
+import { ptyUpgradeRoute } from "./pty-routes.ts";
+import { Terminals } from "./ptys.ts";
 import { Executor } from "./executor.ts";
 import { PathJail } from "./jail.ts";
 import { discoverInterpreters, installShims, scrubEnv } from "./environment.ts";
@@ -60,15 +63,21 @@ export async function startSandboxd(o: {
     maxSessions: o.settings.SANDBOXD_AIO_MAX_SESSIONS,
     idleMs: o.settings.SANDBOXD_AIO_SESSION_IDLE_SECONDS * 1000,
   });
+  const terminals = new Terminals({
+    executor,
+    max: o.settings.SANDBOXD_MAX_TERMINALS,
+    idleMs: o.settings.SANDBOXD_TERMINAL_IDLE_SECONDS * 1000,
+  });
   const app = createApp({
     jail,
     executor,
     gate,
     logger: o.logger,
+    terminals,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
   const server = createServer(app);
-  attachTunnel(server, gate, o.logger);
+  attachUpgrades(server, gate, [tunnelRoute(o.logger), ptyUpgradeRoute(terminals)], o.logger);
   // Long commands stream for minutes; Node's default request timeout would cut them.
   server.requestTimeout = 0;
   server.keepAliveTimeout = 65_000;
@@ -94,6 +103,7 @@ export async function startSandboxd(o: {
         server.closeAllConnections();
       });
       await sessions.shutdown();
+      await terminals.shutdown();
       await killStartedSessions();
     },
   };

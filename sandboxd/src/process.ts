@@ -38,13 +38,26 @@ const sessions = new Set<number>();
  */
 export async function killStartedSessions(): Promise<number> {
   if (sessions.size === 0) return 0;
+  const killed = await killSessions(sessions);
+  sessions.clear();
+  return killed;
+}
+
+/** Counts a session started elsewhere (a terminal's, by node-pty) among those killed at exit. */
+export function trackSession(sid: number): void {
+  sessions.add(sid);
+}
+
+/** SIGKILLs every process whose session is in `sids`: a process group is not enough for a
+ * terminal, whose shell puts each job in a group of its own. */
+export async function killSessions(sids: ReadonlySet<number>): Promise<number> {
   let killed = 0;
   for (const name of await readdir("/proc").catch(() => [] as string[])) {
     if (!/^\d+$/.test(name)) continue;
     const stat = await readFile(`/proc/${name}/stat`, "utf8").catch(() => "");
     // Fields after the parenthesised command name: state ppid pgrp session ...
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (sessions.has(Number(fields[3]))) {
+    if (sids.has(Number(fields[3]))) {
       try {
         process.kill(Number(name), "SIGKILL");
         killed++;
@@ -53,7 +66,6 @@ export async function killStartedSessions(): Promise<number> {
       }
     }
   }
-  sessions.clear();
   return killed;
 }
 

@@ -67,7 +67,14 @@ export const PORT_RULE = "an integer from 1 to 65535";
 export const isPort = (value: unknown): value is number => Port.safeParse(value).success;
 
 export const PROTOCOL_VERSION = "1";
-export const CAPABILITIES = ["commands", "commands.stream", "code", "files", "packages"] as const;
+export const CAPABILITIES = [
+  "commands",
+  "commands.stream",
+  "code",
+  "files",
+  "packages",
+  "pty",
+] as const;
 
 const MiB = 1024 * 1024;
 /** Default cap on each captured output stream (stdout, stderr) of one command. */
@@ -273,3 +280,58 @@ export interface HealthResponse {
 
 /** The port sandboxd listens on in the sandbox image (and so in every sandbox pod). */
 export const SANDBOXD_PORT = 8080;
+
+// --- Terminals (PTY): see docs/terminals.md -----------------------------------------------------
+
+/** Columns and rows a terminal may have. */
+export const PTY_MAX_SIZE = 1000;
+const ptyDimension = (name: string) =>
+  z
+    .number({ error: `${name} must be an integer from 1 to ${PTY_MAX_SIZE}` })
+    .int(`${name} must be an integer from 1 to ${PTY_MAX_SIZE}`)
+    .min(1, `${name} must be an integer from 1 to ${PTY_MAX_SIZE}`)
+    .max(PTY_MAX_SIZE, `${name} must be an integer from 1 to ${PTY_MAX_SIZE}`);
+
+export const PtySize = z.strictObject({ cols: ptyDimension("cols"), rows: ptyDimension("rows") });
+export type PtySize = z.infer<typeof PtySize>;
+
+/** `POST /v1/pty`: without `command`, the sandbox user's login shell (`bash -l`). */
+export const PtyCreateRequest = PtySize.extend({
+  command: z.string().min(1, "command is empty").max(MAX_SOURCE_BYTES).optional(),
+  cwd: z.string().optional(),
+  env: envMap.optional(),
+});
+export type PtyCreateRequest = z.infer<typeof PtyCreateRequest>;
+
+/** A terminal as listed: the fields of a process listing, with `pty: true`. */
+export interface PtyInfo {
+  pid: number;
+  command: string;
+  /** Virtual path. */
+  cwd: string;
+  pty: true;
+  /** Epoch milliseconds. */
+  startedAt: number;
+  exitCode?: number;
+}
+
+/**
+ * Text frames on a terminal's WebSocket (`GET /v1/pty/<pid>/connect`); binary frames are the
+ * terminal's bytes both ways. The client may send `resize`; the server sends `exit` once, then
+ * closes with 1000.
+ */
+export const PtyClientMessage = z.discriminatedUnion("type", [
+  PtySize.extend({ type: z.literal("resize") }),
+]);
+export type PtyClientMessage = z.infer<typeof PtyClientMessage>;
+export type PtyServerMessage = { type: "exit"; exitCode: number };
+
+/** WebSocket close codes of a terminal connection beyond RFC 6455's own. */
+export const PTY_CLOSE = {
+  /** A text frame that is not a valid control message (RFC 6455's policy violation). */
+  badMessage: 1008,
+  /** sandboxd is stopping. */
+  goingAway: 1001,
+  /** No terminal has that pid (4000 + the HTTP status NOT_FOUND answers with). */
+  notFound: 4404,
+} as const;

@@ -5,11 +5,12 @@
  */
 import express, { type NextFunction, type Request, type Response } from "express";
 import type { Logger } from "pino";
-import { z } from "zod";
 import { aioRouter } from "./aio.ts";
 import { isAioPath, sendAioError } from "./aio-envelope.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
+import { ptyRouter } from "./pty-routes.ts";
+import type { Terminals } from "./ptys.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
 import {
@@ -27,6 +28,7 @@ import {
   type ErrorBody,
   type HealthResponse,
 } from "./protocol.ts";
+import { parse } from "./validate.ts";
 
 export const VERSION = "0.1.0";
 /** Files up to this size are read in one go; bigger ones are streamed. */
@@ -38,6 +40,7 @@ export interface ServerOptions {
   /** Shared with the port tunnel, which authenticates the same way. */
   gate: TokenGate;
   logger: Logger;
+  terminals: Terminals;
   aio: {
     /** The jail AIO file paths resolve in (see aio.ts). */
     files: PathJail;
@@ -198,6 +201,8 @@ export function createApp(opts: ServerOptions): express.Express {
     res.status(204).end();
   });
 
+  app.use(ptyRouter(opts.terminals));
+
   // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
   app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));
 
@@ -229,16 +234,6 @@ async function collect(req: Request, length: number): Promise<Buffer> {
   if (at !== length)
     throw new SandboxdError("INVALID_ARGUMENT", "request body ended before its Content-Length");
   return body;
-}
-
-function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
-  const result = schema.safeParse(body ?? {});
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-    throw new SandboxdError("INVALID_ARGUMENT", `${where}${issue?.message ?? "invalid request"}`);
-  }
-  return result.data;
 }
 
 function wantsNdjson(req: Request): boolean {

@@ -18,7 +18,7 @@ import type {
 } from "@sandpit/sandboxd/protocol";
 import { request as httpRequest } from "node:http";
 import type { Duplex } from "node:stream";
-import { Agent, type Dispatcher } from "undici";
+import { Agent, WebSocket, type Dispatcher } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
 
@@ -171,6 +171,42 @@ export class SandboxdClient {
       req.once("error", (err) => reject(asSandboxError(err, `tunnel to port ${port}`)));
       req.end();
     });
+  }
+
+  /**
+   * A call to a route of a feature module (sdk/src/sandboxd/): a JSON body, or raw bytes; the
+   * answer's JSON, or undefined for an empty one (204).
+   */
+  async request<T>(
+    method: Dispatcher.HttpMethod,
+    path: string,
+    body?: unknown,
+    timeoutMs = this.requestTimeoutMs,
+  ): Promise<T> {
+    const raw = body instanceof Uint8Array;
+    const res = await this.send(method, path, {
+      ...(body === undefined ? {} : { body: raw ? body : JSON.stringify(body) }),
+      headers:
+        body === undefined
+          ? {}
+          : { "content-type": raw ? "application/octet-stream" : "application/json" },
+      timeoutMs,
+    });
+    try {
+      const text = await res.text();
+      return (text ? JSON.parse(text) : undefined) as T;
+    } catch (err) {
+      throw asSandboxError(err, `${method} ${path}`);
+    }
+  }
+
+  /**
+   * A WebSocket to `path` on sandboxd, over the same connection settings and with the same
+   * headers as every call (undici's WebSocket takes headers, which the WHATWG one cannot).
+   */
+  webSocket(path: string): WebSocket {
+    const url = `${this.origin.replace(/^http/, "ws")}${this.prefix}${path}`;
+    return new WebSocket(url, { dispatcher: this.dispatcher, headers: this.headers });
   }
 
   async readFile(path: string): Promise<Uint8Array> {

@@ -2,10 +2,11 @@
  * A SandboxInstance backed by sandboxd. Providers that run sandboxd (local, docker, kubernetes)
  * supply only the lifecycle: how to reach it, pause it, kill it, and publish a port.
  */
-import { FilesystemExtras, foregroundCommands, noCodeContexts, noPty } from "./unsupported.ts";
+import { FilesystemExtras, foregroundCommands, noCodeContexts } from "./unsupported.ts";
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient } from "./sandboxd-client.ts";
+import { SandboxdPty } from "./sandboxd/pty.ts";
 import { checkPort } from "./validate.ts";
 import type {
   CodeExecutionOptions,
@@ -17,6 +18,7 @@ import type {
   SandboxFilesystem,
   SandboxInstance,
   SandboxLanguage,
+  SandboxPty,
 } from "./types.ts";
 
 export interface SandboxdLifecycle {
@@ -55,13 +57,13 @@ export interface SandboxDefaults {
 const NO_CONTEXTS = noCodeContexts("sandboxd");
 
 export class SandboxdInstance implements SandboxInstance {
-  readonly pty = noPty("sandboxd");
   readonly createCodeContext = NO_CONTEXTS.createCodeContext;
   readonly listCodeContexts = NO_CONTEXTS.listCodeContexts;
   readonly removeCodeContext = NO_CONTEXTS.removeCodeContext;
   readonly sandboxId: string;
   readonly commands: SandboxCommands;
   readonly filesystem: SandboxFilesystem;
+  readonly pty: SandboxPty;
   private readonly lifecycle: SandboxdLifecycle;
   private readonly defaults: SandboxDefaults;
 
@@ -73,6 +75,7 @@ export class SandboxdInstance implements SandboxInstance {
       this.run(command, options),
     );
     this.filesystem = new SandboxdFilesystem((op) => withClient(lifecycle, op));
+    this.pty = new SandboxdPty((op) => withClient(lifecycle, op), defaults.workingDirectory);
   }
 
   private async run(

@@ -24,7 +24,7 @@ contractSuite(
       // The fake serves no event socket; the SDK polls sandbox state instead.
       useDeprecatedPolling: true,
     });
-    return { provider, teardown: () => fake.close() };
+    return { provider, teardown: () => fake.close(), supports: { pty: false } };
   },
   bwrap
     ? undefined

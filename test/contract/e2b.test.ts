@@ -25,7 +25,7 @@ contractSuite(
       // The fake's sandboxes share the host network, so their ports are on 127.0.0.1.
       hostTemplate: "127.0.0.1:{port}",
     });
-    return { provider, teardown: () => fake.close() };
+    return { provider, teardown: () => fake.close(), supports: { pty: false } };
   },
   bwrap
     ? undefined

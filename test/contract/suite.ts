@@ -7,6 +7,7 @@ import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { createServer, type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance, type SandboxProvider } from "@sandpit/sdk";
+import { ptyContract } from "./pty.ts";
 
 /**
  * Features of the contract a backend may lack. Each is true unless the target says false, and a
@@ -80,6 +81,11 @@ export function contractSuite(
       await sbx?.kill().catch(() => undefined);
       await target?.teardown?.();
     });
+
+    ptyContract(
+      () => sbx,
+      () => target,
+    );
 
     describe("commands", () => {
       it("returns exit code, stdout and stderr separately; non-zero exit is a result", async () => {

@@ -46,7 +46,7 @@ const RUN_MOUNT = "/run/sandpit";
 async function sandboxdCodeDirs(): Promise<string[]> {
   const dirs = new Set([dirname(dirname(SANDBOXD_MAIN))]);
   const require = createRequire(SANDBOXD_MAIN);
-  for (const dep of ["express", "zod", "pino"]) {
+  for (const dep of ["express", "zod", "pino", "ws", "node-pty"]) {
     const real = await fs.realpath(require.resolve(dep));
     const i = real.lastIndexOf("/node_modules/");
     if (i >= 0) dirs.add(real.slice(0, i + "/node_modules".length));

@@ -1,0 +1,122 @@
+/**
+ * The terminal API (docs/terminals.md): HTTP routes to create, inspect, type into, resize and
+ * kill a terminal, and `GET /v1/pty/<pid>/connect`, a WebSocket carrying the terminal's bytes
+ * both ways (binary frames) and a small JSON control protocol (text frames). All behind the same
+ * bearer token as every route: the HTTP ones through the app's gate, the WebSocket through the
+ * upgrade dispatcher (upgrades.ts).
+ */
+import express, { type Request, Router } from "express";
+import { WebSocketServer, type RawData, type WebSocket } from "ws";
+import type { Terminals } from "./ptys.ts";
+import {
+  PTY_CLOSE,
+  PtyClientMessage,
+  PtyCreateRequest,
+  PtySize,
+  SandboxdError,
+  type PtyServerMessage,
+} from "./protocol.ts";
+import type { UpgradeRoute } from "./upgrades.ts";
+import { parse } from "./validate.ts";
+
+/** Largest input accepted in one HTTP call or one WebSocket frame. */
+const MAX_INPUT_BYTES = 1024 * 1024;
+
+export function ptyRouter(terminals: Terminals): Router {
+  const router = Router();
+  const json = express.json({ limit: 64 * 1024 });
+
+  router.post("/v1/pty", json, async (req, res) => {
+    const terminal = await terminals.create(parse(PtyCreateRequest, req.body));
+    res.status(201).json({ pid: terminal.pid });
+  });
+
+  router.get("/v1/pty/:pid", (req, res) => {
+    res.json(terminals.get(pidOf(req)).info());
+  });
+
+  router.post(
+    "/v1/pty/:pid/input",
+    express.raw({ type: () => true, limit: MAX_INPUT_BYTES }),
+    (req, res) => {
+      const terminal = terminals.get(pidOf(req));
+      if (!terminal.running)
+        throw new SandboxdError("CONFLICT", `terminal ${terminal.pid} has exited`);
+      terminal.write(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
+      res.status(204).end();
+    },
+  );
+
+  router.post("/v1/pty/:pid/resize", json, (req, res) => {
+    const size = parse(PtySize, req.body);
+    const terminal = terminals.get(pidOf(req));
+    if (!terminal.running)
+      throw new SandboxdError("CONFLICT", `terminal ${terminal.pid} has exited`);
+    terminal.resize(size);
+    res.status(204).end();
+  });
+
+  router.delete("/v1/pty/:pid", async (req, res) => {
+    res.json({ killed: await terminals.get(pidOf(req)).kill() });
+  });
+
+  return router;
+}
+
+/**
+ * `GET /v1/pty/<pid>/connect`: the kept output first, then live output, as binary frames; binary
+ * frames from the client are input. Text frames are JSON control messages: `{"type":"resize",
+ * "cols","rows"}` from the client, `{"type":"exit","exitCode"}` from the server (then close
+ * 1000). An unknown pid closes with 4404, a bad control message with 1008 and the reason.
+ */
+export function ptyUpgradeRoute(terminals: Terminals): UpgradeRoute {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_INPUT_BYTES });
+  return {
+    path: /^\/v1\/pty\/(\d{1,9})\/connect$/,
+    handle(req, socket, head, match) {
+      wss.handleUpgrade(req, socket, head, (ws) => attach(terminals, Number(match[1]), ws));
+    },
+  };
+}
+
+function attach(terminals: Terminals, pid: number, ws: WebSocket): void {
+  let terminal;
+  try {
+    terminal = terminals.get(pid);
+  } catch (err) {
+    ws.close(PTY_CLOSE.notFound, (err as Error).message);
+    return;
+  }
+  const detach = terminal.attach({
+    send: (data, done) => ws.send(data, { binary: true }, () => done()),
+    exit: (exitCode) => {
+      const message: PtyServerMessage = { type: "exit", exitCode };
+      ws.send(JSON.stringify(message));
+      ws.close(1000, "exited");
+    },
+    close: () => ws.close(PTY_CLOSE.goingAway, "sandboxd is stopping"),
+  });
+  ws.on("message", (data: RawData, isBinary: boolean) => {
+    const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+    if (isBinary) return terminal.write(bytes);
+    let message: PtyClientMessage;
+    try {
+      message = parse(PtyClientMessage, JSON.parse(bytes.toString("utf8")));
+    } catch (err) {
+      const why = err instanceof SandboxdError ? err.message : "not JSON";
+      // A close reason is at most 123 bytes.
+      ws.close(PTY_CLOSE.badMessage, `bad control message: ${why}`.slice(0, 120));
+      return;
+    }
+    terminal.resize(message);
+  });
+  ws.on("close", detach);
+  ws.on("error", () => ws.terminate());
+}
+
+function pidOf(req: Request): number {
+  const pid = Number(req.params.pid);
+  if (!/^\d{1,9}$/.test(String(req.params.pid)) || pid < 1)
+    throw new SandboxdError("INVALID_ARGUMENT", "pid must be a positive integer");
+  return pid;
+}

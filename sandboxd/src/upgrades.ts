@@ -1,0 +1,58 @@
+/**
+ * The one `upgrade` listener of sandboxd's HTTP server: each upgrade route (the TCP tunnel of
+ * getHost, a terminal's WebSocket) is matched by path, the bearer token is checked the same way
+ * as on every other route, and anything else is answered 404 before any protocol switch.
+ */
+import type { IncomingMessage, Server } from "node:http";
+import type { Duplex } from "node:stream";
+import type { Logger } from "pino";
+import type { TokenGate } from "./token-gate.ts";
+
+export interface UpgradeRoute {
+  path: RegExp;
+  /** Called for a request whose path matched and whose token is good. */
+  handle(req: IncomingMessage, socket: Duplex, head: Buffer, match: RegExpExecArray): void;
+}
+
+export function attachUpgrades(
+  server: Server,
+  gate: TokenGate,
+  routes: UpgradeRoute[],
+  logger: Logger,
+): void {
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const path = new URL(req.url ?? "/", "http://x").pathname;
+    for (const route of routes) {
+      const match = route.path.exec(path);
+      if (!match) continue;
+      if (!gate.accepts(req.headers.authorization))
+        return refuseUpgrade(socket, 401, "missing or wrong bearer token");
+      try {
+        route.handle(req, socket, head, match);
+      } catch (err) {
+        logger.error({ err, path }, "upgrade failed");
+        refuseUpgrade(socket, 500, "internal error");
+      }
+      return;
+    }
+    refuseUpgrade(socket, 404, "no such upgrade route");
+  });
+}
+
+/** Answers an upgrade request with an HTTP error in sandboxd's envelope and closes. */
+export function refuseUpgrade(socket: Duplex, status: number, message: string): void {
+  const code =
+    status === 401
+      ? "UNAUTHORIZED"
+      : status === 404
+        ? "NOT_FOUND"
+        : status === 400
+          ? "INVALID_ARGUMENT"
+          : status === 500
+            ? "INTERNAL"
+            : "EXECUTION_FAILED";
+  const body = JSON.stringify({ error: { code, message } });
+  socket.end(
+    `HTTP/1.1 ${status} ${status === 502 ? "Bad Gateway" : "Refused"}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
