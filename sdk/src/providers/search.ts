@@ -22,7 +22,10 @@ export function globRoot(pattern: string, cwd: string): { root: string; relative
   const parts = pattern.split("/");
   let i = 1;
   while (i < parts.length - 1 && !/[*?[\]{}]/.test(parts[i]!)) i++;
-  return { root: virtualPath(parts.slice(0, i).join("/") || "/"), relative: parts.slice(i).join("/") };
+  return {
+    root: virtualPath(parts.slice(0, i).join("/") || "/"),
+    relative: parts.slice(i).join("/"),
+  };
 }
 
 /** `find` listing every path under root, NUL-separated (errors such as unreadable dirs ignored). */

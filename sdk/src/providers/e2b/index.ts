@@ -454,7 +454,10 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
    * id, which names the kernel's connection file on the kernel's command line.
    */
   private async interrupt(contextId: string): Promise<void> {
-    const pattern = `ipykernel_launcher.*kernel-${contextId.replace(/[^A-Za-z0-9-]/g, "")}\\.json`;
+    // Anchored at the start of the command line: only the kernel itself, not a process whose
+    // arguments merely mention it.
+    const id = contextId.replace(/[^A-Za-z0-9-]/g, "");
+    const pattern = `^[^ ]*python[^ ]* -m ipykernel_launcher -f [^ ]*kernel-${id}\\.json`;
     await this.exec(`pkill -INT -f -- ${shq(pattern)}`, {
       cwd: "/",
       timeoutMs: 30_000,

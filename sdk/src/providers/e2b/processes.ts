@@ -100,7 +100,10 @@ export class E2BCommands implements SandboxCommands {
 
   constructor(
     host: E2BProcessHost,
-    foreground: (command: string, options?: SandboxCommandOptions) => Promise<SandboxExecutionResult>,
+    foreground: (
+      command: string,
+      options?: SandboxCommandOptions,
+    ) => Promise<SandboxExecutionResult>,
   ) {
     this.#host = host;
     this.#foreground = foreground;
