@@ -19,7 +19,7 @@ import type {
   WatchHandle,
 } from "../../types.ts";
 import { FilesystemExtras } from "../../unsupported.ts";
-import { shq, VIRTUAL_ROOT, virtualPath } from "../cloud-common.ts";
+import { abortReason, shq, VIRTUAL_ROOT, virtualPath } from "../cloud-common.ts";
 import {
   checkPattern,
   findCommand,
@@ -29,7 +29,7 @@ import {
   parseGrep,
 } from "../search.ts";
 import { fromE2B } from "./errors.ts";
-import { abortReason, type E2BProcessHost } from "./processes.ts";
+import type { E2BProcessHost } from "./processes.ts";
 
 function fileInfo(e: EntryInfo): SandboxFileInfo {
   return {

@@ -45,6 +45,7 @@ import type {
   SandboxPty,
 } from "../../types.ts";
 import {
+  abortReason,
   createForThread,
   checkEnvs,
   elapsed,
@@ -61,7 +62,7 @@ import {
 } from "../cloud-common.ts";
 import { fromE2B } from "./errors.ts";
 import { E2BFilesystem } from "./filesystem.ts";
-import { abortReason, E2BCommands, E2BPty, type E2BProcessHost } from "./processes.ts";
+import { E2BCommands, E2BPty, type E2BProcessHost } from "./processes.ts";
 import { codeResult } from "./results.ts";
 
 /** Re-exported so the provider's entry point carries its options schema. */

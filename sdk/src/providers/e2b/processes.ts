@@ -25,7 +25,7 @@ import type {
   SandboxExecutionResult,
   SandboxPty,
 } from "../../types.ts";
-import { checkEnvs, virtualPath } from "../cloud-common.ts";
+import { abortReason, checkEnvs, virtualPath } from "../cloud-common.ts";
 import { fromE2B } from "./errors.ts";
 
 /** Environment variables Sandpit sets on what it starts, so that `list()` can report them. */
@@ -84,11 +84,6 @@ function commandText(cmd: string, args: string[]): string {
   const i = args.indexOf("-c");
   if (/(^|\/)(ba)?sh$/.test(cmd) && i >= 0 && i === args.length - 2) return args[i + 1]!;
   return [cmd, ...args].join(" ");
-}
-
-/** A rejection of what was awaited when `signal` aborts. */
-export function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException("This operation was aborted", "AbortError");
 }
 
 export class E2BCommands implements SandboxCommands {
