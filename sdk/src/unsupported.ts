@@ -6,11 +6,14 @@
 import { SandboxError } from "./errors.ts";
 import type {
   CodeContext,
+  GrepMatch,
   ProcessInfo,
   SandboxCommandOptions,
   SandboxCommands,
   SandboxExecutionResult,
+  SandboxFileInfo,
   SandboxPty,
+  WatchHandle,
 } from "./types.ts";
 
 export function notSupported(provider: string, feature: string): SandboxError {
@@ -78,7 +81,7 @@ export abstract class FilesystemExtras {
   rename(_from: string, _to: string): Promise<void> {
     return this.#no("rename");
   }
-  stat(_path: string): Promise<never> {
+  stat(_path: string): Promise<SandboxFileInfo> {
     return this.#no("stat");
   }
   append(_path: string, _content: string | Uint8Array, _options?: unknown): Promise<void> {
@@ -87,13 +90,13 @@ export abstract class FilesystemExtras {
   glob(_pattern: string, _options?: unknown): Promise<string[]> {
     return this.#no("glob");
   }
-  grep(_pattern: string, _options?: unknown): Promise<never> {
+  grep(_pattern: string, _options?: unknown): Promise<GrepMatch[]> {
     return this.#no("grep");
   }
-  watch(_path: string, _onEvent: unknown, _options?: unknown): Promise<never> {
+  watch(_path: string, _onEvent: unknown, _options?: unknown): Promise<WatchHandle> {
     return this.#no("watch");
   }
-  readStream(_path: string, _options?: unknown): Promise<never> {
+  readStream(_path: string, _options?: unknown): Promise<ReadableStream<Uint8Array>> {
     return this.#no("readStream");
   }
   writeStream(_path: string, _data: unknown, _options?: unknown): Promise<void> {

@@ -24,7 +24,19 @@ contractSuite(
       // The fake serves no event socket; the SDK polls sandbox state instead.
       useDeprecatedPolling: true,
     });
-    return { provider, teardown: () => fake.close(), supports: { pty: false } };
+    return {
+      provider,
+      teardown: () => fake.close(),
+      // Not implemented on Daytona yet (sessions, PTY and the Python interpreter exist in the
+      // SDK; see sdk/README.md); the toolbox has no directory watch.
+      supports: {
+        background: false,
+        pty: false,
+        codeContexts: false,
+        richResults: false,
+        watch: false,
+      },
+    };
   },
   bwrap
     ? undefined

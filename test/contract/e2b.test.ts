@@ -25,7 +25,9 @@ contractSuite(
       // The fake's sandboxes share the host network, so their ports are on 127.0.0.1.
       hostTemplate: "127.0.0.1:{port}",
     });
-    return { provider, teardown: () => fake.close(), supports: { pty: false } };
+    // Everything through the SDK's native calls (glob/grep and append run in the sandbox).
+    // The fake's TypeScript contexts run each cell in a new process (no state between cells).
+    return { provider, teardown: () => fake.close() };
   },
   bwrap
     ? undefined

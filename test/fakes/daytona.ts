@@ -12,6 +12,7 @@
 import type { ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs/promises";
+import { dirname, join, posix } from "node:path";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import {
@@ -239,7 +240,46 @@ export class FakeDaytona {
       if (!e) return daemonError(res, 404, "FILE_NOT_FOUND", `directory not found: ${q("path")}`);
       if (e.type !== "dir")
         return daemonError(res, 400, "BAD_REQUEST", `not a directory: ${q("path")}`);
-      return sendJson(res, 200, (await listEntries(sbx, host)).map(fileInfo));
+      const depth = Number(q("depth") || 1);
+      if (!Number.isInteger(depth) || depth < 1)
+        return daemonError(res, 400, "BAD_REQUEST", "depth must be >= 1");
+      const out: Entry[] = [];
+      const walk = async (dir: string, level: number) => {
+        for (const entry of await listEntries(sbx, dir)) {
+          out.push(entry);
+          if (entry.type === "dir" && level < depth) await walk(join(dir, entry.name), level + 1);
+        }
+      };
+      await walk(host, 1);
+      return sendJson(res, 200, out.map(fileInfo));
+    }
+    if (p === "/files/move" && req.method === "POST") {
+      const from = await this.path(sbx, res, q("source"));
+      if (!from) return;
+      const to = await this.path(sbx, res, q("destination"));
+      if (!to) return;
+      if (!(await statEntry(sbx, from)))
+        return daemonError(res, 404, "FILE_NOT_FOUND", `file not found: ${q("source")}`);
+      await fs.mkdir(dirname(to), { recursive: true });
+      await fs.rename(from, to);
+      res.writeHead(200, { "content-length": "0" });
+      return void res.end();
+    }
+    if (p === "/files/search" && req.method === "GET") {
+      // The daemon walks the tree and matches each entry's name against the pattern.
+      const host = await this.path(sbx, res, q("path"));
+      if (!host) return;
+      if (!(await statEntry(sbx, host)))
+        return daemonError(res, 404, "FILE_NOT_FOUND", `directory not found: ${q("path")}`);
+      const files: string[] = [];
+      const walk = async (dir: string) => {
+        for (const entry of await listEntries(sbx, dir)) {
+          if (posix.matchesGlob(entry.name, q("pattern"))) files.push(entry.path);
+          if (entry.type === "dir") await walk(join(dir, entry.name));
+        }
+      };
+      await walk(host);
+      return sendJson(res, 200, { files });
     }
     if (p === "/files/info" && req.method === "GET") {
       const host = await this.path(sbx, res, q("path"));
@@ -527,6 +567,7 @@ function daemonError(res: ServerResponse, status: number, code: string, message:
 function fileInfo(e: Entry) {
   return {
     name: e.name,
+    path: e.path,
     isDir: e.type === "dir",
     size: e.size,
     mode: permissions(e),

@@ -13,7 +13,11 @@ import type { ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { join, posix } from "node:path";
+import { createReadStream, createWriteStream, readFileSync, watch } from "node:fs";
+import { createInterface } from "node:readline";
+import { pipeline } from "node:stream/promises";
+import { dirname, join, posix } from "node:path";
+import type { IPty } from "node-pty";
 import { FakeServer, parseMultipart, readBody, readJson, sendEmpty, sendJson } from "./http.ts";
 import { listEntries, permissions, statEntry, writeFileAtomic, type Entry } from "./files.ts";
 import { FakeSandboxHost, RUNNERS_MOUNT, userPipEnv, type FakeSandbox } from "./sandbox-host.ts";
@@ -29,12 +33,53 @@ interface E2BData {
   startedAt: Date;
   timeoutS: number;
   token: string;
-  processes: Map<number, ChildProcess>;
-  contexts: Map<string, { id: string; language: string; cwd: string; running: Set<ChildProcess> }>;
+  processes: Map<number, Proc>;
+  contexts: Map<string, CodeContext>;
   executions: number;
 }
 
 const data = (s: FakeSandbox) => s.data as unknown as E2BData;
+
+/**
+ * A code-interpreter context. Python contexts keep one kernel process (test/fakes/e2b-kernel.py)
+ * whose namespace lives across cells; TypeScript cells run one process each (no state).
+ */
+interface CodeContext {
+  id: string;
+  language: string;
+  cwd: string;
+  running: Set<ChildProcess>;
+  kernel?: Kernel;
+}
+
+/** A running Python kernel: cells are queued, one at a time, each with its event sink. */
+interface Kernel {
+  child: ChildProcess;
+  queue: Promise<void>;
+  sink: ((line: string) => void) | null;
+  dead: Promise<void>;
+}
+
+const KERNEL_SOURCE = readFileSync(new URL("./e2b-kernel.py", import.meta.url), "utf8");
+
+/** One envd process: a piped child or a terminal, its config, and who is streaming it. */
+interface Proc {
+  pid: number;
+  config: { cmd: string; args: string[]; envs: Record<string, string>; cwd: string };
+  tag?: string;
+  child?: ChildProcess;
+  term?: IPty;
+  /** Stream writers (Start's and each Connect's), each given every event as it happens. */
+  listeners: Set<(event: unknown) => void>;
+}
+
+/** envd's Signal enum (JSON names and numbers) as Node signal names. */
+const SIGNALS: Record<string, NodeJS.Signals> = {
+  SIGNAL_SIGKILL: "SIGKILL",
+  "9": "SIGKILL",
+  SIGNAL_SIGTERM: "SIGTERM",
+  "15": "SIGTERM",
+};
 
 export class FakeE2B {
   readonly host = new FakeSandboxHost({
@@ -197,6 +242,8 @@ export class FakeE2B {
     if (p === "/files" && req.method === "GET") return this.readFile(sbx, res, url);
     if (p === "/files" && req.method === "POST") return this.writeFile(sbx, req, res, url);
     if (p === "/process.Process/Start") return this.startProcess(sbx, req, res);
+    if (p === "/process.Process/Connect") return this.connectProcess(sbx, req, res);
+    if (p === "/filesystem.Filesystem/WatchDir") return this.watchDir(sbx, req, res);
     const rpc = /^\/(process\.Process|filesystem\.Filesystem)\/(\w+)$/.exec(p);
     if (rpc) {
       const body = await readJson<Record<string, unknown>>(req);
@@ -226,12 +273,11 @@ export class FakeE2B {
         message: `path '${url.searchParams.get("path")}' does not exist`,
       });
     if (st.isDirectory()) return sendJson(res, 400, { code: 400, message: "path is a directory" });
-    const buf = await fs.readFile(host);
     res.writeHead(200, {
       "content-type": "application/octet-stream",
-      "content-length": String(buf.length),
+      "content-length": String(st.size),
     });
-    res.end(buf);
+    await pipeline(createReadStream(host), res).catch(() => res.destroy());
   }
 
   private async writeFile(
@@ -240,8 +286,29 @@ export class FakeE2B {
     res: ServerResponse,
     url: URL,
   ): Promise<void> {
-    const body = await readBody(req);
     const type = req.headers["content-type"] ?? "";
+    // envd streams an octet-stream upload to the file (what the SDK sends for stream bodies).
+    if (type.startsWith("application/octet-stream")) {
+      const target = url.searchParams.get("path") ?? "";
+      const host = await sbx.hostPath(target);
+      if (!host)
+        return sendJson(res, 403, { code: 403, message: `path ${target} is not writable` });
+      if ((await fs.stat(host).catch(() => null))?.isDirectory())
+        return sendJson(res, 400, { code: 400, message: `path ${target} is a directory` });
+      await fs.mkdir(dirname(host), { recursive: true });
+      const tmp = `${host}.fake-upload-${randomBytes(4).toString("hex")}`;
+      try {
+        await pipeline(req, createWriteStream(tmp));
+        await fs.rename(tmp, host);
+      } catch {
+        await fs.rm(tmp, { force: true });
+        return;
+      }
+      return sendJson(res, 200, [
+        { name: posix.basename(target), type: "file", path: sbx.virtualPath(host) },
+      ]);
+    }
+    const body = await readBody(req);
     const files: { path: string; data: Buffer }[] = [];
     if (type.startsWith("multipart/form-data")) {
       for (const part of parseMultipart(body, type)) {
@@ -275,6 +342,20 @@ export class FakeE2B {
     body: Record<string, unknown>,
   ): Promise<unknown> {
     const d = data(sbx);
+    if (service === "filesystem.Filesystem" && method === "Move") {
+      const from = await this.resolve(sbx, typeof body.source === "string" ? body.source : null);
+      const to = await this.resolve(
+        sbx,
+        typeof body.destination === "string" ? body.destination : null,
+      );
+      if (!(await statEntry(sbx, from)))
+        throw new RpcError("not_found", 404, `no such file or directory: ${body.source}`);
+      await fs.mkdir(dirname(to), { recursive: true });
+      await fs.rename(from, to).catch((err: NodeJS.ErrnoException) => {
+        throw new RpcError("invalid_argument", 400, `cannot move: ${err.code ?? err.message}`);
+      });
+      return { entry: entryJson((await statEntry(sbx, to))!) };
+    }
     if (service === "filesystem.Filesystem") {
       const host = await this.resolve(sbx, typeof body.path === "string" ? body.path : null);
       switch (method) {
@@ -288,7 +369,17 @@ export class FakeE2B {
           if (!e) throw new RpcError("not_found", 404, `directory not found: ${body.path}`);
           if (e.type !== "dir")
             throw new RpcError("invalid_argument", 400, `path is not a directory: ${body.path}`);
-          return { entries: (await listEntries(sbx, host)).map(entryJson) };
+          const depth = Number(body.depth ?? 1) || 1;
+          const out: Entry[] = [];
+          const walk = async (dir: string, level: number) => {
+            for (const entry of await listEntries(sbx, dir)) {
+              out.push(entry);
+              if (entry.type === "dir" && level < depth)
+                await walk(join(dir, entry.name), level + 1);
+            }
+          };
+          await walk(host, 1);
+          return { entries: out.map(entryJson) };
         }
         case "MakeDir": {
           const e = await statEntry(sbx, host);
@@ -309,30 +400,41 @@ export class FakeE2B {
       }
     }
     if (service === "process.Process") {
+      if (method === "List")
+        return {
+          processes: [...d.processes.values()].map((p) => ({
+            pid: p.pid,
+            config: p.config,
+            ...(p.tag !== undefined ? { tag: p.tag } : {}),
+          })),
+        };
       const pid = Number((body.process as { pid?: number } | undefined)?.pid);
       const proc = d.processes.get(pid);
+      if (!proc) throw new RpcError("not_found", 404, `process with pid ${pid} not found`);
       switch (method) {
-        case "List":
-          return {
-            processes: [...d.processes.keys()].map((p) => ({
-              pid: p,
-              config: { cmd: "/bin/bash", args: [] },
-            })),
-          };
         case "SendInput": {
-          if (!proc) throw new RpcError("not_found", 404, `process ${pid} not found`);
-          const input = (body.input as { stdin?: string } | undefined)?.stdin ?? "";
-          proc.stdin?.write(Buffer.from(input, "base64"));
+          const input = body.input as { stdin?: string; pty?: string } | undefined;
+          if (input?.pty !== undefined) proc.term?.write(Buffer.from(input.pty, "base64"));
+          else proc.child?.stdin?.write(Buffer.from(input?.stdin ?? "", "base64"));
           return {};
         }
         case "CloseStdin":
-          if (!proc) throw new RpcError("not_found", 404, `process ${pid} not found`);
-          proc.stdin?.end();
+          proc.child?.stdin?.end();
           return {};
-        case "SendSignal":
-          if (!proc) throw new RpcError("not_found", 404, `process ${pid} not found`);
-          sbx.killGroup(proc.pid);
+        case "SendSignal": {
+          const sig = SIGNALS[String(body.signal)];
+          if (!sig)
+            throw new RpcError("invalid_argument", 400, `unsupported signal ${body.signal}`);
+          if (sig === "SIGKILL") sbx.killGroup(pid);
+          else process.kill(-pid, sig);
           return {};
+        }
+        case "Update": {
+          const size = (body.pty as { size?: { cols?: number; rows?: number } } | undefined)?.size;
+          if (!proc.term) throw new RpcError("invalid_argument", 400, `process ${pid} has no pty`);
+          if (size?.cols && size.rows) proc.term.resize(size.cols, size.rows);
+          return {};
+        }
       }
     }
     throw new RpcError("unimplemented", 501, `${service}/${method} is not implemented by the fake`);
@@ -347,43 +449,153 @@ export class FakeE2B {
     const body = await readBody(req);
     const msg = JSON.parse(body.subarray(5).toString("utf8")) as {
       process: { cmd: string; args?: string[]; envs?: Record<string, string>; cwd?: string };
+      pty?: { size?: { cols?: number; rows?: number } };
+      tag?: string;
       stdin?: boolean;
     };
     res.writeHead(200, { "content-type": "application/connect+json" });
-    const send = (flags: number, obj: unknown) => res.write(envelope(flags, obj));
     const cwd = msg.process.cwd ?? HOME;
     const cwdHost = await sbx.hostPath(cwd);
     // Paths outside the mounted directories (/, /tmp, ...) are the image's own; bwrap checks those.
     if (cwdHost && !(await fs.stat(cwdHost).catch(() => null))?.isDirectory()) {
-      send(2, { error: { code: "invalid_argument", message: `cwd '${cwd}' does not exist` } });
+      res.write(
+        envelope(2, {
+          error: { code: "invalid_argument", message: `cwd '${cwd}' does not exist` },
+        }),
+      );
       res.end();
       return;
     }
-    const child = await sbx.spawn([msg.process.cmd, ...(msg.process.args ?? [])], {
-      cwd,
-      env: msg.process.envs,
-    });
-    const pid = child.pid!;
-    data(sbx).processes.set(pid, child);
-    if (!msg.stdin) child.stdin?.end();
-    send(0, { event: { start: { pid } } });
-    child.stdout?.on("data", (c: Buffer) =>
-      send(0, { event: { data: { stdout: c.toString("base64") } } }),
-    );
-    child.stderr?.on("data", (c: Buffer) =>
-      send(0, { event: { data: { stderr: c.toString("base64") } } }),
-    );
+    const argv = [msg.process.cmd, ...(msg.process.args ?? [])];
+    const envs = msg.process.envs ?? {};
+    const proc: Proc = {
+      pid: 0,
+      config: { cmd: msg.process.cmd, args: msg.process.args ?? [], envs, cwd },
+      ...(msg.tag !== undefined ? { tag: msg.tag } : {}),
+      listeners: new Set(),
+    };
+    const emit = (event: unknown) => proc.listeners.forEach((l) => l(event));
+    let exited: Promise<{ exitCode: number; signal: string | null }>;
+    if (msg.pty) {
+      const term = await sbx.spawnPty(argv, {
+        cwd,
+        env: envs,
+        cols: msg.pty.size?.cols ?? 80,
+        rows: msg.pty.size?.rows ?? 24,
+      });
+      proc.term = term;
+      proc.pid = term.pid;
+      term.onData((d: string | Buffer) =>
+        emit({ data: { pty: Buffer.from(d).toString("base64") } }),
+      );
+      exited = new Promise((resolve) =>
+        term.onExit(({ exitCode, signal }) =>
+          resolve({ exitCode, signal: signal ? `signal ${signal}` : null }),
+        ),
+      );
+    } else {
+      const child = await sbx.spawn(argv, { cwd, env: envs });
+      proc.child = child;
+      proc.pid = child.pid!;
+      if (!msg.stdin) child.stdin?.end();
+      child.stdout?.on("data", (c: Buffer) => emit({ data: { stdout: c.toString("base64") } }));
+      child.stderr?.on("data", (c: Buffer) => emit({ data: { stderr: c.toString("base64") } }));
+      exited = new Promise((resolve) =>
+        child.once("close", (code, signal) => resolve({ exitCode: code ?? -1, signal })),
+      );
+    }
+    data(sbx).processes.set(proc.pid, proc);
+    this.follow(proc, res);
     // A dropped client does not stop the process (envd keeps it; the SDK can reconnect).
-    child.once("close", (code, signal) => {
-      data(sbx).processes.delete(pid);
-      const exitCode = code ?? -1;
+    void exited.then(({ exitCode, signal }) => {
+      data(sbx).processes.delete(proc.pid);
       const status = signal
         ? `signal: ${signal === "SIGKILL" ? "killed" : signal}`
         : `exit status ${exitCode}`;
-      send(0, { event: { end: { exitCode, exited: signal === null, status } } });
-      send(2, {});
-      res.end();
+      emit({ end: { exitCode, exited: signal === null, status } });
+      emit(null);
     });
+  }
+
+  /** process.Process/Connect: the same stream as Start's, from the moment of attaching. */
+  private async connectProcess(
+    sbx: FakeSandbox,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const body = await readBody(req);
+    const msg = JSON.parse(body.subarray(5).toString("utf8")) as { process?: { pid?: number } };
+    const proc = data(sbx).processes.get(Number(msg.process?.pid));
+    res.writeHead(200, { "content-type": "application/connect+json" });
+    if (!proc) {
+      res.write(
+        envelope(2, {
+          error: { code: "not_found", message: `process with pid ${msg.process?.pid} not found` },
+        }),
+      );
+      res.end();
+      return;
+    }
+    this.follow(proc, res);
+  }
+
+  /** Streams a process's events to one response: start, then data and end (null closes). */
+  private follow(proc: Proc, res: ServerResponse): void {
+    res.write(envelope(0, { event: { start: { pid: proc.pid } } }));
+    const listener = (event: unknown) => {
+      if (event === null) {
+        res.write(envelope(2, {}));
+        res.end();
+        proc.listeners.delete(listener);
+      } else res.write(envelope(0, { event }));
+    };
+    proc.listeners.add(listener);
+    res.once("close", () => proc.listeners.delete(listener));
+  }
+
+  /** filesystem.Filesystem/WatchDir: inotify (fs.watch) events as envd's FilesystemEvent. */
+  private async watchDir(
+    sbx: FakeSandbox,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const body = await readBody(req);
+    const msg = JSON.parse(body.subarray(5).toString("utf8")) as {
+      path?: string;
+      recursive?: boolean;
+    };
+    res.writeHead(200, { "content-type": "application/connect+json" });
+    const host = msg.path ? await sbx.hostPath(msg.path) : null;
+    const st = host ? await fs.stat(host).catch(() => null) : null;
+    if (!host || !st?.isDirectory()) {
+      res.write(
+        envelope(2, {
+          error: { code: "not_found", message: `directory ${msg.path} not found` },
+        }),
+      );
+      res.end();
+      return;
+    }
+    const known = new Set<string>();
+    const watcher = watch(host, { recursive: Boolean(msg.recursive) }, (kind, name) => {
+      if (!name) return;
+      const rel = name.toString();
+      void fs.lstat(join(host, rel)).then(
+        () => {
+          // inotify says "rename" for a name that appeared; envd reports that as a create.
+          const type =
+            kind === "rename" && !known.has(rel) ? "EVENT_TYPE_CREATE" : "EVENT_TYPE_WRITE";
+          known.add(rel);
+          res.write(envelope(0, { filesystem: { name: rel, type } }));
+        },
+        () => {
+          known.delete(rel);
+          res.write(envelope(0, { filesystem: { name: rel, type: "EVENT_TYPE_REMOVE" } }));
+        },
+      );
+    });
+    res.write(envelope(0, { start: {} }));
+    res.once("close", () => watcher.close());
   }
 
   // ---- code interpreter ----------------------------------------------------------------------
@@ -407,12 +619,21 @@ export class FakeE2B {
       d.contexts.set(ctx.id, ctx);
       return sendJson(res, 200, { id: ctx.id, language: ctx.language, cwd: ctx.cwd });
     }
-    const restart = /^\/contexts\/([^/]+)\/restart$/.exec(p);
-    if (restart && req.method === "POST") {
-      const ctx = d.contexts.get(restart[1]!);
-      if (!ctx) return sendJson(res, 404, { code: 404, message: "context not found" });
+    if (p === "/contexts" && req.method === "GET")
+      return sendJson(
+        res,
+        200,
+        [...d.contexts.values()].map((c) => ({ id: c.id, language: c.language, cwd: c.cwd })),
+      );
+    const one = /^\/contexts\/([^/]+)(\/restart)?$/.exec(p);
+    if (one && (req.method === "DELETE" || (one[2] && req.method === "POST"))) {
+      const ctx = d.contexts.get(one[1]!);
+      if (!ctx) return sendJson(res, 404, { code: 404, message: `context ${one[1]} not found` });
       for (const c of ctx.running) sbx.killGroup(c.pid);
       ctx.running.clear();
+      if (ctx.kernel) sbx.killGroup(ctx.kernel.child.pid);
+      delete ctx.kernel;
+      if (req.method === "DELETE") d.contexts.delete(ctx.id);
       return sendEmpty(res, 204);
     }
     if (p === "/execute" && req.method === "POST") {
@@ -428,9 +649,81 @@ export class FakeE2B {
       const language = ctx?.language ?? normaliseLanguage(body.language);
       if (language !== "python" && language !== "typescript")
         return sendJson(res, 400, { code: 400, message: `unsupported language ${language}` });
+      if (ctx && language === "python")
+        return this.executeInKernel(sbx, ctx, body.code, body.env_vars ?? {}, res);
       return this.execute(sbx, ctx, language, body.code, body.env_vars ?? {}, res);
     }
     sendJson(res, 404, { code: 404, message: `no route ${p}` });
+  }
+
+  /** Runs a cell in the context's kernel (started on first use), streaming its NDJSON events. */
+  private async executeInKernel(
+    sbx: FakeSandbox,
+    ctx: CodeContext,
+    code: string,
+    envs: Record<string, string>,
+    res: ServerResponse,
+  ): Promise<void> {
+    const kernel = (ctx.kernel ??= await this.startKernel(sbx, ctx));
+    res.writeHead(200, { "content-type": "application/x-ndjson" });
+    res.flushHeaders();
+    const turn = kernel.queue.then(
+      () =>
+        new Promise<void>((resolve) => {
+          const finish = () => {
+            kernel.sink = null;
+            res.end();
+            resolve();
+          };
+          kernel.sink = (line) => {
+            res.write(line + "\n");
+            if ((JSON.parse(line) as { type?: string }).type === "end_of_execution") finish();
+          };
+          // A kernel killed mid-cell (restart, timeout, sandbox pause) ends the cell.
+          void kernel.dead.then(() => {
+            if (kernel.sink === null) return;
+            res.write(
+              JSON.stringify({
+                type: "error",
+                name: "DeadKernelError",
+                value: "kernel died",
+                traceback: "",
+              }) +
+                "\n" +
+                JSON.stringify({ type: "end_of_execution" }) +
+                "\n",
+            );
+            finish();
+          });
+          kernel.child.stdin?.write(JSON.stringify({ code, env_vars: envs }) + "\n");
+        }),
+    );
+    kernel.queue = turn;
+    await turn;
+  }
+
+  private async startKernel(sbx: FakeSandbox, ctx: CodeContext): Promise<Kernel> {
+    const dir = `${HOME}/.fake-kernel`;
+    await writeFileAtomic(
+      join(sbx.homeDir, ".fake-kernel", "ipykernel_launcher.py"),
+      Buffer.from(KERNEL_SOURCE),
+    );
+    const child = await sbx.spawn(
+      ["python3", "-m", "ipykernel_launcher", "-f", `${dir}/kernel-${ctx.id}.json`],
+      { cwd: ctx.cwd, env: { PYTHONPATH: dir } },
+    );
+    const kernel: Kernel = {
+      child,
+      queue: Promise.resolve(),
+      sink: null,
+      dead: new Promise((resolve) => child.once("close", () => resolve())),
+    };
+    void kernel.dead.then(() => {
+      if (ctx.kernel === kernel) delete ctx.kernel;
+    });
+    child.stderr?.on("data", () => undefined);
+    createInterface({ input: child.stdout! }).on("line", (line) => kernel.sink?.(line));
+    return kernel;
   }
 
   /**
@@ -439,7 +732,7 @@ export class FakeE2B {
    */
   private async execute(
     sbx: FakeSandbox,
-    ctx: { cwd: string; running: Set<ChildProcess> } | undefined,
+    ctx: CodeContext | undefined,
     language: "python" | "typescript",
     code: string,
     envs: Record<string, string>,

@@ -16,6 +16,7 @@ import * as fs from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
 import { promisify } from "node:util";
+import { spawn as ptySpawn, type IPty } from "node-pty";
 import { discoverInterpreters, RUNNERS_DIR, scrubEnv, type Interpreters } from "@sandpit/sandboxd";
 import { systemMounts } from "../../sdk/src/providers/local/bwrap.ts";
 
@@ -125,6 +126,26 @@ export class FakeSandbox {
     }
     child.stdin?.on("error", () => undefined);
     return child;
+  }
+
+  /**
+   * Starts argv inside the sandbox on a new pseudo-terminal (node-pty makes it a session and
+   * process-group leader, like `spawn`'s detached children); output arrives as Buffers.
+   */
+  async spawnPty(argv: string[], o: SpawnOptions & { cols: number; rows: number }): Promise<IPty> {
+    if (this.state !== "running") throw new Error(`sandbox ${this.id} is ${this.state}`);
+    const interp = await this.host.interpreters();
+    const env: Record<string, string> = { ...this.host.baseEnv(this), ...this.env, ...o.env };
+    const args = [...(await this.host.bwrapArgs(this, interp)), "--chdir", o.cwd, "--", ...argv];
+    const term = ptySpawn("bwrap", args, {
+      cols: o.cols,
+      rows: o.rows,
+      env,
+      encoding: null,
+      name: env.TERM ?? "xterm-256color",
+    });
+    this.groups.add(term.pid);
+    return term;
   }
 
   /**

@@ -126,6 +126,11 @@ export function networkErrorCode(err: unknown): string | undefined {
   return undefined;
 }
 
+/** What an aborted call rejects with: the signal's reason (an AbortError by default). */
+export function abortReason(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException("This operation was aborted", "AbortError");
+}
+
 export function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }

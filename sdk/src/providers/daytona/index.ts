@@ -17,10 +17,10 @@
  *  - Daytona timeouts are seconds: every millisecond value is converted at the boundary with
  *    Math.ceil(ms / 1000).
  */
-import { FilesystemExtras, foregroundCommands, noCodeContexts, noPty } from "../../unsupported.ts";
+import { foregroundCommands, noCodeContexts, noPty } from "../../unsupported.ts";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
-import { join, posix } from "node:path";
+import { join } from "node:path";
 import { Daytona, DaytonaNotFoundError, type Sandbox } from "@daytonaio/sdk";
 import { DEFAULT_TIMEOUT_MS, ID_PATTERN, parseOutput } from "@sandpit/sandboxd/protocol";
 import { RUNNERS, RUNNERS_DIR } from "@sandpit/sandboxd/runners";
@@ -37,13 +37,13 @@ import type {
   SandboxCommands,
   SandboxCreateOptions,
   SandboxExecutionResult,
-  SandboxFileInfo,
   SandboxFilesystem,
   SandboxInstance,
   SandboxLanguage,
   SandboxProvider,
 } from "../../types.ts";
 import {
+  abortReason,
   createForThread,
   checkEnvs,
   elapsed,
@@ -58,6 +58,7 @@ import {
   virtualPath,
 } from "../cloud-common.ts";
 import { fromDaytona } from "./errors.ts";
+import { DaytonaFilesystem } from "./filesystem.ts";
 
 /** Re-exported so the provider's entry point carries its options schema. */
 export { DaytonaProviderOptions };
@@ -234,6 +235,8 @@ interface ExecOptions {
   stdin?: string | undefined;
   onStdout?: ((d: string) => void) | undefined;
   onStderr?: ((d: string) => void) | undefined;
+  /** Aborting deletes the command's session, which kills the command. */
+  signal?: AbortSignal | undefined;
 }
 
 const NO_CONTEXTS = noCodeContexts("Daytona");
@@ -258,6 +261,10 @@ export class DaytonaInstance implements SandboxInstance {
     this.defaults = defaults;
     this.commands = foregroundCommands("Daytona", (command, options) => this.run(command, options));
     this.filesystem = new DaytonaFilesystem(this);
+  }
+
+  get workingDirectory(): string {
+    return this.defaults.workingDirectory;
   }
 
   alive(): void {
@@ -319,6 +326,7 @@ export class DaytonaInstance implements SandboxInstance {
       stdin: o.stdin,
       onStdout: o.onStdout,
       onStderr: o.onStderr,
+      signal: o.signal,
     });
     if (r.timedOut) {
       throw new SandboxError(
@@ -338,9 +346,11 @@ export class DaytonaInstance implements SandboxInstance {
     o: ExecOptions,
   ): Promise<SandboxExecutionResult & { timedOut: boolean }> {
     this.alive();
+    if (o.signal?.aborted) throw abortReason(o.signal);
     const proc = this.sandbox.process;
     const sessionId = `sandpit-${randomUUID()}`;
     const started = performance.now();
+    const onAbort = () => void proc.deleteSession(sessionId).catch(() => undefined);
     try {
       await proc.createSession(sessionId);
     } catch (err) {
@@ -376,9 +386,12 @@ export class DaytonaInstance implements SandboxInstance {
           (timer = setTimeout(() => resolve("deadline"), o.timeoutMs + DEADLINE_GRACE_MS)),
       );
       let outcome: unknown;
+      o.signal?.addEventListener("abort", onAbort, { once: true });
       try {
         outcome = await Promise.race([logs, deadline]);
+        if (o.signal?.aborted) throw abortReason(o.signal);
       } catch (err) {
+        if (o.signal?.aborted) throw abortReason(o.signal);
         // The WebSocket layer rejects with an ErrorEvent-like object holding the real error.
         const inner =
           !(err instanceof Error) && err && typeof err === "object" && "error" in err
@@ -391,6 +404,7 @@ export class DaytonaInstance implements SandboxInstance {
           : mapped;
       } finally {
         clearTimeout(timer);
+        o.signal?.removeEventListener("abort", onAbort);
       }
       // The in-sandbox `timeout` should have fired long before; deleting the session stops it.
       if (outcome === "deadline") return { exitCode: -1, stdout, stderr, timedOut: true };
@@ -458,6 +472,9 @@ export class DaytonaInstance implements SandboxInstance {
       cwd,
       envs,
       timeoutMs,
+      onStdout: o.onStdout,
+      onStderr: o.onStderr,
+      signal: o.signal,
     });
     const durationMs = elapsed(started);
     if (r.timedOut) {
@@ -567,96 +584,4 @@ function wrap(command: string, o: ExecOptions): string {
       ? `${run} < /dev/null`
       : `printf '%s' ${shq(Buffer.from(o.stdin).toString("base64"))} | base64 -d | ${run}`;
   return `(cd ${shq(o.cwd)} || exit 1; ${exports}${input})`;
-}
-
-class DaytonaFilesystem extends FilesystemExtras implements SandboxFilesystem {
-  private readonly inst: DaytonaInstance;
-  constructor(inst: DaytonaInstance) {
-    super("Daytona");
-    this.inst = inst;
-  }
-
-  private get fs() {
-    this.inst.alive();
-    return this.inst.sandbox.fs;
-  }
-
-  async read(path: string): Promise<string> {
-    return new TextDecoder().decode(await this.readBytes(path));
-  }
-
-  async readBytes(path: string): Promise<Uint8Array> {
-    const p = virtualPath(path);
-    try {
-      return new Uint8Array(await this.fs.downloadFile(p, seconds(30 * 60_000)));
-    } catch (err) {
-      throw fromDaytona(err, `reading ${p}`);
-    }
-  }
-
-  async write(path: string, content: string | Uint8Array): Promise<void> {
-    if (typeof content !== "string" && !(content instanceof Uint8Array)) {
-      throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
-    }
-    const p = virtualPath(path);
-    const data =
-      typeof content === "string"
-        ? Buffer.from(content, "utf8")
-        : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
-    try {
-      await this.fs.uploadFile(data, p, seconds(30 * 60_000));
-    } catch (err) {
-      throw fromDaytona(err, `writing ${p}`);
-    }
-  }
-
-  async list(path: string): Promise<SandboxFileInfo[]> {
-    const p = virtualPath(path);
-    try {
-      const entries = await this.fs.listFiles(p);
-      return entries.map((e) => {
-        const when = new Date(e.modifiedAt || e.modTime);
-        return {
-          name: e.name,
-          path: posix.join(p, e.name),
-          type: e.isDir ? "dir" : "file",
-          size: Number(e.size),
-          ...(Number.isNaN(when.getTime()) ? {} : { modifiedTime: when }),
-        };
-      });
-    } catch (err) {
-      throw fromDaytona(err, `listing ${p}`);
-    }
-  }
-
-  async exists(path: string): Promise<boolean> {
-    const p = virtualPath(path);
-    try {
-      await this.fs.getFileDetails(p);
-      return true;
-    } catch (err) {
-      if (err instanceof DaytonaNotFoundError) return false;
-      throw fromDaytona(err, `checking ${p}`);
-    }
-  }
-
-  async mkdir(path: string): Promise<void> {
-    const p = virtualPath(path);
-    try {
-      await this.fs.createFolder(p, "755"); // MkdirAll on the daemon: parents, idempotent
-    } catch (err) {
-      throw fromDaytona(err, `creating directory ${p}`);
-    }
-  }
-
-  async remove(path: string): Promise<void> {
-    const p = virtualPath(path);
-    if (p === VIRTUAL_ROOT)
-      throw new SandboxError(`refusing to remove ${VIRTUAL_ROOT} itself`, "INVALID_ARGUMENT");
-    try {
-      await this.fs.deleteFile(p, true);
-    } catch (err) {
-      throw fromDaytona(err, `removing ${p}`);
-    }
-  }
 }

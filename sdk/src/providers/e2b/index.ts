@@ -13,9 +13,14 @@
  *    source, one kernel context per language and working directory;
  *  - packages are installed with pip / npm in the sandbox before `create` resolves.
  */
-import { FilesystemExtras, foregroundCommands, noCodeContexts, noPty } from "../../unsupported.ts";
-import { Sandbox, type Context, type ConnectionOpts } from "@e2b/code-interpreter";
-import { CommandExitError, FileType, TimeoutError } from "e2b";
+import {
+  Sandbox,
+  type Context,
+  type ConnectionOpts,
+  type OutputMessage,
+  type Result,
+} from "@e2b/code-interpreter";
+import { CommandExitError, TimeoutError } from "e2b";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { E2BProviderOptions } from "./options.ts";
@@ -24,19 +29,23 @@ import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { checkPort } from "../../validate.ts";
 import type {
+  CodeContext,
+  CodeContextOptions,
   CodeExecutionOptions,
   CodeExecutionResult,
+  CodeResult,
   SandboxCommandOptions,
   SandboxCommands,
   SandboxCreateOptions,
   SandboxExecutionResult,
-  SandboxFileInfo,
   SandboxFilesystem,
   SandboxInstance,
   SandboxLanguage,
   SandboxProvider,
+  SandboxPty,
 } from "../../types.ts";
 import {
+  abortReason,
   createForThread,
   checkEnvs,
   elapsed,
@@ -52,6 +61,9 @@ import {
   virtualPath,
 } from "../cloud-common.ts";
 import { fromE2B } from "./errors.ts";
+import { E2BFilesystem } from "./filesystem.ts";
+import { E2BCommands, E2BPty, type E2BProcessHost } from "./processes.ts";
+import { codeResult } from "./results.ts";
 
 /** Re-exported so the provider's entry point carries its options schema. */
 export { E2BProviderOptions };
@@ -202,27 +214,31 @@ export class E2BProvider implements SandboxProvider {
   }
 }
 
-const NO_CONTEXTS = noCodeContexts("E2B");
+/** Bytes per stdin message (envd's messages are JSON, base64 inside). */
+const STDIN_CHUNK = 1 << 20;
 
-export class E2BInstance implements SandboxInstance {
-  readonly pty = noPty("E2B");
-  readonly createCodeContext = NO_CONTEXTS.createCodeContext;
-  readonly listCodeContexts = NO_CONTEXTS.listCodeContexts;
-  readonly removeCodeContext = NO_CONTEXTS.removeCodeContext;
+export class E2BInstance implements SandboxInstance, E2BProcessHost {
   readonly sandboxId: string;
   readonly commands: SandboxCommands;
   readonly filesystem: SandboxFilesystem;
+  readonly pty: SandboxPty;
   readonly sandbox: Sandbox;
   private readonly defaults: Defaults;
   private killed = false;
+  /** The contexts stateless `executeCode` uses, one per (language, working directory). */
   private readonly contexts = new Map<string, Promise<Context>>();
 
   constructor(sandbox: Sandbox, defaults: Defaults) {
     this.sandbox = sandbox;
     this.sandboxId = sandbox.sandboxId;
     this.defaults = defaults;
-    this.commands = foregroundCommands("E2B", (command, options) => this.run(command, options));
+    this.commands = new E2BCommands(this, (command, options) => this.run(command, options));
+    this.pty = new E2BPty(this);
     this.filesystem = new E2BFilesystem(this);
+  }
+
+  get workingDirectory(): string {
+    return this.defaults.workingDirectory;
   }
 
   /** Throws NOT_FOUND once this handle killed its sandbox. */
@@ -275,12 +291,14 @@ export class E2BInstance implements SandboxInstance {
       stdin: o.stdin,
       onStdout: o.onStdout,
       onStderr: o.onStderr,
+      signal: o.signal,
     });
   }
 
   /**
-   * Runs a command through envd. Started in the background so its stdin can be written and
-   * closed, then awaited; a non-zero exit is a result; past its deadline it is killed.
+   * Runs a command through envd. Started in the background so its stdin can be written (in
+   * chunks) and closed, then awaited; a non-zero exit is a result; past its deadline, or when
+   * `signal` aborts, it is killed.
    */
   async exec(
     command: string,
@@ -288,13 +306,15 @@ export class E2BInstance implements SandboxInstance {
       cwd: string;
       envs?: Record<string, string> | undefined;
       timeoutMs: number;
-      stdin?: string | undefined;
+      stdin?: string | Uint8Array | undefined;
       user?: string;
       onStdout?: ((d: string) => void) | undefined;
       onStderr?: ((d: string) => void) | undefined;
+      signal?: AbortSignal | undefined;
     },
   ): Promise<SandboxExecutionResult> {
     this.alive();
+    if (o.signal?.aborted) throw abortReason(o.signal);
     const started = performance.now();
     let handle;
     try {
@@ -311,27 +331,35 @@ export class E2BInstance implements SandboxInstance {
     } catch (err) {
       throw fromE2B(err, "starting a command");
     }
+    const h = handle;
+    const onAbort = () => void h.kill().catch(() => undefined);
+    o.signal?.addEventListener("abort", onAbort, { once: true });
     try {
       if (o.stdin !== undefined) {
-        if (o.stdin.length) await handle.sendStdin(o.stdin);
-        await handle.closeStdin();
+        const data = typeof o.stdin === "string" ? new TextEncoder().encode(o.stdin) : o.stdin;
+        for (let at = 0; at < data.length; at += STDIN_CHUNK)
+          await h.sendStdin(data.subarray(at, at + STDIN_CHUNK));
+        await h.closeStdin();
       }
-      const r = await handle.wait();
+      const r = await h.wait();
       return { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr };
     } catch (err) {
+      if (o.signal?.aborted) throw abortReason(o.signal);
       if (err instanceof CommandExitError)
         return { exitCode: err.exitCode, stdout: err.stdout, stderr: err.stderr };
       if (err instanceof TimeoutError) {
         // envd keeps a process whose stream ended; kill it so the deadline really stops it.
-        await handle.kill().catch(() => undefined);
+        await h.kill().catch(() => undefined);
         throw new SandboxError(
           `command timed out after ${elapsed(started)} ms and was killed: ${command.slice(0, 200)}`,
           "TIMEOUT",
           err,
         );
       }
-      await handle.kill().catch(() => undefined);
+      await h.kill().catch(() => undefined);
       throw fromE2B(err, "running a command");
+    } finally {
+      o.signal?.removeEventListener("abort", onAbort);
     }
   }
 
@@ -350,10 +378,25 @@ export class E2BInstance implements SandboxInstance {
       throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
     checkEnvs(o.envs);
     this.alive();
-    const cwd = virtualPath(o.cwd ?? this.defaults.workingDirectory);
     const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const context = await this.context(language, cwd);
+    let context: Context;
+    if (o.context !== undefined) {
+      if (o.cwd !== undefined)
+        throw new SandboxError(
+          "cwd cannot be given with a context (the context has its own)",
+          "INVALID_ARGUMENT",
+        );
+      context = await this.findContext(o.context, language);
+    } else {
+      context = await this.context(language, virtualPath(o.cwd ?? this.defaults.workingDirectory));
+    }
+    if (o.signal?.aborted) throw abortReason(o.signal);
+    // envd's code interpreter has no cancel call: an abort interrupts the kernel (SIGINT, as
+    // Jupyter's interrupt does), the cell ends with KeyboardInterrupt and the context lives on.
+    const onAbort = () => void this.interrupt(context.id);
+    o.signal?.addEventListener("abort", onAbort, { once: true });
     const started = performance.now();
+    const results: CodeResult[] = [];
     let execution;
     try {
       // TypeScript goes to the kernel inline, as the cell's source: its kernel cannot import
@@ -362,8 +405,16 @@ export class E2BInstance implements SandboxInstance {
         context,
         timeoutMs,
         ...(o.envs ? { envs: o.envs } : {}),
+        ...(o.onStdout ? { onStdout: (m: OutputMessage) => o.onStdout!(m.line) } : {}),
+        ...(o.onStderr ? { onStderr: (m: OutputMessage) => o.onStderr!(m.line) } : {}),
+        onResult: (r: Result) => {
+          const mapped = codeResult(r);
+          results.push(mapped);
+          o.onResult?.(mapped);
+        },
       });
     } catch (err) {
+      if (o.signal?.aborted) throw abortReason(o.signal);
       if (err instanceof TimeoutError) {
         // The kernel keeps running a cell whose client gave up; restart it so the next cell runs.
         await this.sandbox.restartCodeContext(context).catch(() => undefined);
@@ -374,7 +425,10 @@ export class E2BInstance implements SandboxInstance {
         );
       }
       throw fromE2B(err, "running code");
+    } finally {
+      o.signal?.removeEventListener("abort", onAbort);
     }
+    if (o.signal?.aborted) throw abortReason(o.signal);
     const stdout = execution.logs.stdout.join("");
     const stderr = execution.logs.stderr.join("");
     const e = execution.error;
@@ -385,7 +439,7 @@ export class E2BInstance implements SandboxInstance {
       stdout,
       stderr,
       durationMs: elapsed(started),
-      results: [],
+      results,
     };
     const output = parseOutput(stdout);
     if (output !== undefined) result.output = output;
@@ -394,6 +448,22 @@ export class E2BInstance implements SandboxInstance {
       result.error = { name: e.name, message: e.value, ...(traceback ? { traceback } : {}) };
     }
     return result;
+  }
+
+  /**
+   * SIGINT to the context's kernel. The code interpreter's context id is its Jupyter kernel's
+   * id, which names the kernel's connection file on the kernel's command line.
+   */
+  private async interrupt(contextId: string): Promise<void> {
+    // Anchored at the start of the command line: only the kernel itself, not a process whose
+    // arguments merely mention it.
+    const id = contextId.replace(/[^A-Za-z0-9-]/g, "");
+    const pattern = `^[^ ]*python[^ ]* -m ipykernel_launcher -f [^ ]*kernel-${id}\\.json`;
+    await this.exec(`pkill -INT -f -- ${shq(pattern)}`, {
+      cwd: "/",
+      timeoutMs: 30_000,
+      user: "root",
+    }).catch(() => undefined);
   }
 
   /** One kernel context per (language, working directory), created on first use. */
@@ -408,6 +478,67 @@ export class E2BInstance implements SandboxInstance {
       this.contexts.set(key, ctx);
     }
     return ctx;
+  }
+
+  async createCodeContext(o: CodeContextOptions = {}): Promise<CodeContext> {
+    const language = o.language ?? this.defaults.language;
+    if (language !== "python" && language !== "typescript")
+      throw new SandboxError(
+        `unknown language ${JSON.stringify(language)}: use "python" or "typescript"`,
+        "INVALID_ARGUMENT",
+      );
+    const cwd = virtualPath(o.cwd ?? this.defaults.workingDirectory);
+    this.alive();
+    try {
+      const ctx = await this.sandbox.createCodeContext({ language, cwd });
+      return { id: ctx.id, language, cwd: ctx.cwd || cwd };
+    } catch (err) {
+      throw fromE2B(err, "creating a code context");
+    }
+  }
+
+  /** The interpreter's contexts in Sandpit's two languages (its default ones included). */
+  async listCodeContexts(): Promise<CodeContext[]> {
+    this.alive();
+    let all: Context[];
+    try {
+      all = await this.sandbox.listCodeContexts();
+    } catch (err) {
+      throw fromE2B(err, "listing code contexts");
+    }
+    return all.flatMap((c) => {
+      const language = contextLanguage(c.language);
+      return language ? [{ id: c.id, language, cwd: c.cwd }] : [];
+    });
+  }
+
+  async removeCodeContext(context: CodeContext | string): Promise<void> {
+    const id = contextId(context);
+    this.alive();
+    try {
+      await this.sandbox.removeCodeContext(id);
+    } catch (err) {
+      const mapped = fromE2B(err, `removing code context ${id}`);
+      if (mapped.code !== "NOT_FOUND") throw mapped;
+    }
+    for (const [key, ctx] of this.contexts)
+      if ((await ctx.catch(() => null))?.id === id) this.contexts.delete(key);
+  }
+
+  /** The context a cell asked for; its language must be the cell's. */
+  private async findContext(context: CodeContext | string, language: SandboxLanguage) {
+    const id = contextId(context);
+    const found =
+      typeof context === "string"
+        ? (await this.listCodeContexts()).find((c) => c.id === id)
+        : context;
+    if (!found) throw new SandboxError(`no code context ${id}`, "NOT_FOUND");
+    if (found.language !== language)
+      throw new SandboxError(
+        `code context ${id} runs ${found.language}, not ${language}`,
+        "INVALID_ARGUMENT",
+      );
+    return { id: found.id, language: found.language, cwd: found.cwd };
   }
 
   async kill(): Promise<void> {
@@ -440,102 +571,15 @@ export class E2BInstance implements SandboxInstance {
   }
 }
 
-class E2BFilesystem extends FilesystemExtras implements SandboxFilesystem {
-  private readonly inst: E2BInstance;
-  constructor(inst: E2BInstance) {
-    super("E2B");
-    this.inst = inst;
-  }
+function contextId(context: CodeContext | string): string {
+  const id = typeof context === "string" ? context : context?.id;
+  if (typeof id !== "string" || !id)
+    throw new SandboxError("context must be a code context or its id", "INVALID_ARGUMENT");
+  return id;
+}
 
-  private get files() {
-    this.inst.alive();
-    return this.inst.sandbox.files;
-  }
-
-  async read(path: string): Promise<string> {
-    return new TextDecoder().decode(await this.readBytes(path));
-  }
-
-  async readBytes(path: string): Promise<Uint8Array> {
-    const p = virtualPath(path);
-    try {
-      return await this.files.read(p, { format: "bytes" });
-    } catch (err) {
-      throw fromE2B(err, `reading ${p}`);
-    }
-  }
-
-  async write(path: string, content: string | Uint8Array): Promise<void> {
-    if (typeof content !== "string" && !(content instanceof Uint8Array)) {
-      throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
-    }
-    const p = virtualPath(path);
-    const data =
-      typeof content === "string"
-        ? content
-        : (content.buffer.slice(
-            content.byteOffset,
-            content.byteOffset + content.byteLength,
-          ) as ArrayBuffer);
-    try {
-      await this.files.write(p, data);
-    } catch (err) {
-      throw fromE2B(err, `writing ${p}`);
-    }
-  }
-
-  async list(path: string): Promise<SandboxFileInfo[]> {
-    const p = virtualPath(path);
-    try {
-      const entries = await this.files.list(p, { depth: 1 });
-      return entries.map((e) => ({
-        name: e.name,
-        path: e.path,
-        type:
-          e.type === FileType.DIR
-            ? "dir"
-            : e.type === FileType.FILE
-              ? "file"
-              : e.type === ("symlink" as FileType)
-                ? "symlink"
-                : "other",
-        size: Number(e.size),
-        ...(e.modifiedTime ? { modifiedTime: new Date(e.modifiedTime) } : {}),
-      }));
-    } catch (err) {
-      throw fromE2B(err, `listing ${p}`);
-    }
-  }
-
-  async exists(path: string): Promise<boolean> {
-    const p = virtualPath(path);
-    try {
-      return await this.files.exists(p);
-    } catch (err) {
-      throw fromE2B(err, `checking ${p}`);
-    }
-  }
-
-  async mkdir(path: string): Promise<void> {
-    const p = virtualPath(path);
-    try {
-      await this.files.makeDir(p); // false when it already exists: fine
-    } catch (err) {
-      throw fromE2B(err, `creating directory ${p}`);
-    }
-  }
-
-  async remove(path: string): Promise<void> {
-    const p = virtualPath(path);
-    if (p === VIRTUAL_ROOT)
-      throw new SandboxError(`refusing to remove ${VIRTUAL_ROOT} itself`, "INVALID_ARGUMENT");
-    // envd removes like `rm -rf` and says nothing about a missing path; the contract wants NOT_FOUND.
-    if (!(await this.exists(p)))
-      throw new SandboxError(`no such file or directory: ${p}`, "NOT_FOUND");
-    try {
-      await this.files.remove(p);
-    } catch (err) {
-      throw fromE2B(err, `removing ${p}`);
-    }
-  }
+function contextLanguage(language: string): SandboxLanguage | undefined {
+  if (language === "python") return "python";
+  if (language === "typescript" || language === "ts") return "typescript";
+  return undefined;
 }
