@@ -12,6 +12,7 @@ import { discoverInterpreters, installShims, scrubEnv } from "./environment.ts";
 import { VIRTUAL_DIRS } from "./protocol.ts";
 import { killStartedSessions } from "./process.ts";
 import { ShellSessions } from "./shell-sessions.ts";
+import { CodeContexts } from "./contexts.ts";
 import type { Settings } from "./config.ts";
 
 export * from "./protocol.ts";
@@ -60,11 +61,19 @@ export async function startSandboxd(o: {
     maxSessions: o.settings.SANDBOXD_AIO_MAX_SESSIONS,
     idleMs: o.settings.SANDBOXD_AIO_SESSION_IDLE_SECONDS * 1000,
   });
+  const contexts = new CodeContexts({
+    executor,
+    jail,
+    outputCapBytes: o.settings.SANDBOXD_OUTPUT_CAP_BYTES,
+    maxContexts: o.settings.SANDBOXD_MAX_CONTEXTS,
+    idleMs: o.settings.SANDBOXD_CONTEXT_IDLE_SECONDS * 1000,
+  });
   const app = createApp({
     jail,
     executor,
     gate,
     logger: o.logger,
+    contexts,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
   const server = createServer(app);
@@ -94,6 +103,7 @@ export async function startSandboxd(o: {
         server.closeAllConnections();
       });
       await sessions.shutdown();
+      await contexts.shutdown();
       await killStartedSessions();
     },
   };

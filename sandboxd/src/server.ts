@@ -8,6 +8,8 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import { aioRouter } from "./aio.ts";
 import { isAioPath, sendAioError } from "./aio-envelope.ts";
+import type { CodeContexts } from "./contexts.ts";
+import { contextRoutes } from "./contexts-routes.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
@@ -38,6 +40,8 @@ export interface ServerOptions {
   /** Shared with the port tunnel, which authenticates the same way. */
   gate: TokenGate;
   logger: Logger;
+  /** Persistent interpreters (code contexts). */
+  contexts: CodeContexts;
   aio: {
     /** The jail AIO file paths resolve in (see aio.ts). */
     files: PathJail;
@@ -198,6 +202,8 @@ export function createApp(opts: ServerOptions): express.Express {
     res.status(204).end();
   });
 
+  app.use(contextRoutes(opts.contexts));
+
   // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
   app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));
 
@@ -231,7 +237,7 @@ async function collect(req: Request, length: number): Promise<Buffer> {
   return body;
 }
 
-function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+export function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   const result = schema.safeParse(body ?? {});
   if (!result.success) {
     const issue = result.error.issues[0];
