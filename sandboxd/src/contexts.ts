@@ -245,6 +245,12 @@ export class CodeContext {
     signal?: AbortSignal,
   ): Promise<void> {
     if (this.gone) throw this.goneError();
+    if (req.language !== undefined && req.language !== this.language) {
+      throw new SandboxdError(
+        "INVALID_ARGUMENT",
+        `context ${this.id} runs ${this.language}, not ${req.language}`,
+      );
+    }
     if (this.queued >= MAX_QUEUED) {
       throw new SandboxdError(
         "CONFLICT",
@@ -335,7 +341,9 @@ export class CodeContext {
     void signalGroup(this.child.pid ?? 0, "SIGINT");
     cell.graceTimer = setTimeout(() => {
       if (this.cell !== cell) return;
-      this.exited(`did not stop within ${INTERRUPT_GRACE_MS / 1000} s of an interrupt and was killed`);
+      this.exited(
+        `did not stop within ${INTERRUPT_GRACE_MS / 1000} s of an interrupt and was killed`,
+      );
       void signalGroup(this.child.pid ?? 0, "SIGKILL");
     }, INTERRUPT_GRACE_MS);
   }

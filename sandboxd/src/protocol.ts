@@ -291,6 +291,8 @@ export type CreateContextRequest = z.infer<typeof CreateContextRequest>;
 
 export const ExecuteCellRequest = z.strictObject({
   code: z.string().max(MAX_SOURCE_BYTES),
+  /** When given, the context must run this language (else INVALID_ARGUMENT, and nothing runs). */
+  language: ExecuteCodeRequest.shape.language.optional(),
   /** Variables set for this cell only (restored after it). */
   env: envMap.optional(),
   timeoutMs: timeoutMs.optional(),

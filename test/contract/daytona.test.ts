@@ -24,7 +24,12 @@ contractSuite(
       // The fake serves no event socket; the SDK polls sandbox state instead.
       useDeprecatedPolling: true,
     });
-    return { provider, teardown: () => fake.close() };
+    return {
+      provider,
+      teardown: () => fake.close(),
+      // Refused by the provider until it implements them (asserted as NOT_SUPPORTED).
+      supports: { codeContexts: false, richResults: false },
+    };
   },
   bwrap
     ? undefined

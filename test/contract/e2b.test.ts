@@ -25,7 +25,12 @@ contractSuite(
       // The fake's sandboxes share the host network, so their ports are on 127.0.0.1.
       hostTemplate: "127.0.0.1:{port}",
     });
-    return { provider, teardown: () => fake.close() };
+    return {
+      provider,
+      teardown: () => fake.close(),
+      // Refused by the provider until it implements them (asserted as NOT_SUPPORTED).
+      supports: { codeContexts: false, richResults: false },
+    };
   },
   bwrap
     ? undefined

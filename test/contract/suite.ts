@@ -7,6 +7,7 @@ import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { createServer, type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance, type SandboxProvider } from "@sandpit/sdk";
+import { codeContextContract } from "./contexts.ts";
 
 /**
  * Features of the contract a backend may lack. Each is true unless the target says false, and a
@@ -296,6 +297,11 @@ export function contractSuite(
     it("rejects an unknown language with INVALID_ARGUMENT", async () => {
       await expectSandboxError(sbx.executeCode("print(1)", "ruby" as "python"), "INVALID_ARGUMENT");
     });
+
+    codeContextContract(
+      () => target,
+      () => sbx,
+    );
 
     describe("filesystem", () => {
       it("writes and reads text, with unicode, relative and absolute paths alike", async () => {
