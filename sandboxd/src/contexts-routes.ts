@@ -10,7 +10,7 @@ import {
   MAX_SOURCE_BYTES,
   type CellEvent,
 } from "./protocol.ts";
-import { parse } from "./server.ts";
+import { parse } from "./parse.ts";
 
 export function contextRoutes(contexts: CodeContexts): Router {
   const r = express.Router();

@@ -5,7 +5,6 @@
  */
 import express, { type NextFunction, type Request, type Response } from "express";
 import type { Logger } from "pino";
-import { z } from "zod";
 import { aioRouter } from "./aio.ts";
 import { isAioPath, sendAioError } from "./aio-envelope.ts";
 import type { CodeContexts } from "./contexts.ts";
@@ -14,6 +13,7 @@ import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
+import { parse } from "./parse.ts";
 import {
   CAPABILITIES,
   ExecuteCodeRequest,
@@ -235,16 +235,6 @@ async function collect(req: Request, length: number): Promise<Buffer> {
   if (at !== length)
     throw new SandboxdError("INVALID_ARGUMENT", "request body ended before its Content-Length");
   return body;
-}
-
-export function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
-  const result = schema.safeParse(body ?? {});
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-    throw new SandboxdError("INVALID_ARGUMENT", `${where}${issue?.message ?? "invalid request"}`);
-  }
-  return result.data;
 }
 
 function wantsNdjson(req: Request): boolean {

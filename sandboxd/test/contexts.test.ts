@@ -31,8 +31,9 @@ async function cell(id: string, body: Record<string, unknown>): Promise<CellEven
     .map((l) => JSON.parse(l) as CellEvent);
 }
 
-const stdout = (events: CellEvent[]) =>
-  events.map((e) => (e.type === "stdout" ? e.data : "")).join("");
+const text = (events: CellEvent[], stream: "stdout" | "stderr") =>
+  events.map((e) => (e.type === stream ? e.data : "")).join("");
+const stdout = (events: CellEvent[]) => text(events, "stdout");
 
 const remove = (id: string) => d.call(`/v1/contexts/${id}`, { method: "DELETE" });
 
@@ -47,12 +48,7 @@ describe("code contexts (sandboxd)", () => {
           "print('last', end='')",
       });
       expect(stdout(events)).toBe('{"type": "done"}\nfrom-a-command\nlast');
-      expect(
-        events
-          .filter((e) => e.type === "stderr")
-          .map((e) => e.data)
-          .join(""),
-      ).toBe("err-command\n");
+      expect(text(events, "stderr")).toBe("err-command\n");
       expect(events.at(-1)).toMatchObject({ type: "end", timedOut: false, truncated: false });
       // Environment for one cell only, and the sandbox's paths as agents see them.
       const env = await cell(id, {

@@ -1,0 +1,13 @@
+/** Request bodies through the protocol's schemas: the first problem as an INVALID_ARGUMENT. */
+import type { z } from "zod";
+import { SandboxdError } from "./protocol.ts";
+
+export function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  const result = schema.safeParse(body ?? {});
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
+    throw new SandboxdError("INVALID_ARGUMENT", `${where}${issue?.message ?? "invalid request"}`);
+  }
+  return result.data;
+}
