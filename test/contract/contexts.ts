@@ -186,6 +186,39 @@ export function codeContextContract(
       );
     }
 
+    // Stateless abort belongs with the rest of `signal` on executeCode; it is asserted here, on
+    // the targets that have contexts, until every provider honours `signal`.
+    it(
+      "kills a stateless executeCode on abort and rejects with the signal's reason",
+      contexts(async () => {
+        const sbx = sandbox();
+        const beat = `/mnt/user-data/workspace/beat-${randomUUID()}`;
+        const abort = new AbortController();
+        const reason = new Error("stop it");
+        const running = sbx
+          .executeCode(
+            `import time\ni = 0\nwhile True:\n    i += 1\n    open(${JSON.stringify(beat)}, "w").write(str(i))\n    time.sleep(0.05)`,
+            "python",
+            { timeoutMs: 60_000, signal: abort.signal },
+          )
+          .then(
+            () => "resolved",
+            (e: unknown) => e,
+          );
+        for (let i = 0; i < 300 && !(await sbx.filesystem.exists(beat)); i++) {
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        abort.abort(reason);
+        const err = await running;
+        expect(err).toBe(reason);
+        // The interpreter was killed: the count stops.
+        await new Promise((r) => setTimeout(r, 1000));
+        const then = await sbx.filesystem.read(beat);
+        await new Promise((r) => setTimeout(r, 1000));
+        expect(await sbx.filesystem.read(beat)).toBe(then);
+      }),
+    );
+
     it(
       "interrupts a cell at its timeout with TIMEOUT, keeping the context",
       contexts(async () => {
