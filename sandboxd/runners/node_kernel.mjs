@@ -103,7 +103,8 @@ function rewrite(js) {
       if (s.type === "ImportNamespaceSpecifier") ns = s.local.name;
       else if (s.type === "ImportDefaultSpecifier") def = s.local.name;
       else {
-        const imported = s.imported.type === "Literal" ? JSON.stringify(s.imported.value) : s.imported.name;
+        const imported =
+          s.imported.type === "Literal" ? JSON.stringify(s.imported.value) : s.imported.name;
         names.push(imported === s.local.name ? imported : `${imported}: ${s.local.name}`);
       }
     }
