@@ -54,6 +54,12 @@ const Settings = z.object({
     .number()
     .positive()
     .default(30 * 60),
+  /** Code contexts (persistent interpreters) kept at once, and how long an idle one lives. */
+  SANDBOXD_MAX_CONTEXTS: z.coerce.number().int().min(1).max(256).default(16),
+  SANDBOXD_CONTEXT_IDLE_SECONDS: z.coerce
+    .number()
+    .positive()
+    .default(30 * 60),
   SANDBOXD_LOG_LEVEL: z
     .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
     .default("info"),

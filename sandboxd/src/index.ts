@@ -15,6 +15,7 @@ import { discoverInterpreters, installShims, scrubEnv } from "./environment.ts";
 import { VIRTUAL_DIRS } from "./protocol.ts";
 import { killStartedSessions } from "./process.ts";
 import { ShellSessions } from "./shell-sessions.ts";
+import { CodeContexts } from "./contexts.ts";
 import type { Settings } from "./config.ts";
 
 export * from "./protocol.ts";
@@ -68,12 +69,20 @@ export async function startSandboxd(o: {
     max: o.settings.SANDBOXD_MAX_TERMINALS,
     idleMs: o.settings.SANDBOXD_TERMINAL_IDLE_SECONDS * 1000,
   });
+  const contexts = new CodeContexts({
+    executor,
+    jail,
+    outputCapBytes: o.settings.SANDBOXD_OUTPUT_CAP_BYTES,
+    maxContexts: o.settings.SANDBOXD_MAX_CONTEXTS,
+    idleMs: o.settings.SANDBOXD_CONTEXT_IDLE_SECONDS * 1000,
+  });
   const app = createApp({
     jail,
     executor,
     gate,
     logger: o.logger,
     terminals,
+    contexts,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
   const server = createServer(app);
@@ -104,6 +113,7 @@ export async function startSandboxd(o: {
       });
       await sessions.shutdown();
       await terminals.shutdown();
+      await contexts.shutdown();
       await killStartedSessions();
     },
   };

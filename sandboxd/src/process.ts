@@ -139,13 +139,18 @@ class CappedStream extends OutputCap {
 export function spawnDetached(
   file: string,
   args: string[],
-  o: { cwd: string; env: Record<string, string> },
+  o: {
+    cwd: string;
+    env: Record<string, string>;
+    /** More pipes, as fds 3, 4, ... of the child (a private channel; see contexts.ts). */
+    extraPipes?: number;
+  },
 ): ChildProcessWithoutNullStreams {
   const child = spawn(file, args, {
     cwd: o.cwd,
     env: o.env,
     detached: true,
-    stdio: ["pipe", "pipe", "pipe"],
+    stdio: ["pipe", "pipe", "pipe", ...Array<"pipe">(o.extraPipes ?? 0).fill("pipe")],
   });
   if (child.pid !== undefined) {
     sessions.add(child.pid);

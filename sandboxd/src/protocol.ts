@@ -74,6 +74,7 @@ export const CAPABILITIES = [
   "files",
   "packages",
   "pty",
+  "contexts",
 ] as const;
 
 const MiB = 1024 * 1024;
@@ -335,3 +336,68 @@ export const PTY_CLOSE = {
   /** No terminal has that pid (4000 + the HTTP status NOT_FOUND answers with). */
   notFound: 4404,
 } as const;
+// --- Code contexts: persistent interpreters whose cells share state and return rich results ---
+
+export const CreateContextRequest = z.strictObject({
+  language: ExecuteCodeRequest.shape.language,
+  cwd: z.string().optional(),
+});
+export type CreateContextRequest = z.infer<typeof CreateContextRequest>;
+
+export const ExecuteCellRequest = z.strictObject({
+  code: z.string().max(MAX_SOURCE_BYTES),
+  /** When given, the context must run this language (else INVALID_ARGUMENT, and nothing runs). */
+  language: ExecuteCodeRequest.shape.language.optional(),
+  /** Variables set for this cell only (restored after it). */
+  env: envMap.optional(),
+  timeoutMs: timeoutMs.optional(),
+});
+export type ExecuteCellRequest = z.infer<typeof ExecuteCellRequest>;
+
+export interface ContextInfo {
+  id: string;
+  language: Language;
+  /** Virtual path of the interpreter's starting directory. */
+  cwd: string;
+  createdMs: number;
+  lastUsedMs: number;
+  /** A cell is running (or waiting). */
+  busy: boolean;
+}
+
+/** One output of a cell in its formats: the last expression's value, or a display call. */
+export interface CellResult {
+  isMainResult: boolean;
+  text?: string;
+  html?: string;
+  markdown?: string;
+  svg?: string;
+  /** Base64. */
+  png?: string;
+  /** Base64. */
+  jpeg?: string;
+  latex?: string;
+  json?: unknown;
+  javascript?: string;
+  table?: { columns: string[]; rows: unknown[][] };
+  extra?: Record<string, unknown>;
+}
+
+/**
+ * One NDJSON line of `POST /v1/contexts/{id}/execute`: output as it comes, each result, the
+ * cell's exception (the context lives on), then `end`; or `failure` when the cell could not
+ * finish (the interpreter died: the context is gone).
+ */
+export type CellEvent =
+  | { type: "stdout" | "stderr"; data: string }
+  | { type: "result"; result: CellResult }
+  | { type: "error"; error: { name: string; value: string; traceback: string } }
+  | {
+      type: "end";
+      durationMs: number;
+      /** The cell ran past its timeout and was interrupted. */
+      timedOut: boolean;
+      /** Output went past the per-cell cap and was cut. */
+      truncated: boolean;
+    }
+  | { type: "failure"; error: ErrorBody };

@@ -13,3 +13,6 @@ export const RUNNERS_DIR = fileURLToPath(new URL("../runners/", import.meta.url)
 
 /** The runner file of each language, in RUNNERS_DIR. */
 export const RUNNERS = { python: "python_runner.py", typescript: "node_preload.mjs" } as const;
+
+/** The persistent interpreter of each language, for code contexts (contexts.ts), in RUNNERS_DIR. */
+export const KERNELS = { python: "python_kernel.py", typescript: "node_kernel.mjs" } as const;

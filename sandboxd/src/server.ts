@@ -7,12 +7,15 @@ import express, { type NextFunction, type Request, type Response } from "express
 import type { Logger } from "pino";
 import { aioRouter } from "./aio.ts";
 import { isAioPath, sendAioError } from "./aio-envelope.ts";
+import type { CodeContexts } from "./contexts.ts";
+import { contextRoutes } from "./contexts-routes.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
 import { ptyRouter } from "./pty-routes.ts";
 import type { Terminals } from "./ptys.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
+import { parse } from "./parse.ts";
 import {
   CAPABILITIES,
   ExecuteCodeRequest,
@@ -28,7 +31,6 @@ import {
   type ErrorBody,
   type HealthResponse,
 } from "./protocol.ts";
-import { parse } from "./validate.ts";
 
 export const VERSION = "0.1.0";
 /** Files up to this size are read in one go; bigger ones are streamed. */
@@ -41,6 +43,8 @@ export interface ServerOptions {
   gate: TokenGate;
   logger: Logger;
   terminals: Terminals;
+  /** Persistent interpreters (code contexts). */
+  contexts: CodeContexts;
   aio: {
     /** The jail AIO file paths resolve in (see aio.ts). */
     files: PathJail;
@@ -202,6 +206,7 @@ export function createApp(opts: ServerOptions): express.Express {
   });
 
   app.use(ptyRouter(opts.terminals));
+  app.use(contextRoutes(opts.contexts));
 
   // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
   app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));

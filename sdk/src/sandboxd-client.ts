@@ -39,7 +39,7 @@ export interface SandboxdClientOptions {
 const GRACE_MS = 15_000;
 
 /** A response whose status was OK; its body is still to be read. */
-type Body = Dispatcher.ResponseData["body"];
+export type Body = Dispatcher.ResponseData["body"];
 
 export class SandboxdClient {
   private readonly base: string;
@@ -118,8 +118,45 @@ export class SandboxdClient {
     return { ...status, ...out };
   }
 
-  executeCode(req: ExecuteCodeRequest): Promise<CodeExecutionResult> {
-    return this.json("POST", "/v1/code/execute", req, (req.timeoutMs ?? 5 * 60_000) + GRACE_MS);
+  /** Aborting `signal` ends the request, which makes sandboxd kill the code's process group. */
+  async executeCode(req: ExecuteCodeRequest, signal?: AbortSignal): Promise<CodeExecutionResult> {
+    const res = await this.request("POST", "/v1/code/execute", {
+      body: JSON.stringify(req),
+      headers: { "content-type": "application/json" },
+      timeoutMs: (req.timeoutMs ?? 5 * 60_000) + GRACE_MS,
+      signal,
+    });
+    try {
+      return (await res.json()) as CodeExecutionResult;
+    } catch (err) {
+      throw asSandboxError(err, "POST /v1/code/execute");
+    }
+  }
+
+  /**
+   * A request whose answer the caller reads (JSON, NDJSON): for API modules beside this client
+   * (sdk/src/sandboxd/). An aborted `signal` rejects with its reason, as web APIs do.
+   */
+  async request(
+    method: Dispatcher.HttpMethod,
+    path: string,
+    o: {
+      body?: string;
+      headers?: Record<string, string>;
+      timeoutMs?: number;
+      signal?: AbortSignal | undefined;
+    } = {},
+  ): Promise<Body> {
+    o.signal?.throwIfAborted();
+    try {
+      return await this.send(method, path, {
+        ...o,
+        timeoutMs: o.timeoutMs ?? this.requestTimeoutMs,
+      });
+    } catch (err) {
+      o.signal?.throwIfAborted();
+      throw err;
+    }
   }
 
   async installPackages(req: InstallPackagesRequest): Promise<void> {
@@ -174,10 +211,10 @@ export class SandboxdClient {
   }
 
   /**
-   * A call to a route of a feature module (sdk/src/sandboxd/): a JSON body, or raw bytes; the
+   * `request` for a route that answers JSON (sdk/src/sandboxd/): a JSON body, or raw bytes; the
    * answer's JSON, or undefined for an empty one (204).
    */
-  async request<T>(
+  async call<T>(
     method: Dispatcher.HttpMethod,
     path: string,
     body?: unknown,
@@ -281,8 +318,14 @@ export class SandboxdClient {
   private async send(
     method: Dispatcher.HttpMethod,
     path: string,
-    o: { body?: string | Uint8Array; headers?: Record<string, string>; timeoutMs: number },
+    o: {
+      body?: string | Uint8Array;
+      headers?: Record<string, string>;
+      timeoutMs: number;
+      signal?: AbortSignal | undefined;
+    },
   ): Promise<Body> {
+    const deadline = AbortSignal.timeout(o.timeoutMs);
     let res: Dispatcher.ResponseData;
     try {
       res = await this.dispatcher.request({
@@ -291,7 +334,7 @@ export class SandboxdClient {
         method,
         headers: { ...this.headers, ...o.headers },
         ...(o.body === undefined ? {} : { body: o.body }),
-        signal: AbortSignal.timeout(o.timeoutMs),
+        signal: o.signal ? AbortSignal.any([deadline, o.signal]) : deadline,
       });
     } catch (err) {
       throw asSandboxError(err, `${method} ${this.base}${path.split("?")[0]}`);
@@ -311,7 +354,7 @@ export class SandboxdClient {
   }
 }
 
-function fromBody(e: ErrorBody): SandboxError {
+export function fromBody(e: ErrorBody): SandboxError {
   return new SandboxError(e.message, sandboxErrorCode(e.code) ?? "INTERNAL", e);
 }
 
@@ -331,7 +374,7 @@ export function asSandboxError(err: unknown, what: string): SandboxError {
 }
 
 /** Parses an NDJSON response body line by line. */
-async function* ndjson<T>(body: Body): AsyncGenerator<T> {
+export async function* ndjson<T>(body: Body): AsyncGenerator<T> {
   const decoder = new TextDecoder();
   let buffered = "";
   for await (const chunk of body as AsyncIterable<Uint8Array>) {

@@ -2,13 +2,16 @@
  * A SandboxInstance backed by sandboxd. Providers that run sandboxd (local, docker, kubernetes)
  * supply only the lifecycle: how to reach it, pause it, kill it, and publish a port.
  */
-import { FilesystemExtras, foregroundCommands, noCodeContexts } from "./unsupported.ts";
+import { FilesystemExtras, foregroundCommands } from "./unsupported.ts";
+import { SandboxdCodeContexts } from "./sandboxd/contexts.ts";
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient } from "./sandboxd-client.ts";
 import { SandboxdPty } from "./sandboxd/pty.ts";
 import { checkPort } from "./validate.ts";
 import type {
+  CodeContext,
+  CodeContextOptions,
   CodeExecutionOptions,
   CodeExecutionResult,
   SandboxCommandOptions,
@@ -50,22 +53,20 @@ async function withClient<T>(
 }
 
 export interface SandboxDefaults {
+  /** The sandbox's language, a code context's default (python when the provider does not say). */
+  language?: SandboxLanguage | undefined;
   workingDirectory?: string | undefined;
   timeoutMs?: number | undefined;
 }
 
-const NO_CONTEXTS = noCodeContexts("sandboxd");
-
 export class SandboxdInstance implements SandboxInstance {
-  readonly createCodeContext = NO_CONTEXTS.createCodeContext;
-  readonly listCodeContexts = NO_CONTEXTS.listCodeContexts;
-  readonly removeCodeContext = NO_CONTEXTS.removeCodeContext;
   readonly sandboxId: string;
   readonly commands: SandboxCommands;
   readonly filesystem: SandboxFilesystem;
   readonly pty: SandboxPty;
   private readonly lifecycle: SandboxdLifecycle;
   private readonly defaults: SandboxDefaults;
+  private readonly contexts: SandboxdCodeContexts;
 
   constructor(sandboxId: string, lifecycle: SandboxdLifecycle, defaults: SandboxDefaults = {}) {
     this.sandboxId = sandboxId;
@@ -76,6 +77,22 @@ export class SandboxdInstance implements SandboxInstance {
     );
     this.filesystem = new SandboxdFilesystem((op) => withClient(lifecycle, op));
     this.pty = new SandboxdPty((op) => withClient(lifecycle, op), defaults.workingDirectory);
+    this.contexts = new SandboxdCodeContexts((op) => withClient(lifecycle, op), {
+      ...defaults,
+      language: defaults.language ?? "python",
+    });
+  }
+
+  createCodeContext(options?: CodeContextOptions): Promise<CodeContext> {
+    return this.contexts.create(options);
+  }
+
+  listCodeContexts(): Promise<CodeContext[]> {
+    return this.contexts.list();
+  }
+
+  removeCodeContext(context: CodeContext | string): Promise<void> {
+    return this.contexts.remove(context);
   }
 
   private async run(
@@ -125,16 +142,20 @@ export class SandboxdInstance implements SandboxInstance {
     }
     if (typeof code !== "string")
       throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
+    if (o.context !== undefined) return this.contexts.execute(code, language, o.context, o);
     const r = await withClient(this.lifecycle, (client) =>
-      client.executeCode({
-        language,
-        code,
-        ...pick({
-          cwd: o.cwd ?? this.defaults.workingDirectory,
-          env: o.envs,
-          timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs,
-        }),
-      }),
+      client.executeCode(
+        {
+          language,
+          code,
+          ...pick({
+            cwd: o.cwd ?? this.defaults.workingDirectory,
+            env: o.envs,
+            timeoutMs: o.timeoutMs ?? this.defaults.timeoutMs,
+          }),
+        },
+        o.signal,
+      ),
     );
     return { ...r, results: [] };
   }

@@ -26,7 +26,6 @@ contractSuite(
       hostTemplate: "127.0.0.1:{port}",
     });
     // Everything through the SDK's native calls (glob/grep and append run in the sandbox).
-    // The fake's TypeScript contexts run each cell in a new process (no state between cells).
     return { provider, teardown: () => fake.close() };
   },
   bwrap

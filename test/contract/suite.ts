@@ -8,6 +8,7 @@ import { createServer, type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance, type SandboxProvider } from "@sandpit/sdk";
 import { ptyContract } from "./pty.ts";
+import { codeContextContract } from "./contexts.ts";
 
 /**
  * Features of the contract a backend may lack. Each is true unless the target says false, and a
@@ -302,6 +303,11 @@ export function contractSuite(
     it("rejects an unknown language with INVALID_ARGUMENT", async () => {
       await expectSandboxError(sbx.executeCode("print(1)", "ruby" as "python"), "INVALID_ARGUMENT");
     });
+
+    codeContextContract(
+      () => target,
+      () => sbx,
+    );
 
     describe("filesystem", () => {
       it("writes and reads text, with unicode, relative and absolute paths alike", async () => {

@@ -28,7 +28,7 @@ export class SandboxdPty implements SandboxPty {
     checkNotAborted(o.signal);
     const cwd = o.cwd ?? this.defaultCwd;
     const { pid } = await this.with((c) =>
-      c.request<{ pid: number }>("POST", "/v1/pty", {
+      c.call<{ pid: number }>("POST", "/v1/pty", {
         ...size,
         ...(o.command === undefined ? {} : { command: o.command }),
         ...(cwd === undefined ? {} : { cwd }),
@@ -71,22 +71,22 @@ export class SandboxdPty implements SandboxPty {
 
   async sendInput(pid: number, data: string | Uint8Array): Promise<void> {
     checkPid(pid);
-    await this.with((c) => c.request("POST", `/v1/pty/${pid}/input`, bytes(data)));
+    await this.with((c) => c.call("POST", `/v1/pty/${pid}/input`, bytes(data)));
   }
 
   async resize(pid: number, size: { cols: number; rows: number }): Promise<void> {
     checkPid(pid);
-    await this.with((c) => c.request("POST", `/v1/pty/${pid}/resize`, checkSize(size)));
+    await this.with((c) => c.call("POST", `/v1/pty/${pid}/resize`, checkSize(size)));
   }
 
   async kill(pid: number): Promise<boolean> {
     checkPid(pid);
-    const r = await this.with((c) => c.request<{ killed: boolean }>("DELETE", `/v1/pty/${pid}`));
+    const r = await this.with((c) => c.call<{ killed: boolean }>("DELETE", `/v1/pty/${pid}`));
     return r.killed;
   }
 
   private info(pid: number): Promise<PtyInfo> {
-    return this.with((c) => c.request<PtyInfo>("GET", `/v1/pty/${pid}`));
+    return this.with((c) => c.call<PtyInfo>("GET", `/v1/pty/${pid}`));
   }
 
   private async open(pid: number, onData: (data: Uint8Array) => void): Promise<PtyHandle> {

@@ -255,6 +255,7 @@ export class LocalProvider implements SandboxProvider {
 
   private instance(sandbox: LocalSandbox): SandboxInstance {
     return new SandboxdInstance(sandbox.record.sandboxId, sandbox, {
+      language: sandbox.record.language,
       workingDirectory: sandbox.record.workingDirectory,
       timeoutMs: sandbox.record.timeoutMs,
     });

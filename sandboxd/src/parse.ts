@@ -1,4 +1,4 @@
-/** Request validation for the native API: the first problem found is the error message. */
+/** Request bodies through the protocol's schemas: the first problem as an INVALID_ARGUMENT. */
 import type { z } from "zod";
 import { SandboxdError } from "./protocol.ts";
 
