@@ -7,6 +7,7 @@ import express, { type NextFunction, type Request, type Response } from "express
 import type { Logger } from "pino";
 import { z } from "zod";
 import { aioRouter } from "./aio.ts";
+import { filesRouter } from "./files.ts";
 import { isAioPath, sendAioError } from "./aio-envelope.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
@@ -198,6 +199,8 @@ export function createApp(opts: ServerOptions): express.Express {
     res.status(204).end();
   });
 
+  app.use(filesRouter({ jail, logger }));
+
   // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
   app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));
 
@@ -253,6 +256,9 @@ function errorBody(err: unknown, logger: Logger): ErrorBody {
     return { code: "PAYLOAD_TOO_LARGE", message: "request body is too large" };
   if (e?.type === "entity.parse.failed")
     return { code: "INVALID_ARGUMENT", message: "request body is not valid JSON" };
+  // A client that hung up mid-body (an aborted upload) is not a failure of sandboxd.
+  if ((err as NodeJS.ErrnoException)?.code === "ECONNRESET")
+    return { code: "INVALID_ARGUMENT", message: "the client aborted the request" };
   if (typeof e?.status === "number" && e.status >= 400 && e.status < 500) {
     return { code: "INVALID_ARGUMENT", message: e.message ?? "bad request" };
   }
