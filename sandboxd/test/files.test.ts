@@ -175,7 +175,7 @@ describe("grep", () => {
     await writeFile(host(`${W}/s/bin.dat`), Buffer.from([0x54, 0x4f, 0x44, 0x4f, 0, 1, 2]));
   });
   type Grep = { matches: { path: string; line: number; text: string }[]; truncated: boolean };
-  const grep = (body: unknown) => post<Grep>("/v1/files/grep", { path: "s", ...body });
+  const grep = (body: object) => post<Grep>("/v1/files/grep", { path: "s", ...body });
 
   it("finds lines by regex, literal, ignoring case, by file glob; skips binary files", async () => {
     expect((await grep({ pattern: "^TODO" })).matches).toEqual([

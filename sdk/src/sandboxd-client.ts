@@ -17,7 +17,7 @@ import type {
   RunCommandResult,
 } from "@sandpit/sandboxd/protocol";
 import { request as httpRequest } from "node:http";
-import type { Duplex } from "node:stream";
+import type { Duplex, Readable } from "node:stream";
 import { Agent, type Dispatcher } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
@@ -39,7 +39,15 @@ export interface SandboxdClientOptions {
 const GRACE_MS = 15_000;
 
 /** A response whose status was OK; its body is still to be read. */
-type Body = Dispatcher.ResponseData["body"];
+export type Body = Dispatcher.ResponseData["body"];
+
+export interface RequestOptions {
+  /** A stream is sent as it is read (chunked), never gathered first. */
+  body?: string | Uint8Array | Readable;
+  headers?: Record<string, string>;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
 
 export class SandboxdClient {
   private readonly base: string;
@@ -173,9 +181,10 @@ export class SandboxdClient {
     });
   }
 
-  async readFile(path: string): Promise<Uint8Array> {
+  async readFile(path: string, signal?: AbortSignal): Promise<Uint8Array> {
     const res = await this.send("GET", `/v1/files?path=${encodeURIComponent(path)}`, {
       timeoutMs: this.requestTimeoutMs,
+      ...(signal ? { signal } : {}),
     });
     try {
       return new Uint8Array(await res.arrayBuffer());
@@ -187,11 +196,13 @@ export class SandboxdClient {
   async writeFile(
     path: string,
     content: string | Uint8Array,
+    signal?: AbortSignal,
   ): Promise<{ path: string; size: number }> {
     const res = await this.send("PUT", `/v1/files?path=${encodeURIComponent(path)}`, {
       body: content,
       headers: { "content-type": "application/octet-stream" },
       timeoutMs: this.requestTimeoutMs,
+      ...(signal ? { signal } : {}),
     });
     return (await res.json()) as { path: string; size: number };
   }
@@ -239,15 +250,28 @@ export class SandboxdClient {
   }
 
   /**
+   * A raw request for feature modules that own their wire details (sdk/src/sandboxd/*): an
+   * error answer becomes a SandboxError; the body of a success is the caller's to consume.
+   * Without `timeoutMs` only the pool's inactivity timeouts apply (long streams), and `signal`.
+   */
+  request(method: Dispatcher.HttpMethod, path: string, o: RequestOptions = {}): Promise<Body> {
+    return this.send(method, path, { ...o, timeoutMs: o.timeoutMs });
+  }
+
+  /**
    * One request over the pooled connection. undici's request() rather than fetch(): it skips
    * the WHATWG stream layers, which made 100 MiB uploads several times slower.
    */
   private async send(
     method: Dispatcher.HttpMethod,
     path: string,
-    o: { body?: string | Uint8Array; headers?: Record<string, string>; timeoutMs: number },
+    o: RequestOptions & { timeoutMs: number | undefined },
   ): Promise<Body> {
     let res: Dispatcher.ResponseData;
+    const signals = [
+      o.signal,
+      o.timeoutMs === undefined ? undefined : AbortSignal.timeout(o.timeoutMs),
+    ];
     try {
       res = await this.dispatcher.request({
         origin: this.origin,
@@ -255,7 +279,7 @@ export class SandboxdClient {
         method,
         headers: { ...this.headers, ...o.headers },
         ...(o.body === undefined ? {} : { body: o.body }),
-        signal: AbortSignal.timeout(o.timeoutMs),
+        signal: AbortSignal.any(signals.filter((s) => s !== undefined)),
       });
     } catch (err) {
       throw asSandboxError(err, `${method} ${this.base}${path.split("?")[0]}`);
@@ -295,7 +319,7 @@ export function asSandboxError(err: unknown, what: string): SandboxError {
 }
 
 /** Parses an NDJSON response body line by line. */
-async function* ndjson<T>(body: Body): AsyncGenerator<T> {
+export async function* ndjson<T>(body: Body): AsyncGenerator<T> {
   const decoder = new TextDecoder();
   let buffered = "";
   for await (const chunk of body as AsyncIterable<Uint8Array>) {

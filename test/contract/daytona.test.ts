@@ -12,6 +12,18 @@ const bwrap = await bwrapUsable();
 if (!bwrap && process.env.CI)
   throw new Error("bubblewrap must be installed in CI (apt-get install bubblewrap)");
 
+/** Files, complete: refused until this provider implements them. */
+const FILE_FEATURES_MISSING = {
+  rename: false,
+  stat: false,
+  append: false,
+  glob: false,
+  grep: false,
+  watch: false,
+  streams: false,
+  listDepth: false,
+} as const;
+
 contractSuite(
   "daytona (loopback fake)",
   async () => {
@@ -24,7 +36,7 @@ contractSuite(
       // The fake serves no event socket; the SDK polls sandbox state instead.
       useDeprecatedPolling: true,
     });
-    return { provider, teardown: () => fake.close() };
+    return { provider, teardown: () => fake.close(), supports: FILE_FEATURES_MISSING };
   },
   bwrap
     ? undefined

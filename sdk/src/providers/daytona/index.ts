@@ -610,7 +610,8 @@ class DaytonaFilesystem extends FilesystemExtras implements SandboxFilesystem {
     }
   }
 
-  async list(path: string): Promise<SandboxFileInfo[]> {
+  async list(path: string, options?: { depth?: number }): Promise<SandboxFileInfo[]> {
+    this.oneLevel(options);
     const p = virtualPath(path);
     try {
       const entries = await this.fs.listFiles(p);

@@ -484,7 +484,8 @@ class E2BFilesystem extends FilesystemExtras implements SandboxFilesystem {
     }
   }
 
-  async list(path: string): Promise<SandboxFileInfo[]> {
+  async list(path: string, options?: { depth?: number }): Promise<SandboxFileInfo[]> {
+    this.oneLevel(options);
     const p = virtualPath(path);
     try {
       const entries = await this.files.list(p, { depth: 1 });
