@@ -94,18 +94,21 @@ export function filesRouter(o: { jail: PathJail; logger: Logger }): Router {
       gone = true;
       release();
     });
+    let watch: { close(): void } | undefined;
+    let ended = false;
     const send = (event: WatchStreamEvent) => {
+      if (ended) return;
       res.write(JSON.stringify(event) + "\n");
-      if (res.writableLength > WATCH_BACKLOG_BYTES) {
-        watch.close();
+      if (res.writableLength > WATCH_BACKLOG_BYTES)
         end(new SandboxdError("CAPACITY_EXCEEDED", "the client reads watch events too slowly"));
-      }
     };
     const end = (err: unknown) => {
-      send({ type: "error", error: errorBody(err, logger) });
+      if (ended) return;
+      ended = true;
+      watch?.close();
+      res.write(JSON.stringify({ type: "error", error: errorBody(err, logger) }) + "\n");
       res.end();
     };
-    let watch: { close(): void };
     try {
       watch = await watchDirectory(jail, p, recursive, send, end);
     } catch (err) {
@@ -113,7 +116,7 @@ export function filesRouter(o: { jail: PathJail; logger: Logger }): Router {
       throw err;
     }
     if (gone) return watch.close();
-    res.once("close", () => watch.close());
+    res.once("close", () => watch?.close());
     res.status(200).type("application/x-ndjson");
     res.flushHeaders();
   });
