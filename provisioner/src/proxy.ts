@@ -155,6 +155,9 @@ export function proxyRequest(
       for (const [k, v] of Object.entries(up.headers))
         if (v !== undefined && k !== "connection" && k !== "keep-alive") headers[k] = v;
       res.writeHead(up.statusCode ?? 502, headers);
+      // Forward the status now: a stream that answers before its first byte (a file watch is
+      // active once its headers arrive) must not wait for that byte.
+      res.flushHeaders();
       up.on("data", onTraffic);
       up.pipe(res);
       up.on("end", () => resolve());

@@ -19,9 +19,10 @@ import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
 import type { PathJail, JailPath } from "./jail.ts";
 import { FlatJsonStream } from "./json-stream.ts";
-import { MAX_SOURCE_BYTES, SandboxdError, type FileEntry } from "./protocol.ts";
+import { MAX_SOURCE_BYTES, SandboxdError } from "./protocol.ts";
 import { body, ok, parse } from "./aio-envelope.ts";
 import { shellRoutes } from "./aio-shell.ts";
+import { compilePattern, globEntries, globToRegExp, grepFiles } from "./search.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 
 const MiB = 1024 * 1024;
@@ -100,21 +101,6 @@ function parseSize(size: string | number | null | undefined): number {
     throw new SandboxdError("INVALID_ARGUMENT", `max_file_size: ${size} is not a size like 1M`);
   const unit = { "": 1, K: 1024, M: MiB, G: 1024 * MiB }[m[2]!.toUpperCase()]!;
   return Math.floor(Number(m[1]) * unit);
-}
-
-/** Shell glob (*, ?, **) to a regular expression over virtual paths relative to the search root. */
-function globToRegExp(glob: string): RegExp {
-  let re = "";
-  for (let i = 0; i < glob.length; i++) {
-    const c = glob[i]!;
-    if (c === "*" && glob[i + 1] === "*") {
-      re += glob[i + 2] === "/" ? "(?:.*/)?" : ".*";
-      i += glob[i + 2] === "/" ? 2 : 1;
-    } else if (c === "*") re += "[^/]*";
-    else if (c === "?") re += "[^/]";
-    else re += c.replace(/[.+^${}()|[\]\\]/g, "\\$&");
-  }
-  return new RegExp(`^${re}$`);
 }
 
 export interface AioOptions {
@@ -251,27 +237,19 @@ export function aioRouter(o: AioOptions): Router {
   r.post("/v1/file/find", json, async (req, res) => {
     const b = body(FileFind, req);
     const root = files.resolve(b.path);
-    const re = globToRegExp(b.glob);
-    const { entries } = await files.list(root, 32);
-    const found = entries
-      .filter((e) => e.type === "file" && re.test(posix.relative(root.virtual, e.path)))
-      .map((e) => e.path);
+    const { entries } = await globEntries(files, root, b.glob, Infinity);
+    const found = entries.filter((e) => e.type === "file").map((e) => e.path);
     ok(res, { path: root.virtual, files: found });
   });
 
   r.post("/v1/file/grep", json, async (req, res) => {
     const b = body(FileGrep, req);
     const root = files.resolve(b.path);
-    let pattern: RegExp;
-    try {
-      const source = b.fixed_strings ? b.pattern.replace(/[.*+?^${}()|[\]\\]/g, "\\$&") : b.pattern;
-      pattern = new RegExp(source, `${b.case_insensitive ? "i" : ""}${b.multiline ? "gs" : ""}`);
-    } catch (err) {
-      throw new SandboxdError(
-        "INVALID_ARGUMENT",
-        `pattern is not a valid regular expression: ${(err as Error).message}`,
-      );
-    }
+    const pattern = compilePattern(b.pattern, {
+      literal: b.fixed_strings,
+      ignoreCase: b.case_insensitive,
+      multiline: b.multiline,
+    });
     const types = b.type ? FILE_TYPES[b.type] : null;
     if (b.type && !types) {
       throw new SandboxdError(
@@ -279,70 +257,34 @@ export function aioRouter(o: AioOptions): Router {
         `type: unknown file type ${JSON.stringify(b.type)}; one of ${Object.keys(FILE_TYPES).join(", ")}`,
       );
     }
-    const maxSize = parseSize(b.max_file_size);
-    const include = b.include.map(globToRegExp);
-    const exclude = b.exclude.map(globToRegExp);
-    const max = b.max_results ?? 500;
-    let skip = b.offset ?? 0;
-    const before = b.context_before ?? 0;
-    const after = b.context_after ?? 0;
-    const stat = await files.stat(root);
-    const candidates: FileEntry[] =
-      stat.type === "file"
-        ? [stat]
-        : (await files.list(root, b.recursive === false ? 1 : 32)).entries;
-    const matches: {
-      file: string;
-      line_number: number;
-      line_content: string;
-      context_before?: string[];
-      context_after?: string[];
-    }[] = [];
-    let searched = 0;
-    const matched = new Set<string>();
-    let truncated = false;
-    for (const entry of candidates) {
-      if (entry.type !== "file" || entry.size > maxSize) continue;
-      const rel = posix.relative(root.virtual, entry.path) || entry.name;
-      if (include.length && !include.some((re) => re.test(entry.name) || re.test(rel))) continue;
-      if (rel.split("/").some((part) => exclude.some((re) => re.test(part) || re.test(rel))))
-        continue;
-      if (types && !types.includes(posix.extname(entry.name))) continue;
-      const data = await readAll(files, entry.path);
-      if (data.subarray(0, 8000).includes(0)) continue; // binary, as grep skips it
-      searched++;
-      const lines = data.toString("utf8").split("\n");
-      const hits = b.multiline
-        ? multilineHits(pattern, lines)
-        : lines.flatMap((l, i) => (pattern.test(l) ? [i] : []));
-      for (const i of hits) {
-        if (skip > 0) {
-          skip--;
-          continue;
-        }
-        if (matches.length >= max) {
-          truncated = true;
-          break;
-        }
-        matched.add(entry.path);
-        matches.push({
-          file: entry.path,
-          line_number: i + 1,
-          line_content: lines[i]!,
-          ...(before ? { context_before: lines.slice(Math.max(0, i - before), i) } : {}),
-          ...(after ? { context_after: lines.slice(i + 1, i + 1 + after) } : {}),
-        });
-      }
-      if (truncated) break;
-    }
+    const r = await grepFiles(files, root, {
+      pattern,
+      multiline: b.multiline ?? false,
+      include: b.include.map(globToRegExp),
+      exclude: b.exclude.map(globToRegExp),
+      extensions: types,
+      maxFileBytes: parseSize(b.max_file_size),
+      maxMatches: b.max_results ?? 500,
+      offset: b.offset ?? 0,
+      before: b.context_before ?? 0,
+      after: b.context_after ?? 0,
+      recursive: b.recursive !== false,
+    });
+    const matches = r.hits.map((h) => ({
+      file: h.path,
+      line_number: h.line,
+      line_content: h.text,
+      ...(h.before ? { context_before: h.before } : {}),
+      ...(h.after ? { context_after: h.after } : {}),
+    }));
     ok(res, {
       path: root.virtual,
       pattern: b.pattern,
       matches,
       match_count: matches.length,
-      files_searched: searched,
-      files_matched: matched.size,
-      truncated,
+      files_searched: r.filesSearched,
+      files_matched: r.filesMatched,
+      truncated: r.truncated,
     });
   });
 
@@ -361,26 +303,6 @@ export function aioRouter(o: AioOptions): Router {
   });
 
   return r;
-}
-
-/** Line indexes where a multiline (dot-all) pattern's matches start. */
-function multilineHits(pattern: RegExp, lines: string[]): number[] {
-  const text = lines.join("\n");
-  const starts: number[] = [];
-  let at = 0;
-  for (let i = 0; i < lines.length; i++) {
-    starts.push(at);
-    at += lines[i]!.length + 1;
-  }
-  const hits = new Set<number>();
-  pattern.lastIndex = 0;
-  for (const m of text.matchAll(pattern)) {
-    let line = starts.findLastIndex((s) => s <= m.index);
-    if (line < 0) line = 0;
-    hits.add(line);
-    if (m[0].length === 0) break;
-  }
-  return [...hits];
 }
 
 /**
@@ -474,14 +396,4 @@ async function* existing(files: PathJail, p: JailPath): AsyncGenerator<Buffer> {
     throw err;
   }
   yield* opened.fh.createReadStream({ highWaterMark: MiB }) as AsyncIterable<Buffer>;
-}
-
-/** A whole (small) file through the jail, for grep. */
-async function readAll(files: PathJail, path: string): Promise<Buffer> {
-  const { fh } = await files.openFileForRead(files.resolve(path));
-  try {
-    return await fh.readFile();
-  } finally {
-    await fh.close();
-  }
 }

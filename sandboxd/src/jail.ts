@@ -13,7 +13,7 @@
  * place by rename(2), which replaces a symlink rather than following it. So a write can never
  * land outside the root, even through a dangling symlink.
  */
-import { constants as C, type Dirent } from "node:fs";
+import { constants as C, createReadStream, type Dirent } from "node:fs";
 import * as fs from "node:fs/promises";
 import { posix } from "node:path";
 import { randomBytes } from "node:crypto";
@@ -29,7 +29,8 @@ import {
 } from "./protocol.ts";
 
 const MAX_LIST_ENTRIES = 10_000;
-const UPLOAD_PREFIX = ".sandpit-upload-";
+/** Names of files being staged (hidden from listings, searches and watches). */
+export const UPLOAD_PREFIX = ".sandpit-upload-";
 
 /** A path that passed lexical checks: its virtual form and its components under the root. */
 export interface JailPath {
@@ -155,13 +156,136 @@ export class PathJail {
    */
   async writeFile(p: JailPath, source: Readable | Uint8Array | string): Promise<number> {
     const name = this.leafName(p, "write");
-    const parent = { virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) };
+    const dir = await this.openParent(p);
+    try {
+      const { tmp, size } = await this.stage(dir, p, source);
+      await this.guard(p, () => fs.rename(tmp, `/proc/self/fd/${dir.fd}/${name}`)).catch(
+        async (err: unknown) => {
+          await fs.unlink(tmp).catch(() => undefined);
+          throw err;
+        },
+      );
+      return size;
+    } finally {
+      await dir.close();
+    }
+  }
+
+  /**
+   * Appends to `p`, creating it when missing; returns the bytes appended. All or nothing: a
+   * stream is staged in full first (a cut stream appends nothing), then copied onto the end.
+   * The target is opened with O_NOFOLLOW inside its verified parent, so a symlink is refused.
+   */
+  async append(p: JailPath, source: Readable | Uint8Array): Promise<number> {
+    const name = this.leafName(p, "append to");
+    const dir = await this.openParent(p);
+    let staged: { tmp: string; size: number } | undefined;
+    try {
+      if (!(source instanceof Uint8Array)) staged = await this.stage(dir, p, source);
+      const out = await this.guard(p, () =>
+        fs.open(
+          `/proc/self/fd/${dir.fd}/${name}`,
+          C.O_WRONLY | C.O_APPEND | C.O_CREAT | C.O_NOFOLLOW | C.O_NONBLOCK | C.O_NOCTTY,
+          0o644,
+        ),
+      );
+      try {
+        if (!(await out.stat()).isFile())
+          throw new SandboxdError("CONFLICT", `${p.virtual} is not a regular file`);
+        if (source instanceof Uint8Array) {
+          await this.guard(p, () => out.writeFile(source));
+          return source.byteLength;
+        }
+        const { tmp, size } = staged!;
+        // O_APPEND: every write lands at the end, whoever else appends meanwhile.
+        await this.guard(p, () =>
+          out.writeFile(createReadStream(tmp, { highWaterMark: 1024 * 1024 })),
+        );
+        return size;
+      } finally {
+        await out.close().catch(() => undefined);
+      }
+    } finally {
+      if (staged) await fs.unlink(staged.tmp).catch(() => undefined);
+      await dir.close();
+    }
+  }
+
+  /**
+   * Moves `from` to `to` as rename(2) does: a file replaces a file, a directory an empty
+   * directory; both parents are opened and verified, so neither end can leave the root. Across
+   * filesystems (separate mounts under the root) a file is copied and then removed.
+   */
+  async rename(from: JailPath, to: JailPath): Promise<void> {
+    const fromName = this.leafName(from, "move");
+    const toName = this.leafName(to, "replace");
+    if (to.virtual.startsWith(from.virtual + "/"))
+      throw new SandboxdError(
+        "INVALID_ARGUMENT",
+        `cannot move ${from.virtual} into itself (${to.virtual})`,
+      );
+    const src = await this.openDir(this.parent(from));
+    try {
+      const dst = await this.openDir(this.parent(to));
+      try {
+        const a = `/proc/self/fd/${src.fd}/${fromName}`;
+        const b = `/proc/self/fd/${dst.fd}/${toName}`;
+        const st = await this.guard(from, () => fs.lstat(a));
+        await this.guard(to, async () => {
+          try {
+            await fs.rename(a, b);
+          } catch (err) {
+            const code = (err as NodeJS.ErrnoException).code;
+            // The lexical check above misses a move into itself through a symlink; the kernel's
+            // EINVAL catches it.
+            if (code === "EINVAL")
+              throw new SandboxdError(
+                "INVALID_ARGUMENT",
+                `cannot move ${from.virtual} into itself (${to.virtual})`,
+              );
+            if (code !== "EXDEV") throw err;
+            if (!st.isFile())
+              throw new SandboxdError(
+                "CONFLICT",
+                `${from.virtual} and ${to.virtual} are on different filesystems; only files move across`,
+              );
+            const { fh } = await this.openFileForRead(from);
+            await this.writeFile(to, fh.createReadStream({ highWaterMark: 1024 * 1024 }));
+            await fs.unlink(a);
+          }
+        });
+      } finally {
+        await dst.close();
+      }
+    } finally {
+      await src.close();
+    }
+  }
+
+  private parent(p: JailPath): JailPath {
+    return { virtual: posix.dirname(p.virtual), parts: p.parts.slice(0, -1) };
+  }
+
+  /** The verified parent directory of `p`, created when missing. */
+  private openParent(p: JailPath): Promise<fs.FileHandle> {
+    const parent = this.parent(p);
     // Usually the parent exists: one open and one check. Only when it does not, walk and create.
-    const dir = await this.openDir(parent).catch((err: unknown) => {
+    return this.openDir(parent).catch((err: unknown) => {
       if (err instanceof SandboxdError && err.code === "NOT_FOUND")
         return this.openDirCreating(parent);
       throw err;
     });
+  }
+
+  /**
+   * Writes `source` to a fresh temporary file in `dir` (hidden from listings); a failure or a
+   * cut stream removes it again.
+   */
+  private async stage(
+    dir: fs.FileHandle,
+    p: JailPath,
+    source: Readable | Uint8Array | string,
+  ): Promise<{ tmp: string; size: number }> {
     const tmp = `/proc/self/fd/${dir.fd}/${UPLOAD_PREFIX}${randomBytes(8).toString("hex")}`;
     try {
       const out = await this.guard(p, () =>
@@ -182,13 +306,10 @@ export class PathJail {
       } finally {
         await out.close().catch(() => undefined);
       }
-      await this.guard(p, () => fs.rename(tmp, `/proc/self/fd/${dir.fd}/${name}`));
-      return size;
+      return { tmp, size };
     } catch (err) {
       await fs.unlink(tmp).catch(() => undefined);
       throw err;
-    } finally {
-      await dir.close();
     }
   }
 

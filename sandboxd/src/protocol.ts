@@ -401,3 +401,45 @@ export type CellEvent =
       truncated: boolean;
     }
   | { type: "failure"; error: ErrorBody };
+// --- Files, complete (issue 14): move, append, glob, grep, watch (routes in files.ts) ---
+
+export const RenameRequest = z.strictObject({ from: z.string(), to: z.string() });
+export type RenameRequest = z.infer<typeof RenameRequest>;
+
+/** Most paths one glob answers; more sets `truncated`. */
+export const MAX_GLOB_RESULTS = 10_000;
+export const GlobRequest = z.strictObject({
+  /** Relative to `cwd`, or absolute under the root; `**` crosses directories. */
+  pattern: z.string().min(1).max(1000),
+  cwd: z.string().optional(),
+  limit: z.number().int().positive().max(MAX_GLOB_RESULTS).optional(),
+});
+export type GlobRequest = z.infer<typeof GlobRequest>;
+export interface GlobResponse {
+  paths: string[];
+  /** A bound (the result limit or the walk's entry cap) cut the answer short. */
+  truncated: boolean;
+}
+
+export const MAX_GREP_MATCHES = 10_000;
+export const GrepRequest = z.strictObject({
+  pattern: z.string().min(1).max(10_000),
+  /** A directory (searched recursively) or a file; default the workspace. */
+  path: z.string().optional(),
+  /** Only files whose name (or relative path) matches this glob. */
+  glob: z.string().min(1).max(1000).optional(),
+  ignoreCase: z.boolean().optional(),
+  literal: z.boolean().optional(),
+  maxMatches: z.number().int().positive().max(MAX_GREP_MATCHES).optional(),
+});
+export type GrepRequest = z.infer<typeof GrepRequest>;
+export interface GrepResponse {
+  matches: { path: string; line: number; text: string }[];
+  /** `maxMatches` was reached, or the walk hit its entry cap. */
+  truncated: boolean;
+}
+
+/** One NDJSON line of GET /v1/files/watch; `error` ends the stream. */
+export type WatchStreamEvent =
+  | { type: "create" | "write" | "remove" | "rename"; path: string }
+  | { type: "error"; error: ErrorBody };

@@ -6,6 +6,7 @@
 import express, { type NextFunction, type Request, type Response } from "express";
 import type { Logger } from "pino";
 import { aioRouter } from "./aio.ts";
+import { filesRouter } from "./files.ts";
 import { isAioPath, sendAioError } from "./aio-envelope.ts";
 import type { CodeContexts } from "./contexts.ts";
 import { contextRoutes } from "./contexts-routes.ts";
@@ -207,6 +208,7 @@ export function createApp(opts: ServerOptions): express.Express {
 
   app.use(ptyRouter(opts.terminals));
   app.use(contextRoutes(opts.contexts));
+  app.use(filesRouter({ jail, logger }));
 
   // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
   app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));
@@ -253,6 +255,9 @@ function errorBody(err: unknown, logger: Logger): ErrorBody {
     return { code: "PAYLOAD_TOO_LARGE", message: "request body is too large" };
   if (e?.type === "entity.parse.failed")
     return { code: "INVALID_ARGUMENT", message: "request body is not valid JSON" };
+  // A client that hung up mid-body (an aborted upload) is not a failure of sandboxd.
+  if ((err as NodeJS.ErrnoException)?.code === "ECONNRESET")
+    return { code: "INVALID_ARGUMENT", message: "the client aborted the request" };
   if (typeof e?.status === "number" && e.status >= 400 && e.status < 500) {
     return { code: "INVALID_ARGUMENT", message: e.message ?? "bad request" };
   }

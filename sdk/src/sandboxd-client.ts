@@ -17,7 +17,7 @@ import type {
   RunCommandResult,
 } from "@sandpit/sandboxd/protocol";
 import { request as httpRequest } from "node:http";
-import type { Duplex } from "node:stream";
+import type { Duplex, Readable } from "node:stream";
 import { Agent, WebSocket, type Dispatcher } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
@@ -40,6 +40,14 @@ const GRACE_MS = 15_000;
 
 /** A response whose status was OK; its body is still to be read. */
 export type Body = Dispatcher.ResponseData["body"];
+
+export interface RequestOptions {
+  /** A stream is sent as it is read (chunked), never gathered first. */
+  body?: string | Uint8Array | Readable;
+  headers?: Record<string, string>;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
 
 export class SandboxdClient {
   private readonly base: string;
@@ -133,32 +141,6 @@ export class SandboxdClient {
     }
   }
 
-  /**
-   * A request whose answer the caller reads (JSON, NDJSON): for API modules beside this client
-   * (sdk/src/sandboxd/). An aborted `signal` rejects with its reason, as web APIs do.
-   */
-  async request(
-    method: Dispatcher.HttpMethod,
-    path: string,
-    o: {
-      body?: string;
-      headers?: Record<string, string>;
-      timeoutMs?: number;
-      signal?: AbortSignal | undefined;
-    } = {},
-  ): Promise<Body> {
-    o.signal?.throwIfAborted();
-    try {
-      return await this.send(method, path, {
-        ...o,
-        timeoutMs: o.timeoutMs ?? this.requestTimeoutMs,
-      });
-    } catch (err) {
-      o.signal?.throwIfAborted();
-      throw err;
-    }
-  }
-
   async installPackages(req: InstallPackagesRequest): Promise<void> {
     await this.json("POST", "/v1/packages/install", req, (req.timeoutMs ?? 10 * 60_000) + GRACE_MS);
   }
@@ -246,9 +228,10 @@ export class SandboxdClient {
     return new WebSocket(url, { dispatcher: this.dispatcher, headers: this.headers });
   }
 
-  async readFile(path: string): Promise<Uint8Array> {
+  async readFile(path: string, signal?: AbortSignal): Promise<Uint8Array> {
     const res = await this.send("GET", `/v1/files?path=${encodeURIComponent(path)}`, {
       timeoutMs: this.requestTimeoutMs,
+      ...(signal ? { signal } : {}),
     });
     try {
       return new Uint8Array(await res.arrayBuffer());
@@ -260,11 +243,13 @@ export class SandboxdClient {
   async writeFile(
     path: string,
     content: string | Uint8Array,
+    signal?: AbortSignal,
   ): Promise<{ path: string; size: number }> {
     const res = await this.send("PUT", `/v1/files?path=${encodeURIComponent(path)}`, {
       body: content,
       headers: { "content-type": "application/octet-stream" },
       timeoutMs: this.requestTimeoutMs,
+      ...(signal ? { signal } : {}),
     });
     return (await res.json()) as { path: string; size: number };
   }
@@ -312,21 +297,39 @@ export class SandboxdClient {
   }
 
   /**
+   * A raw request for feature modules that own their wire details (sdk/src/sandboxd/*): an
+   * error answer becomes a SandboxError; the body of a success is the caller's to consume.
+   * Without `timeoutMs` only the pool's inactivity timeouts apply (long streams). An aborted
+   * `signal` rejects with its reason, as web APIs do.
+   */
+  async request(
+    method: Dispatcher.HttpMethod,
+    path: string,
+    o: RequestOptions = {},
+  ): Promise<Body> {
+    o.signal?.throwIfAborted();
+    try {
+      return await this.send(method, path, { ...o, timeoutMs: o.timeoutMs });
+    } catch (err) {
+      o.signal?.throwIfAborted();
+      throw err;
+    }
+  }
+
+  /**
    * One request over the pooled connection. undici's request() rather than fetch(): it skips
    * the WHATWG stream layers, which made 100 MiB uploads several times slower.
    */
   private async send(
     method: Dispatcher.HttpMethod,
     path: string,
-    o: {
-      body?: string | Uint8Array;
-      headers?: Record<string, string>;
-      timeoutMs: number;
-      signal?: AbortSignal | undefined;
-    },
+    o: RequestOptions & { timeoutMs: number | undefined },
   ): Promise<Body> {
-    const deadline = AbortSignal.timeout(o.timeoutMs);
     let res: Dispatcher.ResponseData;
+    const signals = [
+      o.signal,
+      o.timeoutMs === undefined ? undefined : AbortSignal.timeout(o.timeoutMs),
+    ];
     try {
       res = await this.dispatcher.request({
         origin: this.origin,
@@ -334,7 +337,7 @@ export class SandboxdClient {
         method,
         headers: { ...this.headers, ...o.headers },
         ...(o.body === undefined ? {} : { body: o.body }),
-        signal: o.signal ? AbortSignal.any([deadline, o.signal]) : deadline,
+        signal: AbortSignal.any(signals.filter((s) => s !== undefined)),
       });
     } catch (err) {
       throw asSandboxError(err, `${method} ${this.base}${path.split("?")[0]}`);

@@ -2,8 +2,9 @@
  * A SandboxInstance backed by sandboxd. Providers that run sandboxd (local, docker, kubernetes)
  * supply only the lifecycle: how to reach it, pause it, kill it, and publish a port.
  */
-import { FilesystemExtras, foregroundCommands } from "./unsupported.ts";
+import { foregroundCommands } from "./unsupported.ts";
 import { SandboxdCodeContexts } from "./sandboxd/contexts.ts";
+import { SandboxdFilesystem } from "./sandboxd/filesystem.ts";
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient } from "./sandboxd-client.ts";
@@ -17,7 +18,6 @@ import type {
   SandboxCommandOptions,
   SandboxCommands,
   SandboxExecutionResult,
-  SandboxFileInfo,
   SandboxFilesystem,
   SandboxInstance,
   SandboxLanguage,
@@ -171,62 +171,6 @@ export class SandboxdInstance implements SandboxInstance {
   async getHost(port: number): Promise<string> {
     checkPort(port);
     return this.lifecycle.getHost(port);
-  }
-}
-
-class SandboxdFilesystem extends FilesystemExtras implements SandboxFilesystem {
-  private readonly with: <T>(op: (c: SandboxdClient) => Promise<T>) => Promise<T>;
-  constructor(withClient: <T>(op: (c: SandboxdClient) => Promise<T>) => Promise<T>) {
-    super("sandboxd");
-    this.with = withClient;
-  }
-
-  async read(path: string): Promise<string> {
-    return new TextDecoder().decode(await this.readBytes(path));
-  }
-
-  readBytes(path: string): Promise<Uint8Array> {
-    return this.with((c) => c.readFile(path));
-  }
-
-  async write(path: string, content: string | Uint8Array): Promise<void> {
-    if (typeof content !== "string" && !(content instanceof Uint8Array)) {
-      throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
-    }
-    await this.with((c) => c.writeFile(path, content));
-  }
-
-  async list(path: string): Promise<SandboxFileInfo[]> {
-    const { entries } = await this.with((c) => c.list(path, 1));
-    return entries.map((e) => ({
-      name: e.name,
-      path: e.path,
-      type: e.type,
-      size: e.size,
-      modifiedTime: new Date(e.modifiedMs),
-    }));
-  }
-
-  exists(path: string): Promise<boolean> {
-    // NOT_FOUND is caught inside the call, so only sandboxd's "no such file" means false; a
-    // sandbox that is gone still surfaces as an error.
-    return this.with(async (c) => {
-      try {
-        await c.stat(path);
-        return true;
-      } catch (err) {
-        if (err instanceof SandboxError && err.code === "NOT_FOUND") return false;
-        throw err;
-      }
-    });
-  }
-
-  mkdir(path: string): Promise<void> {
-    return this.with((c) => c.mkdir(path));
-  }
-
-  remove(path: string): Promise<void> {
-    return this.with((c) => c.remove(path, true));
   }
 }
 

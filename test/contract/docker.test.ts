@@ -17,6 +17,7 @@ contractSuite("docker", async () => {
   });
   return {
     provider,
+    streamBytes: 1024 * 1024 * 1024,
     teardown: async () => {
       await provider.close();
       const { stdout } = await run("docker", ["ps", "-aq", "--filter", `name=^${PREFIX}-`]);

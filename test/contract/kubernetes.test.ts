@@ -19,6 +19,7 @@ contractSuite("kubernetes", async () => {
   });
   return {
     provider,
+    streamBytes: 1024 * 1024 * 1024,
     teardown: stack.stop,
   };
 });

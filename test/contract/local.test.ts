@@ -21,6 +21,7 @@ for (const isolation of ["none", "bwrap"] as const) {
       const provider = new LocalProvider({ baseDir, isolation });
       return {
         provider,
+        streamBytes: 1024 * 1024 * 1024,
         teardown: async () => {
           await provider.close();
           await rm(baseDir, { recursive: true, force: true });

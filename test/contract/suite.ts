@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance, type SandboxProvider } from "@sandpit/sdk";
 import { ptyContract } from "./pty.ts";
 import { codeContextContract } from "./contexts.ts";
+import { filesContract } from "./files.ts";
 
 /**
  * Features of the contract a backend may lack. Each is true unless the target says false, and a
@@ -25,13 +26,16 @@ export type ContractFeature =
   | "glob"
   | "grep"
   | "watch"
-  | "streams";
+  | "streams"
+  | "listDepth";
 
 export interface ContractTarget {
   provider: SandboxProvider;
   /** Stops whatever the setup started. */
   teardown?: () => Promise<void>;
   supports?: Partial<Record<ContractFeature, boolean>>;
+  /** Size of the streamed-transfer test's file (default 64 MiB; 1 GiB where that is cheap). */
+  streamBytes?: number;
 }
 
 export function supports(target: ContractTarget, feature: ContractFeature): boolean {
@@ -392,6 +396,11 @@ export function contractSuite(
         await expectSandboxError(sbx.filesystem.list("/"), "INVALID_ARGUMENT");
       });
     });
+
+    filesContract(
+      () => sbx,
+      () => target,
+    );
 
     describe("packages", () => {
       it("installs python packages with pip before create resolves", async () => {
