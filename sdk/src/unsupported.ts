@@ -78,11 +78,6 @@ export abstract class FilesystemExtras {
   #no(feature: string): Promise<never> {
     return Promise.reject(notSupported(this.#provider, `filesystem.${feature}`));
   }
-  /** For a backend that lists one directory at a time: a deeper `list` is refused. */
-  protected oneLevel(options?: { depth?: number }): void {
-    if ((options?.depth ?? 1) > 1)
-      throw notSupported(this.#provider, "filesystem.list with depth > 1");
-  }
   rename(_from: string, _to: string): Promise<void> {
     return this.#no("rename");
   }
