@@ -54,7 +54,7 @@ export class Executor {
   async runCommand(
     req: RunCommandRequest,
     stream?: {
-      onChunk: (s: "stdout" | "stderr", d: string, o: number) => void;
+      onChunk?: (s: "stdout" | "stderr", d: string, o: number) => void;
       signal?: AbortSignal;
     },
   ): Promise<RunCommandResult> {
@@ -191,7 +191,7 @@ export class Executor {
   }
 
   /** Resolves a working directory, which must exist inside the root. */
-  private async existingDir(cwd: string | undefined): Promise<JailPath> {
+  async existingDir(cwd: string | undefined): Promise<JailPath> {
     const p = this.opts.jail.resolve(cwd ?? this.opts.jail.defaultDir);
     const fh = await this.opts.jail.openDir(p);
     await fh.close();

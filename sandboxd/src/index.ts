@@ -12,6 +12,7 @@ import { discoverInterpreters, installShims, scrubEnv } from "./environment.ts";
 import { VIRTUAL_DIRS } from "./protocol.ts";
 import { killStartedSessions } from "./process.ts";
 import { ShellSessions } from "./shell-sessions.ts";
+import { ProcessTable } from "./processes.ts";
 import type { Settings } from "./config.ts";
 
 export * from "./protocol.ts";
@@ -60,11 +61,18 @@ export async function startSandboxd(o: {
     maxSessions: o.settings.SANDBOXD_AIO_MAX_SESSIONS,
     idleMs: o.settings.SANDBOXD_AIO_SESSION_IDLE_SECONDS * 1000,
   });
+  const processes = new ProcessTable({
+    executor,
+    maxProcesses: o.settings.SANDBOXD_MAX_PROCESSES,
+    outputBytes: o.settings.SANDBOXD_PROCESS_OUTPUT_BYTES,
+    outputTotalBytes: o.settings.SANDBOXD_PROCESS_OUTPUT_TOTAL_BYTES,
+  });
   const app = createApp({
     jail,
     executor,
     gate,
     logger: o.logger,
+    processes,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
   const server = createServer(app);
@@ -94,6 +102,7 @@ export async function startSandboxd(o: {
         server.closeAllConnections();
       });
       await sessions.shutdown();
+      processes.shutdown();
       await killStartedSessions();
     },
   };

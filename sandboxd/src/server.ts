@@ -10,6 +10,8 @@ import { aioRouter } from "./aio.ts";
 import { isAioPath, sendAioError } from "./aio-envelope.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
+import type { ProcessTable } from "./processes.ts";
+import { processesRouter } from "./processes-api.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
 import {
@@ -38,6 +40,7 @@ export interface ServerOptions {
   /** Shared with the port tunnel, which authenticates the same way. */
   gate: TokenGate;
   logger: Logger;
+  processes: ProcessTable;
   aio: {
     /** The jail AIO file paths resolve in (see aio.ts). */
     files: PathJail;
@@ -86,16 +89,17 @@ export function createApp(opts: ServerOptions): express.Express {
 
   app.post("/v1/commands/run", json, async (req, res) => {
     const body = parse(RunCommandRequest, req.body);
-    if (!wantsNdjson(req)) {
-      res.json(await executor.runCommand(body));
-      return;
-    }
-    // Streamed: output chunks as they come, then the exit line. Errors after the headers went
-    // out can no longer change the status, so they are reported as a final `error` line.
+    // A client that goes away (or aborts) takes its command's process group with it.
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();
     });
+    if (!wantsNdjson(req)) {
+      res.json(await executor.runCommand(body, { signal: abort.signal }));
+      return;
+    }
+    // Streamed: output chunks as they come, then the exit line. Errors after the headers went
+    // out can no longer change the status, so they are reported as a final `error` line.
     res.status(200).type("application/x-ndjson");
     res.flushHeaders();
     const send = (event: CommandStreamEvent) => res.write(JSON.stringify(event) + "\n");
@@ -198,6 +202,8 @@ export function createApp(opts: ServerOptions): express.Express {
     res.status(204).end();
   });
 
+  app.use(processesRouter(opts.processes));
+
   // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
   app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));
 
@@ -231,7 +237,7 @@ async function collect(req: Request, length: number): Promise<Buffer> {
   return body;
 }
 
-function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+export function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   const result = schema.safeParse(body ?? {});
   if (!result.success) {
     const issue = result.error.issues[0];
@@ -241,7 +247,7 @@ function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   return result.data;
 }
 
-function wantsNdjson(req: Request): boolean {
+export function wantsNdjson(req: Request): boolean {
   return (req.headers.accept ?? "").includes("application/x-ndjson");
 }
 
