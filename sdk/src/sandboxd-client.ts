@@ -39,7 +39,7 @@ export interface SandboxdClientOptions {
 const GRACE_MS = 15_000;
 
 /** A response whose status was OK; its body is still to be read. */
-type Body = Dispatcher.ResponseData["body"];
+export type Body = Dispatcher.ResponseData["body"];
 
 export class SandboxdClient {
   private readonly base: string;
@@ -82,13 +82,15 @@ export class SandboxdClient {
   async runCommand(
     req: RunCommandRequest,
     onChunk?: (stream: "stdout" | "stderr", data: string) => void,
+    signal?: AbortSignal,
   ): Promise<RunCommandResult> {
     const deadline = (req.timeoutMs ?? 5 * 60_000) + GRACE_MS;
-    if (!onChunk) return this.json("POST", "/v1/commands/run", req, deadline);
+    if (!onChunk) return this.json("POST", "/v1/commands/run", req, deadline, signal);
     const res = await this.send("POST", "/v1/commands/run", {
       body: JSON.stringify(req),
       headers: { "content-type": "application/json", accept: "application/x-ndjson" },
       timeoutMs: deadline,
+      signal,
     });
     const out = { stdout: "", stderr: "" };
     let exit: CommandExit | undefined;
@@ -107,7 +109,7 @@ export class SandboxdClient {
         }
       }
     } catch (err) {
-      throw asSandboxError(err, "reading the command's output stream");
+      throw failure(err, "reading the command's output stream", signal);
     }
     if (!exit)
       throw new SandboxError(
@@ -219,34 +221,45 @@ export class SandboxdClient {
     await res.dump();
   }
 
-  private async json<T>(
+  async json<T>(
     method: Dispatcher.HttpMethod,
     path: string,
     body?: unknown,
     timeoutMs = this.requestTimeoutMs,
+    signal?: AbortSignal,
   ): Promise<T> {
     const res = await this.send(method, path, {
       ...(body === undefined
         ? {}
         : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
       timeoutMs,
+      signal,
     });
     try {
       return (await res.json()) as T;
     } catch (err) {
-      throw asSandboxError(err, `${method} ${path}`);
+      throw failure(err, `${method} ${path}`, signal);
     }
   }
 
   /**
    * One request over the pooled connection. undici's request() rather than fetch(): it skips
    * the WHATWG stream layers, which made 100 MiB uploads several times slower.
+   * `timeoutMs: null` is a stream without a deadline (a background process's output, which may
+   * be quiet for hours); aborting `signal` rejects with its reason, as fetch does.
    */
-  private async send(
+  async send(
     method: Dispatcher.HttpMethod,
     path: string,
-    o: { body?: string | Uint8Array; headers?: Record<string, string>; timeoutMs: number },
+    o: {
+      body?: string | Uint8Array;
+      headers?: Record<string, string>;
+      timeoutMs: number | null;
+      signal?: AbortSignal | undefined;
+    },
   ): Promise<Body> {
+    o.signal?.throwIfAborted();
+    const signals = [o.timeoutMs === null ? undefined : AbortSignal.timeout(o.timeoutMs), o.signal];
     let res: Dispatcher.ResponseData;
     try {
       res = await this.dispatcher.request({
@@ -255,10 +268,11 @@ export class SandboxdClient {
         method,
         headers: { ...this.headers, ...o.headers },
         ...(o.body === undefined ? {} : { body: o.body }),
-        signal: AbortSignal.timeout(o.timeoutMs),
+        signal: AbortSignal.any(signals.filter((s) => s !== undefined)),
+        ...(o.timeoutMs === null ? { bodyTimeout: 0 } : {}),
       });
     } catch (err) {
-      throw asSandboxError(err, `${method} ${this.base}${path.split("?")[0]}`);
+      throw failure(err, `${method} ${this.base}${path.split("?")[0]}`, o.signal);
     }
     if (res.statusCode < 400) return res.body;
     let body: { error?: ErrorBody } | undefined;
@@ -275,7 +289,7 @@ export class SandboxdClient {
   }
 }
 
-function fromBody(e: ErrorBody): SandboxError {
+export function fromBody(e: ErrorBody): SandboxError {
   return new SandboxError(e.message, sandboxErrorCode(e.code) ?? "INTERNAL", e);
 }
 
@@ -294,8 +308,13 @@ export function asSandboxError(err: unknown, what: string): SandboxError {
   );
 }
 
+/** What a failed call rejects with: the caller's abort reason when it aborted, as fetch does. */
+export function failure(err: unknown, what: string, signal?: AbortSignal): unknown {
+  return signal?.aborted ? signal.reason : asSandboxError(err, what);
+}
+
 /** Parses an NDJSON response body line by line. */
-async function* ndjson<T>(body: Body): AsyncGenerator<T> {
+export async function* ndjson<T>(body: Body): AsyncGenerator<T> {
   const decoder = new TextDecoder();
   let buffered = "";
   for await (const chunk of body as AsyncIterable<Uint8Array>) {

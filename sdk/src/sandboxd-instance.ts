@@ -2,7 +2,8 @@
  * A SandboxInstance backed by sandboxd. Providers that run sandboxd (local, docker, kubernetes)
  * supply only the lifecycle: how to reach it, pause it, kill it, and publish a port.
  */
-import { FilesystemExtras, foregroundCommands, noCodeContexts, noPty } from "./unsupported.ts";
+import { FilesystemExtras, noCodeContexts, noPty } from "./unsupported.ts";
+import { SandboxdCommands } from "./sandboxd/processes.ts";
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient } from "./sandboxd-client.ts";
@@ -69,9 +70,11 @@ export class SandboxdInstance implements SandboxInstance {
     this.sandboxId = sandboxId;
     this.lifecycle = lifecycle;
     this.defaults = defaults;
-    this.commands = foregroundCommands("sandboxd", (command, options) =>
-      this.run(command, options),
-    );
+    this.commands = new SandboxdCommands({
+      with: (op) => withClient(lifecycle, op),
+      foreground: (command, options) => this.run(command, options),
+      workingDirectory: defaults.workingDirectory,
+    });
     this.filesystem = new SandboxdFilesystem((op) => withClient(lifecycle, op));
   }
 
@@ -98,6 +101,7 @@ export class SandboxdInstance implements SandboxInstance {
         streaming
           ? (stream, data) => (stream === "stdout" ? o.onStdout?.(data) : o.onStderr?.(data))
           : undefined,
+        o.signal,
       ),
     );
     if (r.timedOut) {

@@ -24,7 +24,8 @@ contractSuite(
       // The fake serves no event socket; the SDK polls sandbox state instead.
       useDeprecatedPolling: true,
     });
-    return { provider, teardown: () => fake.close() };
+    // Until the provider maps these onto its backend's own calls.
+    return { provider, teardown: () => fake.close(), supports: { background: false } };
   },
   bwrap
     ? undefined
