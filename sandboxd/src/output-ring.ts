@@ -128,13 +128,14 @@ export class OutputRing {
       const chunk = this.chunks[i]!;
       const skip = offset - chunk.offset;
       if (skip >= chunk.bytes.length) continue;
-      if (skip <= 0) {
-        yield chunk;
-        continue;
-      }
-      const from = charStart(chunk.bytes, skip);
+      // A view, not the held chunk: a merge later extends the held one, never this.
+      const from = skip <= 0 ? 0 : charStart(chunk.bytes, skip);
       if (from < chunk.bytes.length)
-        yield { stream: chunk.stream, offset: chunk.offset + from, bytes: chunk.bytes.subarray(from) };
+        yield {
+          stream: chunk.stream,
+          offset: chunk.offset + from,
+          bytes: chunk.bytes.subarray(from),
+        };
     }
   }
 

@@ -164,7 +164,8 @@ export class ProcessTable {
   writeStdin(pid: number, data: Buffer): void {
     const proc = this.get(pid);
     if (proc.exit) throw new SandboxdError("CONFLICT", `process ${pid} has exited`);
-    if (!proc.stdinOpen) throw new SandboxdError("CONFLICT", `the stdin of process ${pid} is closed`);
+    if (!proc.stdinOpen)
+      throw new SandboxdError("CONFLICT", `the stdin of process ${pid} is closed`);
     if (proc.child.stdin.writableLength + data.length > MAX_STDIN_BYTES) {
       throw new SandboxdError(
         "CAPACITY_EXCEEDED",
@@ -283,4 +284,3 @@ export class ProcessTable {
     });
   }
 }
-

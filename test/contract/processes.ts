@@ -227,10 +227,7 @@ export function processesContract(
 
       const h = await commands.run("sleep 600", { background: true });
       try {
-        await expectSandboxError(
-          commands.kill(h.pid, "SIGFOO" as "SIGTERM"),
-          "INVALID_ARGUMENT",
-        );
+        await expectSandboxError(commands.kill(h.pid, "SIGFOO" as "SIGTERM"), "INVALID_ARGUMENT");
         await expectSandboxError(commands.connect(h.pid, { offset: -1 }), "INVALID_ARGUMENT");
         await expectSandboxError(
           commands.connect(h.pid, { offset: 1_000_000 }),
@@ -275,9 +272,9 @@ export function processesContract(
       const pending = sbx.commands.run("sleep 60", { signal: plain.signal });
       setTimeout(() => plain.abort(), 200);
       await expect(pending).rejects.toMatchObject({ name: "AbortError" });
-      await expect(sbx.commands.run("echo never", { signal: plain.signal })).rejects.toMatchObject(
-        { name: "AbortError" },
-      );
+      await expect(sbx.commands.run("echo never", { signal: plain.signal })).rejects.toMatchObject({
+        name: "AbortError",
+      });
       expect((await sbx.commands.run("echo alive")).stdout).toBe("alive\n");
     }, 60_000);
   });

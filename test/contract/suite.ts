@@ -480,7 +480,11 @@ export function contractSuite(
       });
     });
 
-    processesContract(() => sbx, () => target, thread);
+    processesContract(
+      () => sbx,
+      () => target,
+      thread,
+    );
 
     describe("getHost", () => {
       it("reaches a server started inside the sandbox", async () => {

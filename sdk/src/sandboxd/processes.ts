@@ -36,7 +36,11 @@ export class SandboxdCommands implements SandboxCommands {
   readonly #foreground: Foreground;
   readonly #workingDirectory: string | undefined;
 
-  constructor(o: { with: WithClient; foreground: Foreground; workingDirectory?: string | undefined }) {
+  constructor(o: {
+    with: WithClient;
+    foreground: Foreground;
+    workingDirectory?: string | undefined;
+  }) {
     this.#with = o.with;
     this.#foreground = o.foreground;
     this.#workingDirectory = o.workingDirectory;
@@ -46,7 +50,10 @@ export class SandboxdCommands implements SandboxCommands {
     command: string,
     options?: SandboxCommandOptions & { background?: false },
   ): Promise<SandboxExecutionResult>;
-  run(command: string, options: SandboxCommandOptions & { background: true }): Promise<CommandHandle>;
+  run(
+    command: string,
+    options: SandboxCommandOptions & { background: true },
+  ): Promise<CommandHandle>;
   run(
     command: string,
     options?: SandboxCommandOptions & { background?: boolean },
