@@ -12,7 +12,7 @@ import {
   StartProcessRequest,
   type ProcessStreamEvent,
 } from "./protocol.ts";
-import { parse, wantsNdjson } from "./server.ts";
+import { parse, wantsNdjson } from "./request-input.ts";
 
 export function processesRouter(table: ProcessTable): express.Router {
   const r = express.Router();

@@ -5,13 +5,13 @@
  */
 import express, { type NextFunction, type Request, type Response } from "express";
 import type { Logger } from "pino";
-import { z } from "zod";
 import { aioRouter } from "./aio.ts";
 import { isAioPath, sendAioError } from "./aio-envelope.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
 import type { ProcessTable } from "./processes.ts";
 import { processesRouter } from "./processes-api.ts";
+import { parse, wantsNdjson } from "./request-input.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
 import {
@@ -235,20 +235,6 @@ async function collect(req: Request, length: number): Promise<Buffer> {
   if (at !== length)
     throw new SandboxdError("INVALID_ARGUMENT", "request body ended before its Content-Length");
   return body;
-}
-
-export function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
-  const result = schema.safeParse(body ?? {});
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-    throw new SandboxdError("INVALID_ARGUMENT", `${where}${issue?.message ?? "invalid request"}`);
-  }
-  return result.data;
-}
-
-export function wantsNdjson(req: Request): boolean {
-  return (req.headers.accept ?? "").includes("application/x-ndjson");
 }
 
 /** Client errors pass through; anything else is logged and reported without internals. */
