@@ -3,7 +3,13 @@
  * entrypoint and for a parent process alike), validated strictly so a typo fails at start-up.
  */
 import { z } from "zod";
-import { DEFAULT_OUTPUT_CAP_BYTES, VIRTUAL_ROOT } from "./protocol.ts";
+import {
+  DEFAULT_MAX_PROCESSES,
+  DEFAULT_OUTPUT_CAP_BYTES,
+  DEFAULT_PROCESS_OUTPUT_BYTES,
+  DEFAULT_PROCESS_OUTPUT_TOTAL_BYTES,
+  VIRTUAL_ROOT,
+} from "./protocol.ts";
 
 const Settings = z.object({
   /** host:port (port 0 picks a free one, reported on stdout) or unix:/path/to/socket. */
@@ -60,6 +66,18 @@ const Settings = z.object({
     .number()
     .positive()
     .default(30 * 60),
+  /** Background processes: how many run at once, and the output kept for late readers. */
+  SANDBOXD_MAX_PROCESSES: z.coerce.number().int().min(1).max(10_000).default(DEFAULT_MAX_PROCESSES),
+  SANDBOXD_PROCESS_OUTPUT_BYTES: z.coerce
+    .number()
+    .int()
+    .min(4096)
+    .default(DEFAULT_PROCESS_OUTPUT_BYTES),
+  SANDBOXD_PROCESS_OUTPUT_TOTAL_BYTES: z.coerce
+    .number()
+    .int()
+    .min(4096)
+    .default(DEFAULT_PROCESS_OUTPUT_TOTAL_BYTES),
   SANDBOXD_LOG_LEVEL: z
     .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
     .default("info"),

@@ -10,7 +10,7 @@ import {
   MAX_SOURCE_BYTES,
   type CellEvent,
 } from "./protocol.ts";
-import { parse } from "./parse.ts";
+import { parse } from "./request-input.ts";
 
 export function contextRoutes(contexts: CodeContexts): Router {
   const r = express.Router();

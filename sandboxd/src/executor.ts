@@ -54,7 +54,7 @@ export class Executor {
   async runCommand(
     req: RunCommandRequest,
     stream?: {
-      onChunk: (s: "stdout" | "stderr", d: string, o: number) => void;
+      onChunk?: (s: "stdout" | "stderr", d: string, o: number) => void;
       signal?: AbortSignal;
     },
   ): Promise<RunCommandResult> {

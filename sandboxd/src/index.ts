@@ -16,6 +16,7 @@ import { VIRTUAL_DIRS } from "./protocol.ts";
 import { killStartedSessions } from "./process.ts";
 import { ShellSessions } from "./shell-sessions.ts";
 import { CodeContexts } from "./contexts.ts";
+import { ProcessTable } from "./processes.ts";
 import type { Settings } from "./config.ts";
 
 export * from "./protocol.ts";
@@ -76,6 +77,12 @@ export async function startSandboxd(o: {
     maxContexts: o.settings.SANDBOXD_MAX_CONTEXTS,
     idleMs: o.settings.SANDBOXD_CONTEXT_IDLE_SECONDS * 1000,
   });
+  const processes = new ProcessTable({
+    executor,
+    maxProcesses: o.settings.SANDBOXD_MAX_PROCESSES,
+    outputBytes: o.settings.SANDBOXD_PROCESS_OUTPUT_BYTES,
+    outputTotalBytes: o.settings.SANDBOXD_PROCESS_OUTPUT_TOTAL_BYTES,
+  });
   const app = createApp({
     jail,
     executor,
@@ -83,6 +90,7 @@ export async function startSandboxd(o: {
     logger: o.logger,
     terminals,
     contexts,
+    processes,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
   const server = createServer(app);
@@ -114,6 +122,7 @@ export async function startSandboxd(o: {
       await sessions.shutdown();
       await terminals.shutdown();
       await contexts.shutdown();
+      processes.shutdown();
       await killStartedSessions();
     },
   };

@@ -27,7 +27,7 @@ export interface ProcessSpec {
  * After the main process exits, wait this long for its output pipes to close. A background job
  * it started (`server &`) may hold them open for ever; it keeps running, we stop listening.
  */
-const PIPE_GRACE_MS = 100;
+export const PIPE_GRACE_MS = 100;
 
 /** Every session this process started (a detached child leads its own session). */
 const sessions = new Set<number>();

@@ -443,3 +443,83 @@ export interface GrepResponse {
 export type WatchStreamEvent =
   | { type: "create" | "write" | "remove" | "rename"; path: string }
   | { type: "error"; error: ErrorBody };
+
+// --- Background processes (issue 14: processes with handles) ---
+
+/** Signals a client may send to a background process's group; the SDK's ProcessSignal. */
+export const PROCESS_SIGNALS = [
+  "SIGTERM",
+  "SIGKILL",
+  "SIGINT",
+  "SIGHUP",
+  "SIGQUIT",
+  "SIGUSR1",
+  "SIGUSR2",
+] as const;
+export type ProcessSignalName = (typeof PROCESS_SIGNALS)[number];
+
+/** Background processes running at once in one sandbox (SANDBOXD_MAX_PROCESSES). */
+export const DEFAULT_MAX_PROCESSES = 200;
+/** Output kept per background process for replay (SANDBOXD_PROCESS_OUTPUT_BYTES). */
+export const DEFAULT_PROCESS_OUTPUT_BYTES = MiB;
+/** Output kept for all background processes together (SANDBOXD_PROCESS_OUTPUT_TOTAL_BYTES). */
+export const DEFAULT_PROCESS_OUTPUT_TOTAL_BYTES = 64 * MiB;
+/** Largest stdin chunk in one request, and most stdin a process may leave unread. */
+export const MAX_STDIN_BYTES = 4 * MiB;
+
+export const StartProcessRequest = z.strictObject({
+  command: RunCommandRequest.shape.command,
+  cwd: z.string().optional(),
+  env: envMap.optional(),
+  /** Kills the group this long after the start; without it the process runs until it ends. */
+  timeoutMs: timeoutMs.optional(),
+  /** Written to stdin first; stdin then stays open until closed. */
+  stdin: z.string().max(MAX_STDIN_BYTES).optional(),
+  /** A label `GET /v1/processes` shows. */
+  tag: z.string().max(256).optional(),
+});
+export type StartProcessRequest = z.infer<typeof StartProcessRequest>;
+
+export const SignalProcessRequest = z.strictObject({
+  signal: z.enum(PROCESS_SIGNALS, {
+    error: (issue) =>
+      `unknown signal ${JSON.stringify(issue.input)}: use one of ${PROCESS_SIGNALS.join(", ")}`,
+  }),
+});
+
+/** A background process as `GET /v1/processes` lists it. */
+export interface ProcessEntry {
+  /** The OS pid of the process-group leader (`/bin/sh -c <command>`). */
+  pid: number;
+  command: string;
+  /** Virtual path. */
+  cwd: string;
+  tag?: string;
+  pty: boolean;
+  startedAtMs: number;
+  /** Set once the process has exited. */
+  exitCode?: number;
+}
+
+/** The last NDJSON line of a background process's output stream. */
+export interface ProcessExit {
+  stream: "exit";
+  exitCode: number;
+  durationMs: number;
+  /** Killed at its `timeoutMs`. */
+  timedOut: boolean;
+}
+
+/**
+ * One NDJSON line of a background process's output (`GET /v1/processes/:pid/output`, or a start
+ * with `Accept: application/x-ndjson`). Unlike a one-shot command's stream, offsets count bytes of
+ * the process's combined output (stdout and stderr interleaved as they arrived), so one number
+ * says where a reconnecting reader resumes. `attached` comes first; `dropped` says which bytes the
+ * ring no longer held (at attach, or later for a reader that fell behind).
+ */
+export type ProcessStreamEvent =
+  | { stream: "attached"; pid: number; offset: number; droppedBytes: number }
+  | { stream: "dropped"; offset: number; bytes: number }
+  | { stream: "stdout" | "stderr"; data: string; offset: number }
+  | ProcessExit
+  | { stream: "error"; error: ErrorBody };

@@ -17,7 +17,7 @@ import {
   type PtyServerMessage,
 } from "./protocol.ts";
 import type { UpgradeRoute } from "./upgrades.ts";
-import { parse } from "./parse.ts";
+import { parse } from "./request-input.ts";
 
 /** Largest input accepted in one HTTP call or one WebSocket frame. */
 const MAX_INPUT_BYTES = 1024 * 1024;

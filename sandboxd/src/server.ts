@@ -14,9 +14,11 @@ import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
 import { ptyRouter } from "./pty-routes.ts";
 import type { Terminals } from "./ptys.ts";
+import type { ProcessTable } from "./processes.ts";
+import { processesRouter } from "./processes-api.ts";
+import { parse, wantsNdjson } from "./request-input.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
-import { parse } from "./parse.ts";
 import {
   CAPABILITIES,
   ExecuteCodeRequest,
@@ -46,6 +48,7 @@ export interface ServerOptions {
   terminals: Terminals;
   /** Persistent interpreters (code contexts). */
   contexts: CodeContexts;
+  processes: ProcessTable;
   aio: {
     /** The jail AIO file paths resolve in (see aio.ts). */
     files: PathJail;
@@ -94,16 +97,17 @@ export function createApp(opts: ServerOptions): express.Express {
 
   app.post("/v1/commands/run", json, async (req, res) => {
     const body = parse(RunCommandRequest, req.body);
-    if (!wantsNdjson(req)) {
-      res.json(await executor.runCommand(body));
-      return;
-    }
-    // Streamed: output chunks as they come, then the exit line. Errors after the headers went
-    // out can no longer change the status, so they are reported as a final `error` line.
+    // A client that goes away (or aborts) takes its command's process group with it.
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();
     });
+    if (!wantsNdjson(req)) {
+      res.json(await executor.runCommand(body, { signal: abort.signal }));
+      return;
+    }
+    // Streamed: output chunks as they come, then the exit line. Errors after the headers went
+    // out can no longer change the status, so they are reported as a final `error` line.
     res.status(200).type("application/x-ndjson");
     res.flushHeaders();
     const send = (event: CommandStreamEvent) => res.write(JSON.stringify(event) + "\n");
@@ -209,6 +213,7 @@ export function createApp(opts: ServerOptions): express.Express {
   app.use(ptyRouter(opts.terminals));
   app.use(contextRoutes(opts.contexts));
   app.use(filesRouter({ jail, logger }));
+  app.use(processesRouter(opts.processes));
 
   // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
   app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));
@@ -241,10 +246,6 @@ async function collect(req: Request, length: number): Promise<Buffer> {
   if (at !== length)
     throw new SandboxdError("INVALID_ARGUMENT", "request body ended before its Content-Length");
   return body;
-}
-
-function wantsNdjson(req: Request): boolean {
-  return (req.headers.accept ?? "").includes("application/x-ndjson");
 }
 
 /** Client errors pass through; anything else is logged and reported without internals. */

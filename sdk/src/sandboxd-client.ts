@@ -45,7 +45,11 @@ export interface RequestOptions {
   /** A stream is sent as it is read (chunked), never gathered first. */
   body?: string | Uint8Array | Readable;
   headers?: Record<string, string>;
-  timeoutMs?: number;
+  /**
+   * A deadline for the whole request. Without one only the pool's inactivity timeouts apply;
+   * `null` lifts those too (an attach to a process that may stay silent for longer).
+   */
+  timeoutMs?: number | null | undefined;
   signal?: AbortSignal;
 }
 
@@ -90,13 +94,15 @@ export class SandboxdClient {
   async runCommand(
     req: RunCommandRequest,
     onChunk?: (stream: "stdout" | "stderr", data: string) => void,
+    signal?: AbortSignal,
   ): Promise<RunCommandResult> {
     const deadline = (req.timeoutMs ?? 5 * 60_000) + GRACE_MS;
-    if (!onChunk) return this.json("POST", "/v1/commands/run", req, deadline);
+    if (!onChunk) return this.json("POST", "/v1/commands/run", req, deadline, signal);
     const res = await this.send("POST", "/v1/commands/run", {
       body: JSON.stringify(req),
       headers: { "content-type": "application/json", accept: "application/x-ndjson" },
       timeoutMs: deadline,
+      signal,
     });
     const out = { stdout: "", stderr: "" };
     let exit: CommandExit | undefined;
@@ -115,7 +121,7 @@ export class SandboxdClient {
         }
       }
     } catch (err) {
-      throw asSandboxError(err, "reading the command's output stream");
+      throw failure(err, "reading the command's output stream", signal);
     }
     if (!exit)
       throw new SandboxError(
@@ -128,7 +134,7 @@ export class SandboxdClient {
 
   /** Aborting `signal` ends the request, which makes sandboxd kill the code's process group. */
   async executeCode(req: ExecuteCodeRequest, signal?: AbortSignal): Promise<CodeExecutionResult> {
-    const res = await this.request("POST", "/v1/code/execute", {
+    const res = await this.send("POST", "/v1/code/execute", {
       body: JSON.stringify(req),
       headers: { "content-type": "application/json" },
       timeoutMs: (req.timeoutMs ?? 5 * 60_000) + GRACE_MS,
@@ -277,59 +283,38 @@ export class SandboxdClient {
     await res.dump();
   }
 
-  private async json<T>(
+  async json<T>(
     method: Dispatcher.HttpMethod,
     path: string,
     body?: unknown,
     timeoutMs = this.requestTimeoutMs,
+    signal?: AbortSignal,
   ): Promise<T> {
     const res = await this.send(method, path, {
       ...(body === undefined
         ? {}
         : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
       timeoutMs,
+      signal,
     });
     try {
       return (await res.json()) as T;
     } catch (err) {
-      throw asSandboxError(err, `${method} ${path}`);
+      throw failure(err, `${method} ${path}`, signal);
     }
   }
 
   /**
-   * A raw request for feature modules that own their wire details (sdk/src/sandboxd/*): an
-   * error answer becomes a SandboxError; the body of a success is the caller's to consume.
-   * Without `timeoutMs` only the pool's inactivity timeouts apply (long streams). An aborted
-   * `signal` rejects with its reason, as web APIs do.
+   * One request over the pooled connection, also for the feature modules that own their wire
+   * details (sdk/src/sandboxd/*): an error answer becomes a SandboxError; the body of a success
+   * is the caller's to consume. undici's request() rather than fetch(): it skips the WHATWG
+   * stream layers, which made 100 MiB uploads several times slower. Aborting `signal` rejects
+   * with its reason, as fetch does.
    */
-  async request(
-    method: Dispatcher.HttpMethod,
-    path: string,
-    o: RequestOptions = {},
-  ): Promise<Body> {
+  async send(method: Dispatcher.HttpMethod, path: string, o: RequestOptions = {}): Promise<Body> {
     o.signal?.throwIfAborted();
-    try {
-      return await this.send(method, path, { ...o, timeoutMs: o.timeoutMs });
-    } catch (err) {
-      o.signal?.throwIfAborted();
-      throw err;
-    }
-  }
-
-  /**
-   * One request over the pooled connection. undici's request() rather than fetch(): it skips
-   * the WHATWG stream layers, which made 100 MiB uploads several times slower.
-   */
-  private async send(
-    method: Dispatcher.HttpMethod,
-    path: string,
-    o: RequestOptions & { timeoutMs: number | undefined },
-  ): Promise<Body> {
+    const signals = [o.timeoutMs == null ? undefined : AbortSignal.timeout(o.timeoutMs), o.signal];
     let res: Dispatcher.ResponseData;
-    const signals = [
-      o.signal,
-      o.timeoutMs === undefined ? undefined : AbortSignal.timeout(o.timeoutMs),
-    ];
     try {
       res = await this.dispatcher.request({
         origin: this.origin,
@@ -338,9 +323,10 @@ export class SandboxdClient {
         headers: { ...this.headers, ...o.headers },
         ...(o.body === undefined ? {} : { body: o.body }),
         signal: AbortSignal.any(signals.filter((s) => s !== undefined)),
+        ...(o.timeoutMs === null ? { bodyTimeout: 0 } : {}),
       });
     } catch (err) {
-      throw asSandboxError(err, `${method} ${this.base}${path.split("?")[0]}`);
+      throw failure(err, `${method} ${this.base}${path.split("?")[0]}`, o.signal);
     }
     if (res.statusCode < 400) return res.body;
     let body: { error?: ErrorBody } | undefined;
@@ -374,6 +360,11 @@ export function asSandboxError(err: unknown, what: string): SandboxError {
     "CONNECTION_FAILED",
     err,
   );
+}
+
+/** What a failed call rejects with: the caller's abort reason when it aborted, as fetch does. */
+export function failure(err: unknown, what: string, signal?: AbortSignal): unknown {
+  return signal?.aborted ? signal.reason : asSandboxError(err, what);
 }
 
 /** Parses an NDJSON response body line by line. */

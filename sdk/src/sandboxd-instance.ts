@@ -2,9 +2,9 @@
  * A SandboxInstance backed by sandboxd. Providers that run sandboxd (local, docker, kubernetes)
  * supply only the lifecycle: how to reach it, pause it, kill it, and publish a port.
  */
-import { foregroundCommands } from "./unsupported.ts";
 import { SandboxdCodeContexts } from "./sandboxd/contexts.ts";
 import { SandboxdFilesystem } from "./sandboxd/filesystem.ts";
+import { SandboxdCommands } from "./sandboxd/processes.ts";
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient } from "./sandboxd-client.ts";
@@ -72,9 +72,11 @@ export class SandboxdInstance implements SandboxInstance {
     this.sandboxId = sandboxId;
     this.lifecycle = lifecycle;
     this.defaults = defaults;
-    this.commands = foregroundCommands("sandboxd", (command, options) =>
-      this.run(command, options),
-    );
+    this.commands = new SandboxdCommands({
+      with: (op) => withClient(lifecycle, op),
+      foreground: (command, options) => this.run(command, options),
+      workingDirectory: defaults.workingDirectory,
+    });
     this.filesystem = new SandboxdFilesystem((op) => withClient(lifecycle, op));
     this.pty = new SandboxdPty((op) => withClient(lifecycle, op), defaults.workingDirectory);
     this.contexts = new SandboxdCodeContexts((op) => withClient(lifecycle, op), {
@@ -118,6 +120,7 @@ export class SandboxdInstance implements SandboxInstance {
         streaming
           ? (stream, data) => (stream === "stdout" ? o.onStdout?.(data) : o.onStderr?.(data))
           : undefined,
+        o.signal,
       ),
     );
     if (r.timedOut) {

@@ -10,6 +10,7 @@ import { SandboxError, type SandboxInstance, type SandboxProvider } from "@sandp
 import { ptyContract } from "./pty.ts";
 import { codeContextContract } from "./contexts.ts";
 import { filesContract } from "./files.ts";
+import { processesContract } from "./processes.ts";
 
 /**
  * Features of the contract a backend may lack. Each is true unless the target says false, and a
@@ -500,6 +501,12 @@ export function contractSuite(
       });
     });
 
+    processesContract(
+      () => sbx,
+      () => target,
+      thread,
+    );
+
     describe("getHost", () => {
       it("reaches a server started inside the sandbox", async () => {
         // A port free on this host: providers that share the host's network (local, the fakes)
@@ -535,7 +542,7 @@ export function contractSuite(
  * True once a counter file written by a background loop (every 50 ms) holds still for a second;
  * false if it still moves after 15 s.
  */
-async function beatStops(read: () => Promise<string>): Promise<boolean> {
+export async function beatStops(read: () => Promise<string>): Promise<boolean> {
   const deadline = Date.now() + 15_000;
   let last = await read();
   while (Date.now() < deadline) {
@@ -548,7 +555,7 @@ async function beatStops(read: () => Promise<string>): Promise<boolean> {
 }
 
 /** A TCP port nothing listens on right now (the OS picks it). */
-function freeHostPort(): Promise<number> {
+export function freeHostPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once("error", reject);

@@ -46,7 +46,7 @@ export class SandboxdCodeContexts {
     checkLanguage(language);
     const cwd = options.cwd ?? this.defaults.workingDirectory;
     const info = await this.with(async (c) => {
-      const res = await c.request("POST", "/v1/contexts", {
+      const res = await c.send("POST", "/v1/contexts", {
         body: JSON.stringify({ language, ...(cwd === undefined ? {} : { cwd }) }),
         headers: { "content-type": "application/json" },
       });
@@ -57,7 +57,7 @@ export class SandboxdCodeContexts {
 
   async list(): Promise<CodeContext[]> {
     const { contexts } = await this.with(async (c) => {
-      const res = await c.request("GET", "/v1/contexts");
+      const res = await c.send("GET", "/v1/contexts");
       return (await res.json()) as { contexts: ContextInfo[] };
     });
     return contexts.map(toContext);
@@ -66,7 +66,7 @@ export class SandboxdCodeContexts {
   async remove(context: CodeContext | string): Promise<void> {
     const id = contextId(context);
     try {
-      await this.with(async (c) => (await c.request("DELETE", `/v1/contexts/${id}`)).dump());
+      await this.with(async (c) => (await c.send("DELETE", `/v1/contexts/${id}`)).dump());
     } catch (err) {
       if (err instanceof SandboxError && err.code === "NOT_FOUND") return; // already gone
       throw err;
@@ -101,7 +101,7 @@ export class SandboxdCodeContexts {
     };
     let ended = false;
     await this.with(async (c) => {
-      const res = await c.request("POST", `/v1/contexts/${id}/execute`, {
+      const res = await c.send("POST", `/v1/contexts/${id}/execute`, {
         body: JSON.stringify({
           code,
           language,

@@ -141,7 +141,7 @@ export class SandboxdFilesystem implements SandboxFilesystem {
     const signal = o.signal ? AbortSignal.any([o.signal, stopper.signal]) : stopper.signal;
     const body = await abortable(signal, () =>
       this.with((c) =>
-        c.request("GET", `/v1/files/watch?${q(path)}&recursive=${o.recursive === true}`, {
+        c.send("GET", `/v1/files/watch?${q(path)}&recursive=${o.recursive === true}`, {
           headers: { accept: "application/x-ndjson" },
           signal,
         }),
@@ -247,7 +247,7 @@ export class SandboxdFilesystem implements SandboxFilesystem {
   }
 
   private transfer(method: "GET" | "POST" | "PUT", path: string, o: RequestOptions) {
-    return abortable(o.signal, () => this.with((c) => c.request(method, path, o)));
+    return abortable(o.signal, () => this.with((c) => c.send(method, path, o)));
   }
 }
 

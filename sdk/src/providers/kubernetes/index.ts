@@ -130,6 +130,11 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   /** @internal */
+  get readyTimeoutMs(): number {
+    return this.options.readyTimeoutMs;
+  }
+
+  /** @internal */
   client(sandboxId: string): SandboxdClient {
     return new SandboxdClient({
       baseUrl: `${this.options.provisionerUrl.replace(/\/+$/, "")}/v1/sandboxes/${sandboxId}/proxy`,
@@ -158,6 +163,11 @@ class ProvisionedSandbox implements SandboxdLifecycle {
     return this.sandboxd;
   }
 
+  /**
+   * Resolves once the operator has stopped the pod (phase Suspended), not when the provisioner
+   * accepted the request: a resume right after an accepted pause would otherwise undo it before
+   * the operator acted, and the pod (with its background processes) would keep running.
+   */
   async pause(): Promise<void> {
     await this.forwarder.close();
     await this.provider.call(
@@ -165,6 +175,15 @@ class ProvisionedSandbox implements SandboxdLifecycle {
       `/v1/sandboxes/${this.id}/pause`,
       `pausing sandbox ${this.id}`,
     );
+    const what = `waiting for sandbox ${this.id} to be suspended`;
+    const deadline = Date.now() + this.provider.readyTimeoutMs;
+    while (
+      (await this.provider.call<SandboxView>("GET", `/v1/sandboxes/${this.id}`, what)).phase !==
+      "Suspended"
+    ) {
+      if (Date.now() > deadline) throw new SandboxError(`${what}: still running`, "TIMEOUT");
+      await new Promise((r) => setTimeout(r, 200));
+    }
   }
 
   async kill(): Promise<void> {

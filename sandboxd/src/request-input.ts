@@ -1,4 +1,8 @@
-/** Request bodies through the protocol's schemas: the first problem as an INVALID_ARGUMENT. */
+/**
+ * Reading a native request, shared by the routers: a body through its protocol schema (the first
+ * problem as an INVALID_ARGUMENT naming the field), and whether the client asked for NDJSON.
+ */
+import type { Request } from "express";
 import type { z } from "zod";
 import { SandboxdError } from "./protocol.ts";
 
@@ -10,4 +14,8 @@ export function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T>
     throw new SandboxdError("INVALID_ARGUMENT", `${where}${issue?.message ?? "invalid request"}`);
   }
   return result.data;
+}
+
+export function wantsNdjson(req: Request): boolean {
+  return (req.headers.accept ?? "").includes("application/x-ndjson");
 }
