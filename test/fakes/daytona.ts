@@ -38,6 +38,8 @@ interface Command {
   /** Interleaved output, each chunk tagged, for the log stream. */
   chunks: { stream: "stdout" | "stderr"; data: Buffer }[];
   child: ChildProcess | null;
+  /** Settles once the process exists (or could not be started). */
+  started: Promise<void>;
   done: Promise<void>;
   listeners: Set<() => void>;
 }
@@ -389,6 +391,7 @@ export class FakeDaytona {
         const body = await readJson<{ data?: string }>(req);
         if (cmd.exitCode !== undefined)
           return daemonError(res, 409, "CONFLICT", `command ${cid} has exited`);
+        await cmd.started;
         cmd.child?.stdin?.write(body.data ?? "");
         res.writeHead(200, { "content-length": "0" });
         return void res.end();
@@ -456,13 +459,22 @@ export class FakeDaytona {
       command,
       chunks: [],
       child: null,
+      started: Promise.resolve(),
       done: Promise.resolve(),
       listeners: new Set(),
     };
     const notify = () => cmd.listeners.forEach((l) => l());
+    let started!: () => void;
+    cmd.started = new Promise((resolve) => (started = resolve));
     cmd.done = (async () => {
-      const child = await sbx.spawn(["/bin/sh", "-c", command], { cwd, env: envs });
+      const child = await sbx
+        .spawn(["/bin/sh", "-c", command], { cwd, env: envs })
+        .catch((err: unknown) => {
+          started();
+          throw err;
+        });
       cmd.child = child;
+      started();
       if (!keepStdin) child.stdin?.end();
       child.stdout?.on("data", (c: Buffer) => {
         cmd.chunks.push({ stream: "stdout", data: c });
