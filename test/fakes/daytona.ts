@@ -262,8 +262,15 @@ export class FakeDaytona {
       if (!to) return;
       if (!(await statEntry(sbx, from)))
         return daemonError(res, 404, "FILE_NOT_FOUND", `file not found: ${q("source")}`);
+      // os.Rename refuses a directory moved into itself (EINVAL): a 400, before anything is made.
+      if (to.startsWith(`${from}/`))
+        return daemonError(res, 400, "BAD_REQUEST", `cannot move ${q("source")} into itself`);
       await fs.mkdir(dirname(to), { recursive: true });
-      await fs.rename(from, to);
+      const failed = await fs.rename(from, to).then(
+        () => null,
+        (err: NodeJS.ErrnoException) => err.code ?? err.message,
+      );
+      if (failed) return daemonError(res, 400, "BAD_REQUEST", `cannot move: ${failed}`);
       res.writeHead(200, { "content-length": "0" });
       return void res.end();
     }
