@@ -27,10 +27,9 @@ contractSuite(
     return {
       provider,
       teardown: () => fake.close(),
-      // Not implemented on Daytona yet (sessions, PTY and the Python interpreter exist in the
-      // SDK; see sdk/README.md); the toolbox has no directory watch.
+      // Not implemented on Daytona yet (the SDK's PTY and its Python interpreter with
+      // contexts; see sdk/README.md); the toolbox has no directory watch.
       supports: {
-        background: false,
         pty: false,
         codeContexts: false,
         richResults: false,

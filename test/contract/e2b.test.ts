@@ -26,7 +26,17 @@ contractSuite(
       hostTemplate: "127.0.0.1:{port}",
     });
     // Everything through the SDK's native calls (glob/grep and append run in the sandbox).
-    return { provider, teardown: () => fake.close() };
+    return {
+      provider,
+      teardown: () => fake.close(),
+      supports: {
+        // envd streams a process's output from the moment a client connects; it keeps none.
+        replay: false,
+        // E2B documents no limit on processes, terminals or interpreter contexts per sandbox
+        // (memory is the bound), so there is no CAPACITY_EXCEEDED to expect.
+        limits: false,
+      },
+    };
   },
   bwrap
     ? undefined

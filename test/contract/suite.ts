@@ -14,7 +14,8 @@ import { processesContract } from "./processes.ts";
 
 /**
  * Features of the contract a backend may lack. Each is true unless the target says false, and a
- * feature a target lacks is asserted to be refused with NOT_SUPPORTED (never skipped).
+ * feature a target lacks is asserted to be refused with NOT_SUPPORTED (never skipped); for the
+ * behaviours at the end of the list, the alternative each names is asserted instead.
  */
 export type ContractFeature =
   | "background"
@@ -28,7 +29,12 @@ export type ContractFeature =
   | "grep"
   | "watch"
   | "streams"
-  | "listDepth";
+  | "listDepth"
+  // Behaviours rather than calls: a target without one is held to the stated alternative.
+  /** Re-attaching to a terminal or process replays its recent output (else: new output only). */
+  | "replay"
+  /** A per-sandbox limit on terminals and code contexts, refused with CAPACITY_EXCEEDED. */
+  | "limits";
 
 export interface ContractTarget {
   provider: SandboxProvider;

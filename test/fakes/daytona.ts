@@ -38,6 +38,8 @@ interface Command {
   /** Interleaved output, each chunk tagged, for the log stream. */
   chunks: { stream: "stdout" | "stderr"; data: Buffer }[];
   child: ChildProcess | null;
+  /** Settles once the process exists (or could not be started). */
+  started: Promise<void>;
   done: Promise<void>;
   listeners: Set<() => void>;
 }
@@ -260,8 +262,15 @@ export class FakeDaytona {
       if (!to) return;
       if (!(await statEntry(sbx, from)))
         return daemonError(res, 404, "FILE_NOT_FOUND", `file not found: ${q("source")}`);
+      // os.Rename refuses a directory moved into itself (EINVAL): a 400, before anything is made.
+      if (to.startsWith(`${from}/`))
+        return daemonError(res, 400, "BAD_REQUEST", `cannot move ${q("source")} into itself`);
       await fs.mkdir(dirname(to), { recursive: true });
-      await fs.rename(from, to);
+      const failed = await fs.rename(from, to).then(
+        () => null,
+        (err: NodeJS.ErrnoException) => err.code ?? err.message,
+      );
+      if (failed) return daemonError(res, 400, "BAD_REQUEST", `cannot move: ${failed}`);
       res.writeHead(200, { "content-length": "0" });
       return void res.end();
     }
@@ -334,6 +343,12 @@ export class FakeDaytona {
         result: Buffer.concat(cmd.chunks.map((c) => c.data)).toString(),
       });
     }
+    if (p === "/process/session" && req.method === "GET")
+      return sendJson(
+        res,
+        200,
+        [...data(sbx).sessions].map(([sessionId, cmds]) => sessionJson(sessionId, cmds)),
+      );
     if (p === "/process/session" && req.method === "POST") {
       const body = await readJson<{ sessionId: string }>(req);
       const d = data(sbx);
@@ -343,11 +358,16 @@ export class FakeDaytona {
       res.writeHead(201, { "content-length": "0" });
       return void res.end();
     }
-    const s = /^\/process\/session\/([^/]+)(?:\/(exec)|\/command\/([^/]+)(\/logs)?)?$/.exec(p);
+    const s = /^\/process\/session\/([^/]+)(?:\/(exec)|\/command\/([^/]+)(\/logs|\/input)?)?$/.exec(
+      p,
+    );
     if (s) {
-      const [, sid, exec, cid, logs] = s;
+      const [, sid, exec, cid, sub] = s;
+      const logs = sub === "/logs";
       const session = data(sbx).sessions.get(sid!);
       if (!session) return daemonError(res, 404, "NOT_FOUND", `session ${sid} not found`);
+      if (req.method === "GET" && !exec && !cid)
+        return sendJson(res, 200, sessionJson(sid!, session));
       if (req.method === "DELETE" && !exec && !cid) {
         // The daemon kills the session's shell: a command still running dies with it, while
         // what a finished command left in the background (a server) keeps running.
@@ -358,7 +378,7 @@ export class FakeDaytona {
       }
       if (exec && req.method === "POST") {
         const body = await readJson<{ command: string; runAsync?: boolean; async?: boolean }>(req);
-        const cmd = this.spawnCommand(sbx, body.command, HOME, undefined);
+        const cmd = this.spawnCommand(sbx, body.command, HOME, undefined, true);
         session.set(cmd.id, cmd);
         if (body.runAsync || body.async) return sendJson(res, 202, { cmdId: cmd.id });
         await cmd.done;
@@ -374,6 +394,15 @@ export class FakeDaytona {
       }
       const cmd = cid ? session.get(cid) : undefined;
       if (cid && !cmd) return daemonError(res, 404, "NOT_FOUND", `command ${cid} not found`);
+      if (cmd && sub === "/input" && req.method === "POST") {
+        const body = await readJson<{ data?: string }>(req);
+        if (cmd.exitCode !== undefined)
+          return daemonError(res, 409, "CONFLICT", `command ${cid} has exited`);
+        await cmd.started;
+        cmd.child?.stdin?.write(body.data ?? "");
+        res.writeHead(200, { "content-length": "0" });
+        return void res.end();
+      }
       if (cmd && !logs && req.method === "GET") {
         return sendJson(res, 200, {
           id: cmd.id,
@@ -429,20 +458,31 @@ export class FakeDaytona {
     command: string,
     cwd: string,
     envs: Record<string, string> | undefined,
+    /** Session commands keep stdin open, for the input call. */
+    keepStdin = false,
   ): Command {
     const cmd: Command = {
       id: randomUUID(),
       command,
       chunks: [],
       child: null,
+      started: Promise.resolve(),
       done: Promise.resolve(),
       listeners: new Set(),
     };
     const notify = () => cmd.listeners.forEach((l) => l());
+    let started!: () => void;
+    cmd.started = new Promise((resolve) => (started = resolve));
     cmd.done = (async () => {
-      const child = await sbx.spawn(["/bin/sh", "-c", command], { cwd, env: envs });
+      const child = await sbx
+        .spawn(["/bin/sh", "-c", command], { cwd, env: envs })
+        .catch((err: unknown) => {
+          started();
+          throw err;
+        });
       cmd.child = child;
-      child.stdin?.end();
+      started();
+      if (!keepStdin) child.stdin?.end();
       child.stdout?.on("data", (c: Buffer) => {
         cmd.chunks.push({ stream: "stdout", data: c });
         notify();
@@ -552,6 +592,18 @@ function error(res: ServerResponse, status: number, code: string, message: strin
     source: "DAYTONA_API",
     timestamp: new Date().toISOString(),
   });
+}
+
+/** The toolbox's Session: its id and commands (exit codes once they ended). */
+function sessionJson(sessionId: string, cmds: Map<string, Command>) {
+  return {
+    sessionId,
+    commands: [...cmds.values()].map((c) => ({
+      id: c.id,
+      command: c.command,
+      ...(c.exitCode !== undefined ? { exitCode: c.exitCode } : {}),
+    })),
+  };
 }
 
 function daemonError(res: ServerResponse, status: number, code: string, message: string): void {

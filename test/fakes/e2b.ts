@@ -6,11 +6,14 @@
  * apart by the E2b-Sandbox-Id / E2b-Sandbox-Port headers, exactly as the SDK sends them.
  *
  * Everything runs for real in a FakeSandboxHost (bubblewrap, /mnt/user-data, /home/user).
- * Differences from E2B worth knowing: code cells are separate processes (no kernel state
- * between cells), and `Remove` of a missing path succeeds (as envd's os.RemoveAll does).
+ * Differences from E2B worth knowing: stateless cells (no context) are separate processes, each
+ * context's kernel is a stand-in for Jupyter's (Python: test/fakes/e2b-kernel.py; TypeScript:
+ * sandboxd's own Node kernel behind an adapter), and `Remove` of a missing path succeeds (as
+ * envd's os.RemoveAll does).
  */
 import type { ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
+import { constants as osConstants } from "node:os";
 import * as fs from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createReadStream, createWriteStream, readFileSync, watch } from "node:fs";
@@ -41,23 +44,25 @@ interface E2BData {
 const data = (s: FakeSandbox) => s.data as unknown as E2BData;
 
 /**
- * A code-interpreter context. Python contexts keep one kernel process (test/fakes/e2b-kernel.py)
- * whose namespace lives across cells; TypeScript cells run one process each (no state).
+ * A code-interpreter context: one kernel process whose namespace lives across cells (as E2B's
+ * Jupyter kernels do, its JavaScript/TypeScript kernel included).
  */
 interface CodeContext {
   id: string;
   language: string;
   cwd: string;
-  running: Set<ChildProcess>;
   kernel?: Kernel;
 }
 
-/** A running Python kernel: cells are queued, one at a time, each with its event sink. */
+/** A running kernel: cells are queued, one at a time, each with its event sink. */
 interface Kernel {
   child: ChildProcess;
   queue: Promise<void>;
+  /** Gets the running cell's events as the code interpreter's NDJSON lines. */
   sink: ((line: string) => void) | null;
   dead: Promise<void>;
+  /** Hands a cell to the kernel. */
+  send(code: string, envs: Record<string, string>): void;
 }
 
 const KERNEL_SOURCE = readFileSync(new URL("./e2b-kernel.py", import.meta.url), "utf8");
@@ -489,8 +494,11 @@ export class FakeE2B {
         emit({ data: { pty: Buffer.from(d).toString("base64") } }),
       );
       exited = new Promise((resolve) =>
+        // As Go's ProcessState reports it: exit code -1 for a process a signal ended.
         term.onExit(({ exitCode, signal }) =>
-          resolve({ exitCode, signal: signal ? `signal ${signal}` : null }),
+          resolve(
+            signal ? { exitCode: -1, signal: signalName(signal) } : { exitCode, signal: null },
+          ),
         ),
       );
     } else {
@@ -510,9 +518,13 @@ export class FakeE2B {
     void exited.then(({ exitCode, signal }) => {
       data(sbx).processes.delete(proc.pid);
       const status = signal
-        ? `signal: ${signal === "SIGKILL" ? "killed" : signal}`
+        ? `signal: ${GO_SIGNAL_TEXT[signal] ?? signal}`
         : `exit status ${exitCode}`;
-      emit({ end: { exitCode, exited: signal === null, status } });
+      // envd's error is Go's cmd.Wait() error text, which for a failed process is its status.
+      const failed = signal !== null || exitCode !== 0;
+      emit({
+        end: { exitCode, exited: signal === null, status, ...(failed ? { error: status } : {}) },
+      });
       emit(null);
     });
   }
@@ -614,7 +626,6 @@ export class FakeE2B {
         id: randomUUID(),
         language: normaliseLanguage(body.language),
         cwd: body.cwd ?? HOME,
-        running: new Set<ChildProcess>(),
       };
       d.contexts.set(ctx.id, ctx);
       return sendJson(res, 200, { id: ctx.id, language: ctx.language, cwd: ctx.cwd });
@@ -629,8 +640,6 @@ export class FakeE2B {
     if (one && (req.method === "DELETE" || (one[2] && req.method === "POST"))) {
       const ctx = d.contexts.get(one[1]!);
       if (!ctx) return sendJson(res, 404, { code: 404, message: `context ${one[1]} not found` });
-      for (const c of ctx.running) sbx.killGroup(c.pid);
-      ctx.running.clear();
       if (ctx.kernel) sbx.killGroup(ctx.kernel.child.pid);
       delete ctx.kernel;
       if (req.method === "DELETE") d.contexts.delete(ctx.id);
@@ -649,9 +658,8 @@ export class FakeE2B {
       const language = ctx?.language ?? normaliseLanguage(body.language);
       if (language !== "python" && language !== "typescript")
         return sendJson(res, 400, { code: 400, message: `unsupported language ${language}` });
-      if (ctx && language === "python")
-        return this.executeInKernel(sbx, ctx, body.code, body.env_vars ?? {}, res);
-      return this.execute(sbx, ctx, language, body.code, body.env_vars ?? {}, res);
+      if (ctx) return this.executeInKernel(sbx, ctx, body.code, body.env_vars ?? {}, res);
+      return this.execute(sbx, language, body.code, body.env_vars ?? {}, res);
     }
     sendJson(res, 404, { code: 404, message: `no route ${p}` });
   }
@@ -695,7 +703,7 @@ export class FakeE2B {
             );
             finish();
           });
-          kernel.child.stdin?.write(JSON.stringify({ code, env_vars: envs }) + "\n");
+          kernel.send(code, envs);
         }),
     );
     kernel.queue = turn;
@@ -703,26 +711,114 @@ export class FakeE2B {
   }
 
   private async startKernel(sbx: FakeSandbox, ctx: CodeContext): Promise<Kernel> {
+    // Named like Jupyter's kernels, by a connection file carrying the kernel's id.
+    const connection = `${HOME}/.fake-kernel/kernel-${ctx.id}.json`;
+    return ctx.language === "python"
+      ? this.startPythonKernel(sbx, ctx, connection)
+      : this.startNodeKernel(sbx, ctx, connection);
+  }
+
+  private async startPythonKernel(
+    sbx: FakeSandbox,
+    ctx: CodeContext,
+    connection: string,
+  ): Promise<Kernel> {
     const dir = `${HOME}/.fake-kernel`;
     await writeFileAtomic(
       join(sbx.homeDir, ".fake-kernel", "ipykernel_launcher.py"),
       Buffer.from(KERNEL_SOURCE),
     );
-    const child = await sbx.spawn(
-      ["python3", "-m", "ipykernel_launcher", "-f", `${dir}/kernel-${ctx.id}.json`],
-      { cwd: ctx.cwd, env: { PYTHONPATH: dir } },
+    const child = await sbx.spawn(["python3", "-m", "ipykernel_launcher", "-f", connection], {
+      cwd: ctx.cwd,
+      env: { PYTHONPATH: dir },
+    });
+    const kernel = this.kernel(ctx, child, (code, envs) =>
+      child.stdin?.write(JSON.stringify({ code, env_vars: envs }) + "\n"),
     );
+    child.stderr?.on("data", () => undefined);
+    createInterface({ input: child.stdout! }).on("line", (line) => kernel.sink?.(line));
+    return kernel;
+  }
+
+  /**
+   * sandboxd's persistent TypeScript kernel (cells in on fd 3, events out on fd 4, each cell's
+   * output ended by a mark on stdout and stderr), its events turned into the code interpreter's.
+   */
+  private async startNodeKernel(
+    sbx: FakeSandbox,
+    ctx: CodeContext,
+    connection: string,
+  ): Promise<Kernel> {
+    const child = await sbx.spawn(
+      [
+        "node",
+        "--expose-internals",
+        "--disable-warning=ExperimentalWarning",
+        `${RUNNERS_MOUNT}/node_kernel.mjs`,
+        "-f",
+        connection,
+      ],
+      // Bare imports resolve from the home directory, where packages are installed.
+      { cwd: ctx.cwd, env: { SANDPIT_CELL_DIR: HOME }, extraPipes: 2 },
+    );
+    child.stdin?.end();
+    const emit = (o: unknown) => kernel.sink?.(JSON.stringify(o));
+    let cell = { marks: 0, done: false, n: 0 };
+    const settle = () => {
+      if (cell.marks < 2 || !cell.done) return;
+      emit({ type: "number_of_executions", execution_count: cell.n });
+      emit({ type: "end_of_execution" });
+    };
+    const outputs = (["stdout", "stderr"] as const).map(
+      (type) =>
+        new MarkedStream(
+          (text) => emit({ type, text, timestamp: new Date().toISOString() }),
+          () => {
+            cell.marks++;
+            settle();
+          },
+        ),
+    );
+    child.stdout!.on("data", (b: Buffer) => outputs[0]!.feed(b));
+    child.stderr!.on("data", (b: Buffer) => outputs[1]!.feed(b));
+    const requests = child.stdio[3] as NodeJS.WritableStream;
+    requests.on("error", () => undefined); // the kernel died: its exit ends the cell
+    createInterface({ input: child.stdio[4] as NodeJS.ReadableStream }).on("line", (line) => {
+      const e = JSON.parse(line) as {
+        type: string;
+        result?: { isMainResult: boolean; text?: string; json?: unknown };
+        error?: { name: string; value: string; traceback: string };
+      };
+      if (e.type === "result" && e.result) {
+        const { isMainResult, ...formats } = e.result;
+        emit({ type: "result", ...formats, is_main_result: isMainResult });
+      } else if (e.type === "error" && e.error) emit({ type: "error", ...e.error });
+      else if (e.type === "done") {
+        cell.done = true;
+        settle();
+      }
+    });
+    let executions = 0;
+    const kernel = this.kernel(ctx, child, (code, envs) => {
+      const mark = `\0fake-end-${randomBytes(8).toString("hex")}\0`;
+      cell = { marks: 0, done: false, n: ++executions };
+      for (const o of outputs) o.arm(mark);
+      requests.write(JSON.stringify({ code, env: envs, mark }) + "\n");
+    });
+    return kernel;
+  }
+
+  private kernel(ctx: CodeContext, child: ChildProcess, send: Kernel["send"]): Kernel {
     const kernel: Kernel = {
       child,
       queue: Promise.resolve(),
       sink: null,
       dead: new Promise((resolve) => child.once("close", () => resolve())),
+      send,
     };
     void kernel.dead.then(() => {
       if (ctx.kernel === kernel) delete ctx.kernel;
     });
-    child.stderr?.on("data", () => undefined);
-    createInterface({ input: child.stdout! }).on("line", (line) => kernel.sink?.(line));
     return kernel;
   }
 
@@ -732,7 +828,6 @@ export class FakeE2B {
    */
   private async execute(
     sbx: FakeSandbox,
-    ctx: CodeContext | undefined,
     language: "python" | "typescript",
     code: string,
     envs: Record<string, string>,
@@ -763,9 +858,8 @@ export class FakeE2B {
       language === "typescript"
         ? { ...envs, SANDPIT_ERROR_FILE: errorFile, SANDPIT_CODE_FILE: codeFile }
         : envs;
-    const child = await sbx.spawn(argv, { cwd: ctx?.cwd ?? HOME, env });
+    const child = await sbx.spawn(argv, { cwd: HOME, env });
     child.stdin?.end();
-    ctx?.running.add(child);
     res.writeHead(200, { "content-type": "application/x-ndjson" });
     res.flushHeaders();
     const line = (o: unknown) => res.write(JSON.stringify(o) + "\n");
@@ -777,7 +871,6 @@ export class FakeE2B {
       line({ type: "stderr", text: c.toString(), timestamp: ts() }),
     );
     child.once("close", async (code, signal) => {
-      ctx?.running.delete(child);
       const errHost = join(sbx.homeDir, ".fake-kernel", `${id}.error.json`);
       const reported = await fs.readFile(errHost, "utf8").then(
         (t) => JSON.parse(t) as { name: string; message: string; traceback?: string },
@@ -808,6 +901,49 @@ export class FakeE2B {
   }
 }
 
+/** One output stream of the Node kernel: text as it comes, up to the running cell's end mark. */
+class MarkedStream {
+  private mark: Buffer | null = null;
+  private held = Buffer.alloc(0);
+  private readonly decoder = new TextDecoder();
+  private readonly onText: (text: string) => void;
+  private readonly onMark: () => void;
+  constructor(onText: (text: string) => void, onMark: () => void) {
+    this.onText = onText;
+    this.onMark = onMark;
+  }
+
+  arm(mark: string): void {
+    this.mark = Buffer.from(mark);
+  }
+
+  feed(b: Buffer): void {
+    let buf = Buffer.concat([this.held, b]);
+    this.held = Buffer.alloc(0);
+    const mark = this.mark;
+    if (mark) {
+      const at = buf.indexOf(mark);
+      if (at >= 0) {
+        this.send(buf.subarray(0, at));
+        this.mark = null;
+        this.onMark();
+        return this.feed(buf.subarray(at + mark.length));
+      }
+      // Hold back what may be the start of the mark.
+      let keep = Math.min(mark.length - 1, buf.length);
+      while (keep > 0 && !mark.subarray(0, keep).equals(buf.subarray(buf.length - keep))) keep--;
+      this.held = Buffer.from(buf.subarray(buf.length - keep));
+      buf = buf.subarray(0, buf.length - keep);
+    }
+    this.send(buf);
+  }
+
+  private send(b: Uint8Array): void {
+    const text = this.decoder.decode(b, { stream: true });
+    if (text) this.onText(text);
+  }
+}
+
 class RpcError extends Error {
   readonly code: string;
   readonly status: number;
@@ -816,6 +952,21 @@ class RpcError extends Error {
     this.code = code;
     this.status = status;
   }
+}
+
+/** Signals as Go's ProcessState.String() names them in envd's end event ("signal: killed"). */
+const GO_SIGNAL_TEXT: Record<string, string> = {
+  SIGKILL: "killed",
+  SIGTERM: "terminated",
+  SIGINT: "interrupt",
+  SIGHUP: "hangup",
+  SIGQUIT: "quit",
+  SIGUSR1: "user defined signal 1",
+  SIGUSR2: "user defined signal 2",
+};
+
+function signalName(n: number): string {
+  return Object.entries(osConstants.signals).find(([, v]) => v === n)?.[0] ?? `signal ${n}`;
 }
 
 function normaliseLanguage(l: string | undefined): string {

@@ -43,6 +43,8 @@ export interface SpawnOptions {
   /** Absolute path inside the sandbox. */
   cwd: string;
   env?: Record<string, string> | undefined;
+  /** Pipes beyond stdio (fd 3, 4, ...), for kernels that talk over their own channels. */
+  extraPipes?: number;
 }
 
 export type SandboxState = "running" | "paused" | "killed";
@@ -116,7 +118,8 @@ export class FakeSandbox {
       ...o.env,
     };
     const args = [...(await this.host.bwrapArgs(this, interp)), "--chdir", o.cwd, "--", ...argv];
-    const child = spawn("bwrap", args, { env, stdio: ["pipe", "pipe", "pipe"], detached: true });
+    const stdio = Array<"pipe">(3 + (o.extraPipes ?? 0)).fill("pipe");
+    const child = spawn("bwrap", args, { env, stdio, detached: true });
     const pid = child.pid;
     if (pid !== undefined) {
       this.groups.add(pid);

@@ -124,13 +124,48 @@ describe.skipIf(!usable)(title, () => {
     expect((await sbx.commands.run("echo alive")).stdout).toBe("alive\n");
   });
 
+  it("runs background commands as sessions: output, stdin, list, reconnect with replay, kill", async () => {
+    let seen = "";
+    const h = await sbx.commands.run(
+      'echo started; read line; echo "got $line"; echo oops >&2; exit 4',
+      { background: true, tag: "reader", onStdout: (d) => (seen += d) },
+    );
+    expect(h.pid).toBeGreaterThan(0);
+    const listed = (await sbx.commands.list()).find((p) => p.pid === h.pid);
+    expect(listed).toMatchObject({ tag: "reader", pty: false, cwd: "/mnt/user-data/workspace" });
+    expect(listed?.command).toContain("read line");
+    await h.sendStdin("hello\n");
+    expect(await h.wait()).toEqual({
+      exitCode: 4,
+      stdout: "started\ngot hello\n",
+      stderr: "oops\n",
+    });
+    expect(seen).toBe("started\ngot hello\n");
+    expect((await sbx.commands.list()).find((p) => p.pid === h.pid)?.exitCode).toBe(4);
+    // Another client replays the whole log, from an offset too.
+    const again = await sbx.commands.connect(h.pid, { offset: 8 });
+    expect(await again.wait()).toMatchObject({ exitCode: 4, stdout: "got hello\n" });
+    await expectSandboxError(h.sendStdin("late"), "CONFLICT");
+    expect(await h.kill()).toBe(false);
+
+    const beat = `bg-beat-${Date.now()}`;
+    const loop = await sbx.commands.run(
+      `(while :; do date +%s%N > ${beat}; sleep 0.05; done) & while :; do sleep 1; done`,
+      { background: true },
+    );
+    for (let i = 0; i < 100 && !(await sbx.filesystem.exists(beat)); i++)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(await sbx.commands.kill(loop.pid, "SIGTERM")).toBe(true);
+    expect((await loop.wait()).exitCode).toBe(143);
+    const then = await sbx.filesystem.read(beat);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await sbx.filesystem.read(beat), "the group's background child died too").toBe(then);
+    await expectSandboxError(sbx.commands.connect(123), "NOT_FOUND");
+    await expectSandboxError(sbx.commands.connect(-1), "INVALID_ARGUMENT");
+  });
+
   it("refuses what it does not implement with NOT_SUPPORTED naming the feature", async () => {
     const refused = [
-      sbx.commands.run("sleep 1", { background: true }),
-      sbx.commands.list(),
-      sbx.commands.connect(1),
-      sbx.commands.kill(1),
-      sbx.commands.sendStdin(1, "x"),
       sbx.commands.closeStdin(1),
       sbx.pty.create({ cols: 80, rows: 24, onData: () => undefined }),
       sbx.pty.resize(1, { cols: 80, rows: 24 }),

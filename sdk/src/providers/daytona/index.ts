@@ -9,6 +9,7 @@
  *    stdout and stderr apart and streams them (`getSessionCommandLogs` over WebSocket); the
  *    command is wrapped in a small POSIX shell script that sets cwd and env, feeds stdin, and
  *    bounds it with `timeout`, so a deadline kills its whole process group in the sandbox;
+ *  - background commands are sessions of their own (see processes.ts);
  *  - code runs with Sandpit's own runners (the same files sandboxd uses), uploaded into
  *    /mnt/user-data/.sandpit at create: this gives name/message/traceback and TypeScript in any
  *    sandbox, where Daytona's `codeRun` has neither structured errors nor per-call languages;
@@ -17,7 +18,7 @@
  *  - Daytona timeouts are seconds: every millisecond value is converted at the boundary with
  *    Math.ceil(ms / 1000).
  */
-import { foregroundCommands, noCodeContexts, noPty } from "../../unsupported.ts";
+import { noCodeContexts, noPty } from "../../unsupported.ts";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -59,6 +60,7 @@ import {
 } from "../cloud-common.ts";
 import { fromDaytona } from "./errors.ts";
 import { DaytonaFilesystem } from "./filesystem.ts";
+import { DaytonaCommands, type DaytonaProcessHost } from "./processes.ts";
 
 /** Re-exported so the provider's entry point carries its options schema. */
 export { DaytonaProviderOptions };
@@ -241,7 +243,7 @@ interface ExecOptions {
 
 const NO_CONTEXTS = noCodeContexts("Daytona");
 
-export class DaytonaInstance implements SandboxInstance {
+export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
   readonly pty = noPty("Daytona");
   readonly createCodeContext = NO_CONTEXTS.createCodeContext;
   readonly listCodeContexts = NO_CONTEXTS.listCodeContexts;
@@ -259,12 +261,16 @@ export class DaytonaInstance implements SandboxInstance {
     this.sandbox = sandbox;
     this.sandboxId = sandbox.id;
     this.defaults = defaults;
-    this.commands = foregroundCommands("Daytona", (command, options) => this.run(command, options));
+    this.commands = new DaytonaCommands(this, (command, options) => this.run(command, options));
     this.filesystem = new DaytonaFilesystem(this);
   }
 
   get workingDirectory(): string {
     return this.defaults.workingDirectory;
+  }
+
+  get stateDir(): string {
+    return STATE;
   }
 
   alive(): void {

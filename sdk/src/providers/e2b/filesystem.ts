@@ -193,7 +193,8 @@ export class E2BFilesystem extends FilesystemExtras implements SandboxFilesystem
     const p = virtualPath(path);
     if (o.signal?.aborted) throw abortReason(o.signal);
     const data = typeof content === "string" ? new TextEncoder().encode(content) : content;
-    const r = await this.host.exec(`cat >> ${shq(p)}`, {
+    // Missing parents are made, as for write.
+    const r = await this.host.exec(`mkdir -p -- ${shq(posix.dirname(p))} && cat >> ${shq(p)}`, {
       cwd: "/",
       timeoutMs: 30 * 60_000,
       stdin: data,

@@ -9,8 +9,11 @@
  *    user) when the sandbox is created, and every path is checked on the client;
  *  - commands run through envd; a non-zero exit (CommandExitError) is a result, stdin is sent
  *    through the process's stdin pipe, and a command that passes its deadline is killed;
- *  - code runs in the code interpreter's kernel (`runCode`), TypeScript inlined as the cell
- *    source, one kernel context per language and working directory;
+ *  - code runs in the code interpreter's kernels (`runCode`), TypeScript inlined as the cell
+ *    source; stateless Python in one context per working directory, stateless TypeScript in
+ *    the interpreter's own TypeScript context; `createCodeContext` makes contexts of the
+ *    caller's, whose cells share state; a cell past its deadline or aborted is interrupted
+ *    (SIGINT to its kernel) and the context lives on; a context whose kernel died is removed;
  *  - packages are installed with pip / npm in the sandbox before `create` resolves.
  */
 import {
@@ -24,7 +27,7 @@ import { CommandExitError, TimeoutError } from "e2b";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { E2BProviderOptions } from "./options.ts";
-import { DEFAULT_TIMEOUT_MS, ID_PATTERN, parseOutput } from "@sandpit/sandboxd/protocol";
+import { DEFAULT_TIMEOUT_MS, ID_PATTERN, ID_RULE, parseOutput } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { checkPort } from "../../validate.ts";
@@ -214,6 +217,15 @@ export class E2BProvider implements SandboxProvider {
   }
 }
 
+/**
+ * How the code interpreter reports a cell whose kernel died (Jupyter restarts a dead kernel
+ * with an empty namespace).
+ */
+const KERNEL_DIED = new Set(["DeadKernelError", "KernelDied", "KernelRestarted"]);
+
+/** How long a timed-out cell has to stop after its interrupt before the context is restarted. */
+const INTERRUPT_GRACE_MS = 5_000;
+
 /** Bytes per stdin message (envd's messages are JSON, base64 inside). */
 const STDIN_CHUNK = 1 << 20;
 
@@ -225,7 +237,7 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
   readonly sandbox: Sandbox;
   private readonly defaults: Defaults;
   private killed = false;
-  /** The contexts stateless `executeCode` uses, one per (language, working directory). */
+  /** The contexts stateless Python `executeCode` uses, one per working directory. */
   private readonly contexts = new Map<string, Promise<Context>>();
 
   constructor(sandbox: Sandbox, defaults: Defaults) {
@@ -379,7 +391,8 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
     checkEnvs(o.envs);
     this.alive();
     const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    let context: Context;
+    let context: Context | undefined;
+    let source = code;
     if (o.context !== undefined) {
       if (o.cwd !== undefined)
         throw new SandboxError(
@@ -387,13 +400,20 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
           "INVALID_ARGUMENT",
         );
       context = await this.findContext(o.context, language);
-    } else {
+    } else if (language === "python") {
       context = await this.context(language, virtualPath(o.cwd ?? this.defaults.workingDirectory));
+    } else {
+      // Stateless TypeScript runs in the interpreter's own TypeScript context (one kernel for
+      // the sandbox: declarations of one call would collide with the next in a context of
+      // ours), moved to the call's directory first, on the cell's first line.
+      const cwd = virtualPath(o.cwd ?? this.defaults.workingDirectory);
+      source = `process.chdir(${JSON.stringify(cwd)}); ${code}`;
     }
     if (o.signal?.aborted) throw abortReason(o.signal);
     // envd's code interpreter has no cancel call: an abort interrupts the kernel (SIGINT, as
     // Jupyter's interrupt does), the cell ends with KeyboardInterrupt and the context lives on.
-    const onAbort = () => void this.interrupt(context.id);
+    // (A stateless TypeScript cell's kernel is not ours to find: only the request is dropped.)
+    const onAbort = () => void (context && this.interrupt(context.id));
     o.signal?.addEventListener("abort", onAbort, { once: true });
     const started = performance.now();
     const results: CodeResult[] = [];
@@ -401,8 +421,8 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
     try {
       // TypeScript goes to the kernel inline, as the cell's source: its kernel cannot import
       // ESM files, so nothing is written to disk first.
-      execution = await this.sandbox.runCode(code, {
-        context,
+      execution = await this.sandbox.runCode(source, {
+        ...(context ? { context } : { language: "typescript" }),
         timeoutMs,
         ...(o.envs ? { envs: o.envs } : {}),
         ...(o.onStdout ? { onStdout: (m: OutputMessage) => o.onStdout!(m.line) } : {}),
@@ -416,8 +436,8 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
     } catch (err) {
       if (o.signal?.aborted) throw abortReason(o.signal);
       if (err instanceof TimeoutError) {
-        // The kernel keeps running a cell whose client gave up; restart it so the next cell runs.
-        await this.sandbox.restartCodeContext(context).catch(() => undefined);
+        // The kernel keeps running a cell whose client gave up: interrupt it, as an abort does.
+        if (context) await this.stopCell(context);
         throw new SandboxError(
           `code execution exceeded its timeout of ${timeoutMs} ms and was stopped`,
           "TIMEOUT",
@@ -443,6 +463,14 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
     };
     const output = parseOutput(stdout);
     if (output !== undefined) result.output = output;
+    if (context && e && KERNEL_DIED.has(e.name)) {
+      // The interpreter itself died: its state is gone, so the context is too.
+      await this.removeCodeContext(context.id).catch(() => undefined);
+      throw new SandboxError(
+        `the code context's interpreter died (${e.name}: ${e.value}); the context was removed`,
+        "EXECUTION_FAILED",
+      );
+    }
     if (e && !cleanExit) {
       const traceback = stripAnsi(e.traceback ?? "");
       result.error = { name: e.name, message: e.value, ...(traceback ? { traceback } : {}) };
@@ -451,14 +479,28 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
   }
 
   /**
+   * Ends a cell the client gave up on (its deadline): interrupted, the context lives on. A cell
+   * that ignores the interrupt (blocked in native code) would hold the context forever, so if a
+   * trivial cell cannot run soon after, the context is restarted (its state is lost then).
+   */
+  private async stopCell(context: Context): Promise<void> {
+    await this.interrupt(context.id);
+    try {
+      await this.sandbox.runCode("", { context, timeoutMs: INTERRUPT_GRACE_MS });
+    } catch {
+      await this.sandbox.restartCodeContext(context).catch(() => undefined);
+    }
+  }
+
+  /**
    * SIGINT to the context's kernel. The code interpreter's context id is its Jupyter kernel's
    * id, which names the kernel's connection file on the kernel's command line.
    */
   private async interrupt(contextId: string): Promise<void> {
-    // Anchored at the start of the command line: only the kernel itself, not a process whose
-    // arguments merely mention it.
+    // Anchored at the start of the command line: only a kernel (Python's or the JavaScript
+    // one) itself, not a process whose arguments merely mention it.
     const id = contextId.replace(/[^A-Za-z0-9-]/g, "");
-    const pattern = `^[^ ]*python[^ ]* -m ipykernel_launcher -f [^ ]*kernel-${id}\\.json`;
+    const pattern = `^[^ ]*(python|node|deno)[^ ]* .*kernel-${id}\\.json`;
     await this.exec(`pkill -INT -f -- ${shq(pattern)}`, {
       cwd: "/",
       timeoutMs: 30_000,
@@ -466,8 +508,8 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
     }).catch(() => undefined);
   }
 
-  /** One kernel context per (language, working directory), created on first use. */
-  private context(language: SandboxLanguage, cwd: string): Promise<Context> {
+  /** One Python kernel context per working directory, created on first use. */
+  private context(language: "python", cwd: string): Promise<Context> {
     const key = `${language}:${cwd}`;
     let ctx = this.contexts.get(key);
     if (!ctx) {
@@ -489,6 +531,10 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
       );
     const cwd = virtualPath(o.cwd ?? this.defaults.workingDirectory);
     this.alive();
+    // The interpreter would start anywhere; the contract wants a missing directory refused.
+    const dir = await this.filesystem.stat(cwd);
+    if (dir.type !== "dir")
+      throw new SandboxError(`cwd ${cwd} is not a directory`, "INVALID_ARGUMENT");
     try {
       const ctx = await this.sandbox.createCodeContext({ language, cwd });
       return { id: ctx.id, language, cwd: ctx.cwd || cwd };
@@ -573,8 +619,11 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
 
 function contextId(context: CodeContext | string): string {
   const id = typeof context === "string" ? context : context?.id;
-  if (typeof id !== "string" || !id)
-    throw new SandboxError("context must be a code context or its id", "INVALID_ARGUMENT");
+  if (typeof id !== "string" || !ID_PATTERN.test(id))
+    throw new SandboxError(
+      `context must be a code context or its id (${ID_RULE})`,
+      "INVALID_ARGUMENT",
+    );
   return id;
 }
 

@@ -8,9 +8,12 @@
  * (SANDPIT_PTY); `list()` reads them back from envd's process list. envd keeps no output for a
  * later attach, so `connect` delivers output from the moment it attaches (`droppedBytes` -1:
  * unknown). envd's signal call knows only SIGKILL and SIGTERM and the SDK sends only SIGKILL;
- * other signals are sent with `kill(1)` inside the sandbox, to the process group.
+ * other signals are sent with `kill(1)` inside the sandbox, to the process group. A process a
+ * signal ended reports exit code -1 and "signal: killed" (Go's wording); Sandpit reports
+ * 128 + the signal's number, as a shell does.
  */
 import { CommandExitError, type CommandHandle as E2BHandle, type Sandbox } from "e2b";
+import { PTY_MAX_SIZE } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "../../errors.ts";
 import type {
   CommandConnectOptions,
@@ -77,6 +80,28 @@ function checkTag(tag: unknown): string | undefined {
   if (typeof tag !== "string" || tag.length > 255)
     throw new SandboxError("tag must be a string of at most 255 characters", "INVALID_ARGUMENT");
   return tag;
+}
+
+/** Go's names of signals (ProcessState.String()) and their numbers. */
+const GO_SIGNALS: Record<string, number> = {
+  hangup: 1,
+  interrupt: 2,
+  quit: 3,
+  aborted: 6,
+  killed: 9,
+  "user defined signal 1": 10,
+  "segmentation fault": 11,
+  "user defined signal 2": 12,
+  "broken pipe": 13,
+  terminated: 15,
+};
+
+/** An exit code from envd's end event: 128 + n for a process signal n ended (envd says -1). */
+export function exitCodeOf(r: { exitCode: number; error?: string | undefined }): number {
+  if (r.exitCode !== -1) return r.exitCode;
+  const name = /^signal: (.+)$/.exec(r.error ?? "")?.[1];
+  const n = name === undefined ? undefined : GO_SIGNALS[name];
+  return n === undefined ? r.exitCode : 128 + n;
 }
 
 /** `bash -l -c <command>` (how the SDK starts commands) shown as the command itself. */
@@ -243,7 +268,7 @@ class E2BCommandHandle implements CommandHandle {
       (r) => ({ exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr }),
       (err: unknown) => {
         if (err instanceof CommandExitError)
-          return { exitCode: err.exitCode, stdout: err.stdout, stderr: err.stderr };
+          return { exitCode: exitCodeOf(err), stdout: err.stdout, stderr: err.stderr };
         if (this.#disconnected)
           throw new SandboxError(
             `this handle was disconnected from process ${this.pid}; connect again to wait for it`,
@@ -281,12 +306,14 @@ class E2BCommandHandle implements CommandHandle {
   }
 }
 
+/** The same bounds sandboxd holds terminals to, checked before E2B is asked. */
 function checkSize(size: unknown): PtySize {
   const s = size as Partial<PtySize> | undefined;
-  const ok = (n: unknown) => typeof n === "number" && Number.isInteger(n) && n > 0 && n <= 10_000;
+  const ok = (n: unknown) =>
+    typeof n === "number" && Number.isInteger(n) && n > 0 && n <= PTY_MAX_SIZE;
   if (!s || !ok(s.cols) || !ok(s.rows))
     throw new SandboxError(
-      "cols and rows must be integers between 1 and 10000",
+      `cols and rows must be integers from 1 to ${PTY_MAX_SIZE}`,
       "INVALID_ARGUMENT",
     );
   return { cols: s.cols!, rows: s.rows! };
@@ -378,14 +405,22 @@ export class E2BPty implements SandboxPty {
     }
   }
 
+  /**
+   * SIGKILL to the terminal's shell (envd signals that one process), then to every process left
+   * in its session: background jobs and pipelines an interactive shell put in groups of their
+   * own would otherwise outlive it.
+   */
   async kill(pid: number): Promise<boolean> {
     checkPid(pid);
     this.#host.alive();
+    let killed: boolean;
     try {
-      return await this.#host.sandbox.pty.kill(pid);
+      killed = await this.#host.sandbox.pty.kill(pid);
     } catch (err) {
       throw fromE2B(err, `killing terminal ${pid}`);
     }
+    if (killed) await this.#host.exec(`pkill -KILL -s ${pid}`, { cwd: "/", timeoutMs: 30_000 });
+    return killed;
   }
 }
 
@@ -394,6 +429,7 @@ class E2BPtyHandle implements PtyHandle {
   readonly #h: E2BHandle;
   readonly #pty: E2BPty;
   readonly #exit: Promise<{ exitCode: number }>;
+  #exited = false;
 
   constructor(h: E2BHandle, pty: E2BPty) {
     this.#h = h;
@@ -402,17 +438,27 @@ class E2BPtyHandle implements PtyHandle {
     this.#exit = h.wait().then(
       (r) => ({ exitCode: r.exitCode }),
       (err: unknown) => {
-        if (err instanceof CommandExitError) return { exitCode: err.exitCode };
+        if (err instanceof CommandExitError) return { exitCode: exitCodeOf(err) };
         throw fromE2B(err, `waiting for terminal ${this.pid}`);
       },
     );
-    this.#exit.catch(() => undefined);
+    this.#exit.then(
+      () => (this.#exited = true),
+      () => undefined,
+    );
   }
 
-  sendInput(data: string | Uint8Array): Promise<void> {
+  /** envd forgets an exited process (NOT_FOUND); this handle saw it exit, so it says CONFLICT. */
+  #running(): void {
+    if (this.#exited) throw new SandboxError(`terminal ${this.pid} has exited`, "CONFLICT");
+  }
+
+  async sendInput(data: string | Uint8Array): Promise<void> {
+    this.#running();
     return this.#pty.sendInput(this.pid, data);
   }
-  resize(size: PtySize): Promise<void> {
+  async resize(size: PtySize): Promise<void> {
+    this.#running();
     return this.#pty.resize(this.pid, size);
   }
   kill(): Promise<boolean> {
