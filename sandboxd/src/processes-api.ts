@@ -3,6 +3,7 @@
  * look up, attach to the output (NDJSON, replayed from any offset the ring still holds, then live,
  * then the exit), stdin in chunks, close stdin, signal. Behind the same token as every native route.
  */
+import type { Terminals } from "./ptys.ts";
 import express, { type Request, type Response } from "express";
 import type { BackgroundProcess, ProcessTable } from "./processes.ts";
 import {
@@ -14,7 +15,11 @@ import {
 } from "./protocol.ts";
 import { parse, wantsNdjson } from "./request-input.ts";
 
-export function processesRouter(table: ProcessTable): express.Router {
+/**
+ * `terminals` are listed beside the processes (`pty: true`), as `commands.list()` promises;
+ * everything else about them is on their own routes (pty-routes.ts).
+ */
+export function processesRouter(table: ProcessTable, terminals: Terminals): express.Router {
   const r = express.Router();
   const json = express.json({ limit: 2 * MAX_STDIN_BYTES });
   // stdin is raw bytes, whatever the content type says.
@@ -28,7 +33,7 @@ export function processesRouter(table: ProcessTable): express.Router {
   });
 
   r.get("/v1/processes", (_req, res) => {
-    res.json({ processes: table.list().map((p) => p.entry()) });
+    res.json({ processes: [...table.list().map((p) => p.entry()), ...terminals.list()] });
   });
 
   r.get("/v1/processes/:pid", (req, res) => {

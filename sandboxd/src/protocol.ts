@@ -304,17 +304,8 @@ export const PtyCreateRequest = PtySize.extend({
 });
 export type PtyCreateRequest = z.infer<typeof PtyCreateRequest>;
 
-/** A terminal as listed: the fields of a process listing, with `pty: true`. */
-export interface PtyInfo {
-  pid: number;
-  command: string;
-  /** Virtual path. */
-  cwd: string;
-  pty: true;
-  /** Epoch milliseconds. */
-  startedAt: number;
-  exitCode?: number;
-}
+/** A terminal as listed: a process listing's entry (`ProcessEntry`), with `pty: true`. */
+export type PtyInfo = Omit<ProcessEntry, "pty" | "tag"> & { pty: true };
 
 /**
  * Text frames on a terminal's WebSocket (`GET /v1/pty/<pid>/connect`); binary frames are the

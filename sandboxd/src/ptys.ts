@@ -127,7 +127,7 @@ export class Terminal {
       command: this.command,
       cwd: this.cwd,
       pty: true,
-      startedAt: this.startedAt,
+      startedAtMs: this.startedAt,
       ...(this.exitCode === undefined ? {} : { exitCode: this.exitCode }),
     };
   }

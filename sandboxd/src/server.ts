@@ -213,7 +213,7 @@ export function createApp(opts: ServerOptions): express.Express {
   app.use(ptyRouter(opts.terminals));
   app.use(contextRoutes(opts.contexts));
   app.use(filesRouter({ jail, logger }));
-  app.use(processesRouter(opts.processes));
+  app.use(processesRouter(opts.processes, opts.terminals));
 
   // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
   app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));

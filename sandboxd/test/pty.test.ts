@@ -96,6 +96,18 @@ describe("terminals", () => {
     expect(info.cwd).toBe("/mnt/user-data/workspace");
   });
 
+  it("is listed among the processes, marked pty, in the same shape", async () => {
+    const before = Date.now();
+    const pid = await create({ command: "cat" });
+    const { processes } = (await (await d.call("/v1/processes")).json()) as {
+      processes: Record<string, unknown>[];
+    };
+    const listed = processes.find((p) => p.pid === pid);
+    expect(listed).toMatchObject({ pid, pty: true, command: "cat" });
+    expect(listed!.startedAtMs).toBeGreaterThanOrEqual(before - 1000);
+    await d.call(`/v1/pty/${pid}`, { method: "DELETE" });
+  });
+
   it("replays recent output to a client that attaches later, which can still type", async () => {
     const pid = await create({ command: "cat" });
     await d.call(`/v1/pty/${pid}/input`, { method: "POST", body: "before-attach\r" });
