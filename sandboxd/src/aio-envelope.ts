@@ -10,13 +10,6 @@ import { SandboxdError, type ErrorBody } from "./protocol.ts";
 
 export type JsonParser = RequestHandler;
 
-/** Paths the AIO routes live under; `/v1/files` (native) is not one of them. */
-const AIO_PATH = /^\/v1\/(sandbox|shell|bash|file)(\/|$)/;
-
-export function isAioPath(path: string): boolean {
-  return AIO_PATH.test(path);
-}
-
 export function ok(res: Response, data: unknown, message = "ok"): void {
   res.json({ success: true, message, data });
 }

@@ -48,6 +48,16 @@ export function resolveVirtualPath(
 }
 
 /**
+ * Paths the AIO (DeerFlow) routes live under; `/v1/files` (native) is not one of them. A
+ * DeerFlow capability URL opens these and nothing else of a sandbox (the provisioner checks).
+ */
+const AIO_PATH = /^\/v1\/(sandbox|shell|bash|file)(\/|$)/;
+
+export function isAioPath(path: string): boolean {
+  return AIO_PATH.test(path);
+}
+
+/**
  * A user or thread id, the same rule on every API that takes one (the SDK's create options, the
  * provisioner's native and DeerFlow bodies, the Sandbox resource's spec). 255 because DeerFlow
  * allows that much (its user ids derived from e-mail addresses run past 80), and 255 is also what

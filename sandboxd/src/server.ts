@@ -7,7 +7,7 @@ import express, { type NextFunction, type Request, type Response } from "express
 import type { Logger } from "pino";
 import { aioRouter } from "./aio.ts";
 import { filesRouter } from "./files.ts";
-import { isAioPath, sendAioError } from "./aio-envelope.ts";
+import { sendAioError } from "./aio-envelope.ts";
 import type { CodeContexts } from "./contexts.ts";
 import { contextRoutes } from "./contexts-routes.ts";
 import type { Executor } from "./executor.ts";
@@ -23,6 +23,7 @@ import {
   CAPABILITIES,
   ExecuteCodeRequest,
   HTTP_STATUS,
+  isAioPath,
   InitRequest,
   InstallPackagesRequest,
   MAX_SOURCE_BYTES,

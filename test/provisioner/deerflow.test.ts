@@ -5,6 +5,7 @@
  * scoping to the sandboxes made through it; get after a delete served by another replica; and
  * bad input answered 4xx in our words.
  */
+import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import {
   type Clients,
@@ -447,6 +448,60 @@ describe("two replicas, one whose cache lags", () => {
         120_000,
         async () => (await fetch(`${url(again)}/v1/sandbox`)).ok,
       );
+    },
+  );
+});
+
+/** The status of a request sent with its path exactly as given (no URL normalization). */
+function rawStatus(method: string, url: string, body?: string): Promise<number> {
+  const { host, pathname } = new URL(url.replace(/\/v1\/.*$/, ""));
+  const path = pathname + url.slice(url.indexOf("/v1/"));
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      {
+        host: host.split(":")[0],
+        port: Number(host.split(":")[1]),
+        method,
+        path,
+        headers: { "content-type": "application/json" },
+      },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+describe("a sandbox_url", () => {
+  test(
+    "opens the AIO routes only: never /v1/init (which would replace the sandbox's token) nor the native API",
+    { timeout: 240_000 },
+    async () => {
+      const r = await deer(one(), "POST", "/api/sandboxes", {
+        sandbox_id: "cap-1",
+        thread_id: "cap-1",
+      });
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      const url = r.json.sandbox_url as string;
+      await waitFor("the sandbox", 120_000, async () => (await fetch(`${url}/v1/sandbox`)).ok);
+      const refused = [
+        ["POST", "/v1/init", JSON.stringify({ token: "t".repeat(40) })],
+        ["GET", "/v1/files?path=/mnt/user-data/workspace", undefined],
+        ["POST", "/v1/commands/run", JSON.stringify({ command: "id" })],
+        ["GET", "/v1/processes", undefined],
+        // Dot segments as sent on the wire (fetch would resolve them before sending).
+        ["POST", "/v1/file/%2E%2E/init", JSON.stringify({ token: "t".repeat(40) })],
+        ["POST", "/v1/shell/../init", JSON.stringify({ token: "t".repeat(40) })],
+      ] as const;
+      for (const [method, path, body] of refused) {
+        const status = await rawStatus(method, `${url}${path}`, body);
+        expect(status, `${method} ${path}`).toBe(404);
+      }
+      // The AIO routes still work: the token was not replaced.
+      expect((await shell(url, "echo still-mine")).trim()).toBe("still-mine");
     },
   );
 });

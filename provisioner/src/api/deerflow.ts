@@ -6,7 +6,7 @@
  */
 import { Router, json, type Request, type Response } from "express";
 import type { Mount } from "@sandpit/operator/api";
-import { ID_PATTERN } from "@sandpit/sandboxd/protocol";
+import { ID_PATTERN, isAioPath } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, requireKey } from "./auth.ts";
 import { ApiError, parse } from "./errors.ts";
 import { DeerFlowCreate } from "./schemas.ts";
@@ -182,9 +182,17 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
     res.json({ ok: true, sandbox_id: String(req.params.id) });
   });
 
-  // The sandbox_url: the AIO subset of sandboxd, opened by the capability in the path.
+  // The sandbox_url: the AIO subset of sandboxd, opened by the capability in the path. Only
+  // that subset: the native API behind the same token would let a capability holder replace
+  // the sandbox's token (/v1/init) or reach what DeerFlow never asked for.
   r.all("/aio/:name/:capability/*rest", async (req: Request, res: Response) => {
-    await d.transport.forward(findByCapability(d.store, req), req, res);
+    const sandbox = findByCapability(d.store, req);
+    const segments = ([] as string[]).concat(req.params.rest ?? []).flatMap((s) => s.split("/"));
+    const path = `/${segments.join("/")}`;
+    if (!isAioPath(path) || segments.some((s) => s === "." || s === "..")) {
+      throw new ApiError("NOT_FOUND", `a sandbox_url opens the AIO routes only, not ${path}`);
+    }
+    await d.transport.forward(sandbox, req, res);
   });
 
   return r;
