@@ -171,7 +171,10 @@ export class FakeDaytona {
     if (req.method === "POST" && (action === "stop" || action === "pause")) {
       if (d.dayState !== "started")
         return error(res, 409, "CONFLICT", `Sandbox is not started (state ${d.dayState})`);
+      // The sandbox's container (or VM) stops: every process in it ends, the daemon's with
+      // them, and the daemon that starts with it again knows no session.
       this.host.pause(sbx);
+      d.sessions.clear();
       d.dayState = action === "stop" ? "stopped" : "paused";
       return sendJson(res, 200, this.dto(sbx));
     }
@@ -411,7 +414,8 @@ export class FakeDaytona {
         });
       }
       if (cmd && logs && req.method === "GET") {
-        await cmd.done;
+        // The log so far, at once (the daemon reads the command's log file; following it is the
+        // WebSocket below).
         const part = (k: "stdout" | "stderr") =>
           Buffer.concat(cmd.chunks.filter((c) => c.stream === k).map((c) => c.data)).toString();
         return sendJson(res, 200, {
