@@ -28,11 +28,12 @@ contractSuite(
   },
   {
     lacks: [
-      // Not implemented on Daytona yet (the SDK's PTY and its Python interpreter with
-      // contexts; see sdk/README.md).
-      "pty",
+      // Not implemented on Daytona yet (its Python interpreter with contexts; see sdk/README.md).
       "codeContexts",
       "richResults",
+      // The daemon sends a terminal's output to the clients attached at the moment and keeps
+      // none for a later one.
+      "ptyReplay",
       // The toolbox has no directory watch.
       "watch",
       // The toolbox has no call that ends a session command's stdin (only one that writes to it).

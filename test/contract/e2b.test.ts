@@ -33,6 +33,7 @@ contractSuite(
       // envd streams a process's output from the moment a client connects and keeps none, and
       // it forgets a process once it exits (no exit code to list or connect to later).
       "replay",
+      "ptyReplay",
       // E2B documents no limit on processes, terminals or interpreter contexts per sandbox
       // (memory is the bound), so there is no CAPACITY_EXCEEDED to expect.
       "limits",

@@ -104,7 +104,7 @@ export function ptyContract(
     });
 
     it(
-      has("replay")
+      has("ptyReplay")
         ? "lets a new client re-attach, replaying recent output, and type"
         : "lets a new client re-attach, seeing new output only (no replay), and type",
       async () => {
@@ -120,11 +120,11 @@ export function ptyContract(
         const second = new Screen();
         const again = await other.pty.connect(h.pid, { onData: second.onData });
         expect(again.pid).toBe(h.pid);
-        if (has("replay")) await second.waitFor(/first-21/);
+        if (has("ptyReplay")) await second.waitFor(/first-21/);
         await again.sendInput("echo second-$((20+2))\r");
         await second.waitFor(/second-22/);
         // Without replay, the new client sees what came after it attached, and only that.
-        if (!has("replay")) expect(second.text).not.toContain("first-21");
+        if (!has("ptyReplay")) expect(second.text).not.toContain("first-21");
         await again.sendInput("exit 7\r");
         expect(await again.wait()).toEqual({ exitCode: 7 });
       },

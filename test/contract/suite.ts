@@ -41,6 +41,8 @@ export type ContractFeature =
    * (else: a new client sees new output only, and an exited process is gone: NOT_FOUND).
    */
   | "replay"
+  /** Re-attaching to a terminal replays its recent output (else: new output only). */
+  | "ptyReplay"
   /**
    * A per-sandbox limit on processes, terminals and code contexts, refused with
    * CAPACITY_EXCEEDED (else: many at once all work, each on its own).

@@ -55,7 +55,7 @@ export interface DaytonaProcessHost {
   exec(command: string, o: { cwd: string; timeoutMs: number }): Promise<SandboxExecutionResult>;
 }
 
-function checkPid(pid: unknown): number {
+export function checkPid(pid: unknown): number {
   if (typeof pid !== "number" || !Number.isInteger(pid) || pid <= 0)
     throw new SandboxError(`invalid process id ${String(pid)}`, "INVALID_ARGUMENT");
   return pid;

@@ -15,7 +15,6 @@
  * 128 + the signal's number, as a shell does.
  */
 import { CommandExitError, type CommandHandle as E2BHandle, type Sandbox } from "e2b";
-import { PTY_MAX_SIZE } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "../../errors.ts";
 import type {
   CommandConnectOptions,
@@ -30,7 +29,7 @@ import type {
   SandboxExecutionResult,
   SandboxPty,
 } from "../../types.ts";
-import { abortReason, checkEnvs, virtualPath } from "../cloud-common.ts";
+import { abortReason, checkEnvs, checkPtySize, inputBytes, virtualPath } from "../cloud-common.ts";
 import { fromE2B } from "./errors.ts";
 
 /** Environment variables Sandpit sets on what it starts, so that `list()` can report them. */
@@ -356,25 +355,6 @@ class E2BCommandHandle implements CommandHandle {
   }
 }
 
-/** The same bounds sandboxd holds terminals to, checked before E2B is asked. */
-function checkSize(size: unknown): PtySize {
-  const s = size as Partial<PtySize> | undefined;
-  const ok = (n: unknown) =>
-    typeof n === "number" && Number.isInteger(n) && n > 0 && n <= PTY_MAX_SIZE;
-  if (!s || !ok(s.cols) || !ok(s.rows))
-    throw new SandboxError(
-      `cols and rows must be integers from 1 to ${PTY_MAX_SIZE}`,
-      "INVALID_ARGUMENT",
-    );
-  return { cols: s.cols!, rows: s.rows! };
-}
-
-function bytes(data: string | Uint8Array): Uint8Array {
-  if (typeof data === "string") return new TextEncoder().encode(data);
-  if (data instanceof Uint8Array) return data;
-  throw new SandboxError("input must be a string or a Uint8Array", "INVALID_ARGUMENT");
-}
-
 /**
  * Terminals through `sandbox.pty`. envd starts `bash -i -l` for every terminal; a `command` is
  * typed into it as `exec <command>`, so the terminal becomes that program (its echo included).
@@ -386,7 +366,7 @@ export class E2BPty implements SandboxPty {
   }
 
   async create(o: PtyCreateOptions): Promise<PtyHandle> {
-    const size = checkSize(o);
+    const size = checkPtySize(o);
     if (typeof o.onData !== "function")
       throw new SandboxError("onData must be a function", "INVALID_ARGUMENT");
     if (o.command !== undefined && (typeof o.command !== "string" || !o.command.trim()))
@@ -435,7 +415,7 @@ export class E2BPty implements SandboxPty {
 
   async sendInput(pid: number, data: string | Uint8Array): Promise<void> {
     checkPid(pid);
-    const b = bytes(data);
+    const b = inputBytes(data);
     this.#host.alive();
     try {
       await this.#host.sandbox.pty.sendInput(pid, b);
@@ -446,7 +426,7 @@ export class E2BPty implements SandboxPty {
 
   async resize(pid: number, size: PtySize): Promise<void> {
     checkPid(pid);
-    const s = checkSize(size);
+    const s = checkPtySize(size);
     this.#host.alive();
     try {
       await this.#host.sandbox.pty.resize(pid, s);
