@@ -24,20 +24,26 @@ contractSuite(
       // The fake serves no event socket; the SDK polls sandbox state instead.
       useDeprecatedPolling: true,
     });
-    return {
-      provider,
-      teardown: () => fake.close(),
-      // Not implemented on Daytona yet (the SDK's PTY and its Python interpreter with
-      // contexts; see sdk/README.md); the toolbox has no directory watch.
-      supports: {
-        pty: false,
-        codeContexts: false,
-        richResults: false,
-        watch: false,
-      },
-    };
+    return { provider, teardown: () => fake.close() };
   },
-  bwrap
-    ? undefined
-    : "bubblewrap is not available on this machine (the Daytona fake runs sandboxes in it)",
+  {
+    lacks: [
+      // Not implemented on Daytona yet (its Python interpreter with contexts; see sdk/README.md).
+      "codeContexts",
+      "richResults",
+      // The daemon sends a terminal's output to the clients attached at the moment and keeps
+      // none for a later one.
+      "ptyReplay",
+      // The toolbox has no directory watch.
+      "watch",
+      // The toolbox has no call that ends a session command's stdin (only one that writes to it).
+      "closeStdin",
+      // Daytona documents no limit on sessions or commands per sandbox (its resources are the
+      // bound), so there is no CAPACITY_EXCEEDED to expect.
+      "limits",
+    ],
+    skipReason: bwrap
+      ? undefined
+      : "bubblewrap is not available on this machine (the Daytona fake runs sandboxes in it)",
+  },
 );

@@ -26,19 +26,20 @@ contractSuite(
       hostTemplate: "127.0.0.1:{port}",
     });
     // Everything through the SDK's native calls (glob/grep and append run in the sandbox).
-    return {
-      provider,
-      teardown: () => fake.close(),
-      supports: {
-        // envd streams a process's output from the moment a client connects; it keeps none.
-        replay: false,
-        // E2B documents no limit on processes, terminals or interpreter contexts per sandbox
-        // (memory is the bound), so there is no CAPACITY_EXCEEDED to expect.
-        limits: false,
-      },
-    };
+    return { provider, teardown: () => fake.close() };
   },
-  bwrap
-    ? undefined
-    : "bubblewrap is not available on this machine (the E2B fake runs sandboxes in it)",
+  {
+    lacks: [
+      // envd streams a process's output from the moment a client connects and keeps none, and
+      // it forgets a process once it exits (no exit code to list or connect to later).
+      "replay",
+      "ptyReplay",
+      // E2B documents no limit on processes, terminals or interpreter contexts per sandbox
+      // (memory is the bound), so there is no CAPACITY_EXCEEDED to expect.
+      "limits",
+    ],
+    skipReason: bwrap
+      ? undefined
+      : "bubblewrap is not available on this machine (the E2B fake runs sandboxes in it)",
+  },
 );

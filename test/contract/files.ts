@@ -8,9 +8,9 @@ import { describe, expect, it } from "vitest";
 import type { FilesystemEvent, SandboxInstance } from "@sandpit/sdk";
 import {
   expectSandboxError,
-  supports,
   type ContractFeature,
   type ContractTarget,
+  type Has,
 } from "./suite.ts";
 
 const W = "/mnt/user-data/workspace";
@@ -18,25 +18,32 @@ const MiB = 1024 * 1024;
 /** Streamed-transfer size where a target does not say otherwise. */
 const DEFAULT_STREAM_BYTES = 64 * MiB;
 
-export function filesContract(sandbox: () => SandboxInstance, target: () => ContractTarget): void {
+export function filesContract(
+  sandbox: () => SandboxInstance,
+  target: () => ContractTarget,
+  has: Has,
+): void {
   const fs = () => sandbox().filesystem;
   const dir = (name: string) => `${W}/files-${name}-${randomUUID().slice(0, 8)}`;
-  /** Runs `body` when the target has `feature`, else asserts `refused` says NOT_SUPPORTED. */
+  const refusals = new Set<ContractFeature>();
+  /**
+   * Registers `body` when the target has `feature`; else, once per feature, a test that
+   * `refused` says NOT_SUPPORTED.
+   */
   const feature = (
     name: ContractFeature,
     title: string,
     body: () => Promise<void>,
     refused: () => Promise<unknown>,
     timeout?: number,
-  ) =>
-    it(
-      title,
-      async () => {
-        if (supports(target(), name)) await body();
-        else await expectSandboxError(refused(), "NOT_SUPPORTED");
-      },
-      timeout,
-    );
+  ) => {
+    if (has(name)) return it(title, body, timeout);
+    if (refusals.has(name)) return;
+    refusals.add(name);
+    it(`${name} is refused with NOT_SUPPORTED (the target lacks it)`, async () => {
+      await expectSandboxError(refused(), "NOT_SUPPORTED");
+    });
+  };
 
   describe("filesystem: complete", () => {
     feature(

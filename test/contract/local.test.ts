@@ -28,6 +28,9 @@ for (const isolation of ["none", "bwrap"] as const) {
         },
       };
     },
-    isolation === "bwrap" && !bwrap ? "bubblewrap is not available on this machine" : undefined,
+    {
+      skipReason:
+        isolation === "bwrap" && !bwrap ? "bubblewrap is not available on this machine" : undefined,
+    },
   );
 }

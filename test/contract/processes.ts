@@ -1,16 +1,18 @@
 /**
  * Contract: background processes with handles, and cancellation of foreground commands (feature
- * "background"). A target without them must refuse every call with NOT_SUPPORTED.
+ * "background"). A target without them must refuse every call with NOT_SUPPORTED. A target
+ * without "replay" is held to new output only for a new client and forgets an exited process;
+ * one without "limits" to many processes at once; one without "closeStdin" refuses that call.
  */
-import { randomUUID } from "node:crypto";
+import { randomInt, randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import type { SandboxInstance } from "@sandpit/sdk";
 import {
   beatStops,
   expectSandboxError,
   freeHostPort,
-  supports,
   type ContractTarget,
+  type Has,
 } from "./suite.ts";
 
 const LIMIT = 200;
@@ -19,23 +21,25 @@ export function processesContract(
   sandbox: () => SandboxInstance,
   target: () => ContractTarget,
   thread: () => string,
+  has: Has,
 ): void {
   describe("background processes", () => {
-    const supported = () => supports(target(), "background");
+    if (!has("background")) {
+      it("are refused with NOT_SUPPORTED (the target runs commands to completion only)", async () => {
+        const { commands } = sandbox();
+        await expectSandboxError(commands.run("sleep 1", { background: true }), "NOT_SUPPORTED");
+        await expectSandboxError(commands.list(), "NOT_SUPPORTED");
+        await expectSandboxError(commands.connect(1), "NOT_SUPPORTED");
+        await expectSandboxError(commands.kill(1), "NOT_SUPPORTED");
+        await expectSandboxError(commands.sendStdin(1, "x"), "NOT_SUPPORTED");
+        await expectSandboxError(commands.closeStdin(1), "NOT_SUPPORTED");
+      });
+      return;
+    }
+    const replay = has("replay");
+    const closes = has("closeStdin");
 
-    it("are refused with NOT_SUPPORTED where the provider lacks them", async (ctx) => {
-      if (supported()) return ctx.skip();
-      const { commands } = sandbox();
-      await expectSandboxError(commands.run("sleep 1", { background: true }), "NOT_SUPPORTED");
-      await expectSandboxError(commands.list(), "NOT_SUPPORTED");
-      await expectSandboxError(commands.connect(1), "NOT_SUPPORTED");
-      await expectSandboxError(commands.kill(1), "NOT_SUPPORTED");
-      await expectSandboxError(commands.sendStdin(1, "x"), "NOT_SUPPORTED");
-      await expectSandboxError(commands.closeStdin(1), "NOT_SUPPORTED");
-    });
-
-    it("serve a dev server reached through getHost, read again from a new client", async (ctx) => {
-      if (!supported()) return ctx.skip();
+    it("serve a dev server reached through getHost, read again from a new client", async () => {
       const sbx = sandbox();
       const port = await freeHostPort();
       await sbx.filesystem.write("dev/index.html", "dev server page");
@@ -71,7 +75,8 @@ export function processesContract(
         expect(Math.abs(listed!.startedAt.getTime() - before)).toBeLessThan(10 * 60_000);
 
         // The first client goes away; the server keeps running, and a new client replays its
-        // output from the start: the banner (stdout) and the request log (stderr).
+        // output from the start (with replay): the banner (stdout) and the request log
+        // (stderr). Without replay it sees what comes after it attached, and only that.
         await h.disconnect();
         const again = await target().provider.resume(sbx.sandboxId);
         const seen: string[] = [];
@@ -80,45 +85,72 @@ export function processesContract(
           onStderr: (d) => seen.push(d),
         });
         expect(c.pid).toBe(h.pid);
-        expect(c.droppedBytes).toBe(0);
-        await until(() => c.stderr.includes("GET /index.html"), "the request log is replayed");
-        expect(c.stdout).toContain(`port ${port}`);
+        if (replay) {
+          expect(c.droppedBytes).toBe(0);
+          await until(() => c.stderr.includes("GET /index.html "), "the request log is replayed");
+          expect(c.stdout).toContain(`port ${port}`);
+        } else {
+          // Unknown: nothing was kept.
+          expect(c.droppedBytes).toBe(-1);
+        }
+        const later = await fetch(`http://${host}/index.html?later`);
+        expect(later.status).toBe(200);
+        await until(() => c.stderr.includes("GET /index.html?later "), "the new request's log");
+        if (!replay) {
+          expect(c.stdout).toBe("");
+          expect(c.stderr).not.toContain("GET /index.html ");
+        }
         expect(seen.join("")).toBe(c.stderr);
 
         expect(await c.kill("SIGTERM")).toBe(true);
         // 128 + 15: ended by SIGTERM, as a shell reports it.
         expect((await c.wait()).exitCode).toBe(143);
         const after = (await sbx.commands.list()).find((p) => p.pid === h.pid);
-        expect(after?.exitCode).toBe(143);
-        expect(await sbx.commands.kill(h.pid)).toBe(false);
+        if (replay) {
+          expect(after?.exitCode).toBe(143);
+          expect(await sbx.commands.kill(h.pid)).toBe(false);
+        } else {
+          expect(after).toBeUndefined();
+          await expectSandboxError(sbx.commands.kill(h.pid), "NOT_FOUND");
+        }
+        // The handle that saw the exit knows it.
+        expect(await c.kill()).toBe(false);
       } finally {
         await sbx.commands.kill(h.pid).catch(() => undefined);
       }
     }, 120_000);
 
-    it("answer Python's input() through sendStdin; closeStdin gives EOF", async (ctx) => {
-      if (!supported()) return ctx.skip();
-      const sbx = sandbox();
-      const script =
-        "import sys; name = input('name? '); print('hello', name); print('rest', repr(sys.stdin.read()))";
-      const h = await sbx.commands.run(`python3 -c "${script}"`, { background: true });
-      await until(() => h.stdout.includes("name? "), "the prompt arrives");
-      await h.sendStdin("Ada\n");
-      await h.sendStdin(new TextEncoder().encode("more "));
-      await sbx.commands.sendStdin(h.pid, "data");
-      await h.closeStdin();
-      expect(await h.wait()).toEqual({
-        exitCode: 0,
-        stdout: "name? hello Ada\nrest 'more data'\n",
-        stderr: "",
-      });
-      // Exited: stdin is gone, and closing it again is a no-op.
-      await expectSandboxError(h.sendStdin("late"), "CONFLICT");
-      await h.closeStdin();
-    });
+    it(
+      closes
+        ? "answer Python's input() through sendStdin; closeStdin gives EOF"
+        : "answer Python's input() through sendStdin; closeStdin is refused with NOT_SUPPORTED",
+      async () => {
+        const sbx = sandbox();
+        // Without closeStdin the script reads a line where it would read to the end.
+        const rest = closes ? "sys.stdin.read()" : "sys.stdin.readline()";
+        const script = `import sys; name = input('name? '); print('hello', name); print('rest', repr(${rest}))`;
+        const h = await sbx.commands.run(`python3 -c "${script}"`, { background: true });
+        await until(() => h.stdout.includes("name? "), "the prompt arrives");
+        await h.sendStdin("Ada\n");
+        await h.sendStdin(new TextEncoder().encode("more "));
+        await sbx.commands.sendStdin(h.pid, closes ? "data" : "data\n");
+        if (closes) await h.closeStdin();
+        else {
+          await expectSandboxError(h.closeStdin(), "NOT_SUPPORTED");
+          await expectSandboxError(sbx.commands.closeStdin(h.pid), "NOT_SUPPORTED");
+        }
+        expect(await h.wait()).toEqual({
+          exitCode: 0,
+          stdout: `name? hello Ada\nrest 'more data${closes ? "" : "\\n"}'\n`,
+          stderr: "",
+        });
+        // Exited: stdin is gone, and closing it again is a no-op.
+        await expectSandboxError(h.sendStdin("late"), "CONFLICT");
+        if (closes) await h.closeStdin();
+      },
+    );
 
-    it("end with their whole group on kill; wait() reports, no process is left", async (ctx) => {
-      if (!supported()) return ctx.skip();
+    it("end with their whole group on kill; wait() reports, no process is left", async () => {
       const sbx = sandbox();
       const marker = `m${randomUUID().slice(0, 8)}`;
       const sleeper = `python3 -c 'import time; time.sleep(600)' ${marker}`;
@@ -133,64 +165,89 @@ export function processesContract(
       await until(async () => (await pythonsWith(sbx, marker)) === 0, "no sleeper is left");
     });
 
-    it("outlive a handle that disconnects, and replay from an offset", async (ctx) => {
-      if (!supported()) return ctx.skip();
-      const sbx = sandbox();
-      const gate = `gate-${randomUUID()}`;
-      const h = await sbx.commands.run(
-        `printf 'one\\n'; while [ ! -e ${gate} ]; do sleep 0.05; done; printf 'two\\n' >&2`,
-        { background: true },
-      );
-      await until(() => h.stdout === "one\n", "the first line arrives");
-      await h.disconnect();
-      await expectSandboxError(h.wait(), "CONFLICT");
-      await sbx.filesystem.write(gate, "");
-      const late = await sbx.commands.connect(h.pid, { offset: 4 });
-      expect(await late.wait()).toEqual({ exitCode: 0, stdout: "", stderr: "two\n" });
-      const full = await sbx.commands.connect(h.pid);
-      expect(await full.wait()).toEqual({ exitCode: 0, stdout: "one\n", stderr: "two\n" });
-    });
-
-    it(`run ${LIMIT} at once, refuse the next with CAPACITY_EXCEEDED, and kill them all`, async (ctx) => {
-      if (!supported()) return ctx.skip();
-      const s = await target().provider.create({ language: "python", threadId: thread() });
-      try {
-        const tag = `bulk-${randomUUID().slice(0, 8)}`;
-        const pids = await inBatches(LIMIT, 20, async () => {
-          const h = await s.commands.run("sleep 2917", { background: true, tag });
-          await h.disconnect();
-          return h.pid;
-        });
-        expect(new Set(pids).size).toBe(LIMIT);
-        const err = await expectSandboxError(
-          s.commands.run("sleep 2917", { background: true, tag }),
-          "CAPACITY_EXCEEDED",
+    it(
+      replay
+        ? "outlive a handle that disconnects, and replay from an offset"
+        : "outlive a handle that disconnects; a new client sees output from when it attaches",
+      async () => {
+        const sbx = sandbox();
+        const gate = `gate-${randomUUID()}`;
+        const h = await sbx.commands.run(
+          `printf 'one\\n'; while [ ! -e ${gate} ]; do sleep 0.05; done; printf 'two\\n' >&2`,
+          { background: true },
         );
-        expect(err.message).toContain(String(LIMIT));
-        const listed = (await s.commands.list()).filter((p) => p.tag === tag);
-        expect(listed.map((p) => p.pid).sort()).toEqual([...pids].sort());
-        expect(listed.every((p) => p.exitCode === undefined && !p.pty)).toBe(true);
+        await until(() => h.stdout === "one\n", "the first line arrives");
+        await h.disconnect();
+        await expectSandboxError(h.wait(), "CONFLICT");
+        if (!replay) {
+          // Nothing kept: no offset to replay from; the exited process is then gone.
+          await expectSandboxError(sbx.commands.connect(h.pid, { offset: 4 }), "INVALID_ARGUMENT");
+          const late = await sbx.commands.connect(h.pid);
+          await sbx.filesystem.write(gate, "");
+          expect(await late.wait()).toEqual({ exitCode: 0, stdout: "", stderr: "two\n" });
+          await expectSandboxError(sbx.commands.connect(h.pid), "NOT_FOUND");
+          return;
+        }
+        await sbx.filesystem.write(gate, "");
+        const late = await sbx.commands.connect(h.pid, { offset: 4 });
+        expect(await late.wait()).toEqual({ exitCode: 0, stdout: "", stderr: "two\n" });
+        const full = await sbx.commands.connect(h.pid);
+        expect(await full.wait()).toEqual({ exitCode: 0, stdout: "one\n", stderr: "two\n" });
+      },
+    );
 
-        const killed = await inBatches(LIMIT, 20, (i) => s.commands.kill(pids[i]!));
-        expect(killed.every(Boolean)).toBe(true);
-        await until(
-          async () => (await s.commands.list()).every((p) => p.exitCode !== undefined),
-          "none is listed as running",
-        );
-        await until(
-          async () => (await s.commands.run("ps -eo args")).stdout.includes("sleep 2917") === false,
-          "no sleep is left",
-        );
-        // Room again.
-        const h = await s.commands.run("echo room", { background: true });
-        expect((await h.wait()).stdout).toBe("room\n");
-      } finally {
-        await s.kill();
-      }
-    }, 240_000);
+    it(
+      has("limits")
+        ? `run ${LIMIT} at once, refuse the next with CAPACITY_EXCEEDED, and kill them all`
+        : `run ${LIMIT + 1} at once (no limit to reach), list them, and kill them all`,
+      async () => {
+        const s = await target().provider.create({ language: "python", threadId: thread() });
+        try {
+          const tag = `bulk-${randomUUID().slice(0, 8)}`;
+          // A duration of its own: other sandboxes on the same machine may share its `ps`.
+          const nap = `sleep ${randomInt(100_000, 999_999)}`;
+          const pids = await inBatches(LIMIT, 20, async () => {
+            const h = await s.commands.run(nap, { background: true, tag });
+            await h.disconnect();
+            return h.pid;
+          });
+          if (has("limits")) {
+            const err = await expectSandboxError(
+              s.commands.run(nap, { background: true, tag }),
+              "CAPACITY_EXCEEDED",
+            );
+            expect(err.message).toContain(String(LIMIT));
+          } else {
+            const h = await s.commands.run(nap, { background: true, tag });
+            await h.disconnect();
+            pids.push(h.pid);
+          }
+          expect(new Set(pids).size).toBe(pids.length);
+          const listed = (await s.commands.list()).filter((p) => p.tag === tag);
+          expect(listed.map((p) => p.pid).sort()).toEqual([...pids].sort());
+          expect(listed.every((p) => p.exitCode === undefined && !p.pty)).toBe(true);
 
-    it("stop when the sandbox is paused", async (ctx) => {
-      if (!supported()) return ctx.skip();
+          const killed = await inBatches(pids.length, 20, (i) => s.commands.kill(pids[i]!));
+          expect(killed.every(Boolean)).toBe(true);
+          await until(
+            async () => (await s.commands.list()).every((p) => p.exitCode !== undefined),
+            "none is listed as running",
+          );
+          await until(
+            async () => (await s.commands.run("ps -eo args")).stdout.includes(nap) === false,
+            "no sleep is left",
+          );
+          // Room again.
+          const h = await s.commands.run("echo room", { background: true });
+          expect((await h.wait()).stdout).toBe("room\n");
+        } finally {
+          await s.kill();
+        }
+      },
+      240_000,
+    );
+
+    it("stop when the sandbox is paused", async () => {
       const s = await target().provider.create({ language: "python", threadId: thread() });
       try {
         const marker = `m${randomUUID().slice(0, 8)}`;
@@ -208,8 +265,7 @@ export function processesContract(
       }
     }, 240_000);
 
-    it("reject bad input with INVALID_ARGUMENT and unknown pids with NOT_FOUND", async (ctx) => {
-      if (!supported()) return ctx.skip();
+    it("reject bad input with INVALID_ARGUMENT and unknown pids with NOT_FOUND", async () => {
       const { commands } = sandbox();
       await expectSandboxError(commands.run("", { background: true }), "INVALID_ARGUMENT");
       for (const pid of [0, -1, 1.5, Number.NaN, "12" as unknown as number]) {
@@ -223,7 +279,7 @@ export function processesContract(
       await expectSandboxError(commands.connect(nobody), "NOT_FOUND");
       await expectSandboxError(commands.kill(nobody), "NOT_FOUND");
       await expectSandboxError(commands.sendStdin(nobody, "x"), "NOT_FOUND");
-      await expectSandboxError(commands.closeStdin(nobody), "NOT_FOUND");
+      await expectSandboxError(commands.closeStdin(nobody), closes ? "NOT_FOUND" : "NOT_SUPPORTED");
 
       const h = await commands.run("sleep 600", { background: true });
       try {
@@ -245,39 +301,43 @@ export function processesContract(
     });
   });
 
-  describe("cancellation", () => {
-    it("an aborted foreground run is killed with its group and rejects with the reason", async (ctx) => {
-      if (!supports(target(), "background")) return ctx.skip();
-      const sbx = sandbox();
-      // A child counts into a file until its group is killed (see the timeout test).
-      const beat = `beat-${randomUUID()}`;
-      const count = `echo $i > ${beat}.tmp; mv -f ${beat}.tmp ${beat}`;
-      const abort = new AbortController();
-      const reason = new Error("the agent changed its mind");
-      const run = sbx.commands.run(
-        `(i=0; while :; do i=$((i+1)); ${count}; sleep 0.05; done) & ` +
-          `until [ -s ${beat} ]; do sleep 0.01; done; echo counting; sleep 60`,
-        {
-          signal: abort.signal,
-          onStdout: (d) => d.includes("counting") && abort.abort(reason),
-        },
-      );
-      await expect(run).rejects.toBe(reason);
-      expect(await beatStops(() => sbx.filesystem.read(beat)), "the child outlived the abort").toBe(
-        true,
-      );
+  // Cancellation runs on the same process machinery as background commands.
+  if (has("background"))
+    describe("cancellation", () => {
+      it("an aborted foreground run is killed with its group and rejects with the reason", async () => {
+        const sbx = sandbox();
+        // A child counts into a file until its group is killed (see the timeout test).
+        const beat = `beat-${randomUUID()}`;
+        const count = `echo $i > ${beat}.tmp; mv -f ${beat}.tmp ${beat}`;
+        const abort = new AbortController();
+        const reason = new Error("the agent changed its mind");
+        const run = sbx.commands.run(
+          `(i=0; while :; do i=$((i+1)); ${count}; sleep 0.05; done) & ` +
+            `until [ -s ${beat} ]; do sleep 0.01; done; echo counting; sleep 60`,
+          {
+            signal: abort.signal,
+            onStdout: (d) => d.includes("counting") && abort.abort(reason),
+          },
+        );
+        await expect(run).rejects.toBe(reason);
+        expect(
+          await beatStops(() => sbx.filesystem.read(beat)),
+          "the child outlived the abort",
+        ).toBe(true);
 
-      // Without a reason, the signal's own AbortError; an aborted signal refuses at once.
-      const plain = new AbortController();
-      const pending = sbx.commands.run("sleep 60", { signal: plain.signal });
-      setTimeout(() => plain.abort(), 200);
-      await expect(pending).rejects.toMatchObject({ name: "AbortError" });
-      await expect(sbx.commands.run("echo never", { signal: plain.signal })).rejects.toMatchObject({
-        name: "AbortError",
-      });
-      expect((await sbx.commands.run("echo alive")).stdout).toBe("alive\n");
-    }, 60_000);
-  });
+        // Without a reason, the signal's own AbortError; an aborted signal refuses at once.
+        const plain = new AbortController();
+        const pending = sbx.commands.run("sleep 60", { signal: plain.signal });
+        setTimeout(() => plain.abort(), 200);
+        await expect(pending).rejects.toMatchObject({ name: "AbortError" });
+        await expect(
+          sbx.commands.run("echo never", { signal: plain.signal }),
+        ).rejects.toMatchObject({
+          name: "AbortError",
+        });
+        expect((await sbx.commands.run("echo alive")).stdout).toBe("alive\n");
+      }, 60_000);
+    });
 }
 
 /** Live python processes in the sandbox whose command line carries `marker` (by `ps`). */

@@ -1,7 +1,7 @@
 /**
  * The shared contract suite: what every SandboxProvider must do, asserted against real
- * sandboxes. A provider's test file calls `contractSuite(name, setup)` once; everything here
- * then runs against it unchanged.
+ * sandboxes. A provider's test file calls `contractSuite(name, setup, options)` once; everything
+ * here then runs against it unchanged.
  */
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { createServer, type AddressInfo } from "node:net";
@@ -13,9 +13,11 @@ import { filesContract } from "./files.ts";
 import { processesContract } from "./processes.ts";
 
 /**
- * Features of the contract a backend may lack. Each is true unless the target says false, and a
- * feature a target lacks is asserted to be refused with NOT_SUPPORTED (never skipped); for the
- * behaviours at the end of the list, the alternative each names is asserted instead.
+ * Features of the contract a backend may lack. A target has each unless its options list it in
+ * `lacks`; a feature a target lacks is asserted to be refused with NOT_SUPPORTED (never skipped);
+ * for the behaviours at the end of the list, the alternative each names is asserted instead.
+ * What a target lacks is known when the suite is registered, so each feature file registers only
+ * the tests that apply to it.
  */
 export type ContractFeature =
   | "background"
@@ -30,23 +32,39 @@ export type ContractFeature =
   | "watch"
   | "streams"
   | "listDepth"
+  /** Ending a background process's stdin (`closeStdin`). */
+  | "closeStdin"
   // Behaviours rather than calls: a target without one is held to the stated alternative.
-  /** Re-attaching to a terminal or process replays its recent output (else: new output only). */
+  /**
+   * A process's record outlives its client: re-attaching to a terminal or process replays its
+   * recent output (from any offset), and an exited process stays listed with its exit code
+   * (else: a new client sees new output only, and an exited process is gone: NOT_FOUND).
+   */
   | "replay"
-  /** A per-sandbox limit on terminals and code contexts, refused with CAPACITY_EXCEEDED. */
+  /** Re-attaching to a terminal replays its recent output (else: new output only). */
+  | "ptyReplay"
+  /**
+   * A per-sandbox limit on processes, terminals and code contexts, refused with
+   * CAPACITY_EXCEEDED (else: many at once all work, each on its own).
+   */
   | "limits";
+
+/** Whether the target under test has a feature (fixed when the suite is registered). */
+export type Has = (feature: ContractFeature) => boolean;
 
 export interface ContractTarget {
   provider: SandboxProvider;
   /** Stops whatever the setup started. */
   teardown?: () => Promise<void>;
-  supports?: Partial<Record<ContractFeature, boolean>>;
   /** Size of the streamed-transfer test's file (default 64 MiB; 1 GiB where that is cheap). */
   streamBytes?: number;
 }
 
-export function supports(target: ContractTarget, feature: ContractFeature): boolean {
-  return target.supports?.[feature] !== false;
+export interface ContractOptions {
+  /** What the backend lacks (the target's file says why, for each). */
+  lacks?: readonly ContractFeature[];
+  /** Set when the suite cannot run here: every test is listed as skipped under this reason. */
+  skipReason?: string | undefined;
 }
 
 /** Asserts that a promise rejects with a SandboxError of `code`, and returns it. */
@@ -72,8 +90,9 @@ export async function expectSandboxError(
 export function contractSuite(
   name: string,
   setup: () => Promise<ContractTarget>,
-  skipReason?: string,
+  { lacks = [], skipReason }: ContractOptions = {},
 ): void {
+  const has: Has = (feature) => !lacks.includes(feature);
   const title = `SandboxProvider contract: ${name}`;
   const register = skipReason === undefined ? describe : describe.skip;
   register(skipReason === undefined ? title : `${title} (skipped: ${skipReason})`, () => {
@@ -97,6 +116,7 @@ export function contractSuite(
     ptyContract(
       () => sbx,
       () => target,
+      has,
     );
 
     describe("commands", () => {
@@ -318,6 +338,7 @@ export function contractSuite(
     codeContextContract(
       () => target,
       () => sbx,
+      has,
     );
 
     describe("filesystem", () => {
@@ -407,6 +428,7 @@ export function contractSuite(
     filesContract(
       () => sbx,
       () => target,
+      has,
     );
 
     describe("packages", () => {
@@ -511,6 +533,7 @@ export function contractSuite(
       () => sbx,
       () => target,
       thread,
+      has,
     );
 
     describe("getHost", () => {

@@ -23,6 +23,7 @@ import {
   sendJson,
   ServerWebSocket,
 } from "./http.ts";
+import { FakeDaytonaPtys } from "./daytona-pty.ts";
 import { listEntries, permissions, statEntry, writeFileAtomic, type Entry } from "./files.ts";
 import { FakeSandboxHost, userPipEnv, type FakeSandbox } from "./sandbox-host.ts";
 
@@ -51,6 +52,7 @@ interface DaytonaData {
   createdAt: string;
   dayState: string;
   sessions: Map<string, Map<string, Command>>;
+  ptys: FakeDaytonaPtys;
 }
 
 const data = (s: FakeSandbox) => s.data as unknown as DaytonaData;
@@ -171,7 +173,11 @@ export class FakeDaytona {
     if (req.method === "POST" && (action === "stop" || action === "pause")) {
       if (d.dayState !== "started")
         return error(res, 409, "CONFLICT", `Sandbox is not started (state ${d.dayState})`);
+      // The sandbox's container (or VM) stops: every process in it ends, the daemon's with
+      // them, and the daemon that starts with it again knows no session.
       this.host.pause(sbx);
+      d.sessions.clear();
+      d.ptys.clear();
       d.dayState = action === "stop" ? "stopped" : "paused";
       return sendJson(res, 200, this.dto(sbx));
     }
@@ -194,6 +200,7 @@ export class FakeDaytona {
       createdAt: new Date().toISOString(),
       dayState: "started",
       sessions: new Map(),
+      ptys: new FakeDaytonaPtys(HOME, daemonError),
     };
     Object.assign(sbx.data, d);
     sendJson(res, 200, this.dto(sbx));
@@ -233,6 +240,7 @@ export class FakeDaytona {
     const sbx = this.sandboxFor(res, id);
     if (!sbx) return;
     const q = (k: string) => url.searchParams.get(k) ?? "";
+    if (p.startsWith("/process/pty") && (await data(sbx).ptys.route(p, req, res))) return;
     if (p === "/files/bulk-upload" && req.method === "POST") return this.upload(sbx, req, res);
     if (p === "/files/bulk-download" && req.method === "POST") return this.download(sbx, req, res);
     if (p === "/files" && req.method === "GET") {
@@ -411,7 +419,8 @@ export class FakeDaytona {
         });
       }
       if (cmd && logs && req.method === "GET") {
-        await cmd.done;
+        // The log so far, at once (the daemon reads the command's log file; following it is the
+        // WebSocket below).
         const part = (k: "stdout" | "stderr") =>
           Buffer.concat(cmd.chunks.filter((c) => c.stream === k).map((c) => c.data)).toString();
         return sendJson(res, 200, {
@@ -424,8 +433,16 @@ export class FakeDaytona {
     daemonError(res, 404, "NOT_FOUND", `no route ${req.method} ${p}`);
   }
 
-  /** WebSocket: the followed log stream of a session command, stdout/stderr demuxed by prefix. */
+  /**
+   * WebSockets: terminals (see daytona-pty.ts), and the followed log stream of a session
+   * command, stdout/stderr demuxed by prefix.
+   */
   private upgrade(req: IncomingMessage, socket: Socket, url: URL): void {
+    const t = /^\/toolbox\/([^/]+)(\/process\/pty\/.*)$/.exec(url.pathname);
+    const running = t ? this.host.get(t[1]!) : undefined;
+    if (t && this.authorised(req) && running?.state === "running") {
+      if (data(running).ptys.upgrade(running, t[2]!, url, req, socket)) return;
+    }
     const m = /^\/toolbox\/([^/]+)\/process\/session\/([^/]+)\/command\/([^/]+)\/logs$/.exec(
       url.pathname,
     );

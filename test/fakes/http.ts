@@ -220,22 +220,27 @@ export class ServerWebSocket {
   private readonly socket: Socket;
   closed = false;
   onClose: (() => void) | null = null;
+  /** Each data frame from the client (unfragmented, as Node clients send them). */
+  onMessage: ((data: Buffer, binary: boolean) => void) | null = null;
+  private pending = Buffer.alloc(0);
 
-  constructor(req: IncomingMessage, socket: Socket) {
+  /** Answers with `protocol` when the client offered it, else with the first it offered. */
+  constructor(req: IncomingMessage, socket: Socket, protocol?: string) {
     this.socket = socket;
     const key = req.headers["sec-websocket-key"] ?? "";
     const accept = createHash("sha1")
       .update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
       .digest("base64");
-    const protocol = req.headers["sec-websocket-protocol"]?.split(",")[0]?.trim();
+    const offered = (req.headers["sec-websocket-protocol"] ?? "")
+      .split(",")
+      .map((p) => p.trim())
+      .filter(Boolean);
+    const chosen = protocol && offered.includes(protocol) ? protocol : offered[0];
     socket.write(
       "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-        `Sec-WebSocket-Accept: ${accept}\r\n${protocol ? `Sec-WebSocket-Protocol: ${protocol}\r\n` : ""}\r\n`,
+        `Sec-WebSocket-Accept: ${accept}\r\n${chosen ? `Sec-WebSocket-Protocol: ${chosen}\r\n` : ""}\r\n`,
     );
-    socket.on("data", (d: Buffer) => {
-      // A close frame from the client (opcode 8) ends the stream.
-      if ((d[0]! & 0x0f) === 8) this.close();
-    });
+    socket.on("data", (d: Buffer) => this.receive(d));
     socket.on("close", () => {
       this.closed = true;
       this.onClose?.();
@@ -243,17 +248,48 @@ export class ServerWebSocket {
     socket.on("error", () => undefined);
   }
 
+  /** Parses the client's (masked) frames: data goes to onMessage, a close frame ends it. */
+  private receive(d: Buffer): void {
+    this.pending = Buffer.concat([this.pending, d]);
+    for (;;) {
+      const b = this.pending;
+      if (b.length < 2) return;
+      let len = b[1]! & 0x7f;
+      let at = 2;
+      if (len === 126) {
+        if (b.length < 4) return;
+        len = b.readUInt16BE(2);
+        at = 4;
+      } else if (len === 127) {
+        if (b.length < 10) return;
+        len = Number(b.readBigUInt64BE(2));
+        at = 10;
+      }
+      const masked = (b[1]! & 0x80) !== 0;
+      const end = at + (masked ? 4 : 0) + len;
+      if (b.length < end) return;
+      const payload = Buffer.from(b.subarray(end - len, end));
+      if (masked) for (let i = 0; i < len; i++) payload[i]! ^= b[at + (i % 4)]!;
+      this.pending = b.subarray(end);
+      const opcode = b[0]! & 0x0f;
+      if (opcode === 8) return this.close();
+      if (opcode === 1 || opcode === 2) this.onMessage?.(payload, opcode === 2);
+    }
+  }
+
   send(data: Buffer, binary = true): void {
     if (this.closed) return;
     this.socket.write(Buffer.concat([frameHeader(binary ? 2 : 1, data.length), data]));
   }
 
-  close(code = 1000): void {
+  close(code = 1000, reason = ""): void {
     if (this.closed) return;
     this.closed = true;
-    const payload = Buffer.alloc(2);
+    const text = Buffer.from(reason);
+    const payload = Buffer.alloc(2 + text.length);
     payload.writeUInt16BE(code);
-    this.socket.end(Buffer.concat([frameHeader(8, 2), payload]));
+    text.copy(payload, 2);
+    this.socket.end(Buffer.concat([frameHeader(8, payload.length), payload]));
   }
 
   destroy(): void {

@@ -153,17 +153,20 @@ export class FakeSandbox {
 
   /**
    * Kills everything one spawn started. Each spawn is its own session (detached = setsid), and
-   * processes inside may have made new process groups (coreutils `timeout` does), so the
-   * session is swept through /proc as well as the group being signalled.
+   * processes inside may have made new process groups (coreutils `timeout` does) or sessions
+   * (`setsid`), so the session and every descendant of its members are swept through /proc as
+   * well as the group being signalled.
    */
   killGroup(pid: number | undefined): void {
     if (pid === undefined) return;
+    // Taken before any signal: a descendant whose parent dies is re-parented out of the tree.
+    const tree = sessionTree(pid);
     try {
       process.kill(-pid, "SIGKILL");
     } catch {
       // already gone
     }
-    for (const member of sessionMembers(pid)) {
+    for (const member of tree) {
       try {
         process.kill(member, "SIGKILL");
       } catch {
@@ -312,25 +315,36 @@ export class FakeSandboxHost {
 }
 
 /** PIDs whose session ID is `sid` (field 6 of /proc/<pid>/stat, read after the command name). */
-function sessionMembers(sid: number): number[] {
-  const out: number[] = [];
+/** The members of session `sid` and all their descendants, whatever session they made. */
+function sessionTree(sid: number): number[] {
+  const procs: { pid: number; ppid: number; sid: number }[] = [];
   let names: string[];
   try {
     names = readdirSync("/proc");
   } catch {
-    return out;
+    return [];
   }
   for (const name of names) {
     if (!/^\d+$/.test(name)) continue;
     try {
       const stat = readFileSync(`/proc/${name}/stat`, "utf8");
       const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (Number(fields[3]) === sid) out.push(Number(name));
+      procs.push({ pid: Number(name), ppid: Number(fields[1]), sid: Number(fields[3]) });
     } catch {
       // exited meanwhile
     }
   }
-  return out;
+  const tree = new Set(procs.filter((p) => p.sid === sid).map((p) => p.pid));
+  // Bounded: each round adds at least one process, or stops.
+  for (let grown = true; grown;) {
+    grown = false;
+    for (const p of procs)
+      if (!tree.has(p.pid) && tree.has(p.ppid)) {
+        tree.add(p.pid);
+        grown = true;
+      }
+  }
+  return [...tree];
 }
 
 /** Runs a process to completion (used for package installs and small helpers in the fakes). */

@@ -167,8 +167,6 @@ describe.skipIf(!usable)(title, () => {
   it("refuses what it does not implement with NOT_SUPPORTED naming the feature", async () => {
     const refused = [
       sbx.commands.closeStdin(1),
-      sbx.pty.create({ cols: 80, rows: 24, onData: () => undefined }),
-      sbx.pty.resize(1, { cols: 80, rows: 24 }),
       sbx.createCodeContext(),
       sbx.listCodeContexts(),
       sbx.removeCodeContext("x"),

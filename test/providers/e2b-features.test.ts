@@ -77,7 +77,7 @@ describe.skipIf(!usable)(title, () => {
       expect((await h.wait()).stdout.trim()).toBe("5");
     });
 
-    it("signals the process group and kills; kill of a gone process is false", async () => {
+    it("signals the process group and kills; a gone process is false to its handle, NOT_FOUND by pid", async () => {
       // In the fake the group's leader is bubblewrap, which a TERM ends (taking the command
       // with it), so the exit status says only that the signal arrived.
       const h = await sbx.commands.run("echo ready; while :; do sleep 0.1; done", {
@@ -89,7 +89,10 @@ describe.skipIf(!usable)(title, () => {
       const k = await sbx.commands.run("sleep 60", { background: true });
       expect(await k.kill()).toBe(true);
       await k.wait();
-      expect(await sbx.commands.kill(k.pid)).toBe(false);
+      expect(await k.kill()).toBe(false);
+      // envd forgot it once it exited: by pid it is as unknown as any other.
+      await expectSandboxError(sbx.commands.kill(k.pid), "NOT_FOUND");
+      await expectSandboxError(sbx.commands.kill(k.pid, "SIGTERM"), "NOT_FOUND");
     });
 
     it("refuses bad input and unknown processes", async () => {

@@ -8,6 +8,7 @@
 import { randomUUID } from "node:crypto";
 import {
   ENV_NAME_PATTERN,
+  PTY_MAX_SIZE,
   resolveVirtualPath,
   SandboxdError,
   VIRTUAL_DIRS,
@@ -16,7 +17,7 @@ import {
 } from "@sandpit/sandboxd/protocol";
 import { validateCreate } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
-import type { SandboxCreateOptions, SandboxLanguage } from "../types.ts";
+import type { PtySize, SandboxCreateOptions, SandboxLanguage } from "../types.ts";
 
 export { VIRTUAL_ROOT, VIRTUAL_WORKSPACE };
 export const VIRTUAL_LAYOUT = VIRTUAL_DIRS.map((d) => `${VIRTUAL_ROOT}/${d}`);
@@ -51,6 +52,26 @@ export function checkEnvs(envs: Record<string, string> | undefined): void {
         "INVALID_ARGUMENT",
       );
   }
+}
+
+/** The bounds sandboxd holds terminals to, checked before a cloud service is asked. */
+export function checkPtySize(size: unknown): PtySize {
+  const s = size as Partial<PtySize> | undefined;
+  const ok = (n: unknown) =>
+    typeof n === "number" && Number.isInteger(n) && n > 0 && n <= PTY_MAX_SIZE;
+  if (!s || !ok(s.cols) || !ok(s.rows))
+    throw new SandboxError(
+      `cols and rows must be integers from 1 to ${PTY_MAX_SIZE}`,
+      "INVALID_ARGUMENT",
+    );
+  return { cols: s.cols!, rows: s.rows! };
+}
+
+/** Terminal input as bytes. */
+export function inputBytes(data: unknown): Uint8Array {
+  if (typeof data === "string") return new TextEncoder().encode(data);
+  if (data instanceof Uint8Array) return data;
+  throw new SandboxError("input must be a string or a Uint8Array", "INVALID_ARGUMENT");
 }
 
 /** POSIX single-quote quoting. */

@@ -18,7 +18,7 @@
  *  - Daytona timeouts are seconds: every millisecond value is converted at the boundary with
  *    Math.ceil(ms / 1000).
  */
-import { noCodeContexts, noPty } from "../../unsupported.ts";
+import { noCodeContexts } from "../../unsupported.ts";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -61,6 +61,7 @@ import {
 import { fromDaytona } from "./errors.ts";
 import { DaytonaFilesystem } from "./filesystem.ts";
 import { DaytonaCommands, type DaytonaProcessHost } from "./processes.ts";
+import { DaytonaPty } from "./pty.ts";
 
 /** Re-exported so the provider's entry point carries its options schema. */
 export { DaytonaProviderOptions };
@@ -244,7 +245,7 @@ interface ExecOptions {
 const NO_CONTEXTS = noCodeContexts("Daytona");
 
 export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
-  readonly pty = noPty("Daytona");
+  readonly pty = new DaytonaPty(this);
   readonly createCodeContext = NO_CONTEXTS.createCodeContext;
   readonly listCodeContexts = NO_CONTEXTS.listCodeContexts;
   readonly removeCodeContext = NO_CONTEXTS.removeCodeContext;

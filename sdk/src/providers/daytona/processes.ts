@@ -55,7 +55,7 @@ export interface DaytonaProcessHost {
   exec(command: string, o: { cwd: string; timeoutMs: number }): Promise<SandboxExecutionResult>;
 }
 
-function checkPid(pid: unknown): number {
+export function checkPid(pid: unknown): number {
   if (typeof pid !== "number" || !Number.isInteger(pid) || pid <= 0)
     throw new SandboxError(`invalid process id ${String(pid)}`, "INVALID_ARGUMENT");
   return pid;
@@ -188,6 +188,22 @@ export class DaytonaCommands implements SandboxCommands {
       throw new SandboxError("offset must be a non-negative integer", "INVALID_ARGUMENT");
     if (o.signal?.aborted) throw abortReason(o.signal);
     const { sessionId, cmdId } = await this.command(pid);
+    if (offset > 0) {
+      // The log so far (it only grows): an offset past its end is no offset of this output.
+      let logged: { stdout: string; stderr: string };
+      try {
+        const r = await this.#host.sandbox.process.getSessionCommandLogs(sessionId, cmdId);
+        logged = { stdout: r.stdout ?? "", stderr: r.stderr ?? "" };
+      } catch (err) {
+        throw fromDaytona(err, `reading the output of process ${pid}`);
+      }
+      const size = Buffer.byteLength(logged.stdout) + Buffer.byteLength(logged.stderr);
+      if (offset > size)
+        throw new SandboxError(
+          `offset ${offset} is past the end of process ${pid}'s output (${size} bytes)`,
+          "INVALID_ARGUMENT",
+        );
+    }
     const handle = new DaytonaCommandHandle(this, pid, sessionId, cmdId, {
       offset,
       ...(o.onStdout ? { onStdout: o.onStdout } : {}),

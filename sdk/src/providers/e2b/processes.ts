@@ -7,13 +7,14 @@
  * the start time (SANDPIT_STARTED_AT), the tag (SANDPIT_TAG) and that it is a terminal
  * (SANDPIT_PTY); `list()` reads them back from envd's process list. envd keeps no output for a
  * later attach, so `connect` delivers output from the moment it attaches (`droppedBytes` -1:
- * unknown). envd's signal call knows only SIGKILL and SIGTERM and the SDK sends only SIGKILL;
+ * unknown; an `offset` past 0 is refused), and it forgets a process once it exits: a later
+ * `kill`/`connect`/`sendStdin` by pid says NOT_FOUND, while a handle that saw the exit answers as
+ * the contract says for an exited process (kill false, stdin CONFLICT, closeStdin a no-op). envd's signal call knows only SIGKILL and SIGTERM and the SDK sends only SIGKILL;
  * other signals are sent with `kill(1)` inside the sandbox, to the process group. A process a
  * signal ended reports exit code -1 and "signal: killed" (Go's wording); Sandpit reports
  * 128 + the signal's number, as a shell does.
  */
 import { CommandExitError, type CommandHandle as E2BHandle, type Sandbox } from "e2b";
-import { PTY_MAX_SIZE } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "../../errors.ts";
 import type {
   CommandConnectOptions,
@@ -28,7 +29,7 @@ import type {
   SandboxExecutionResult,
   SandboxPty,
 } from "../../types.ts";
-import { abortReason, checkEnvs, virtualPath } from "../cloud-common.ts";
+import { abortReason, checkEnvs, checkPtySize, inputBytes, virtualPath } from "../cloud-common.ts";
 import { fromE2B } from "./errors.ts";
 
 /** Environment variables Sandpit sets on what it starts, so that `list()` can report them. */
@@ -191,6 +192,14 @@ export class E2BCommands implements SandboxCommands {
 
   async connect(pid: number, o: CommandConnectOptions = {}): Promise<CommandHandle> {
     checkPid(pid);
+    const offset = o.offset ?? 0;
+    if (!Number.isInteger(offset) || offset < 0)
+      throw new SandboxError("offset must be a non-negative integer", "INVALID_ARGUMENT");
+    if (offset > 0)
+      throw new SandboxError(
+        "E2B keeps no output of a process to replay: a new client sees new output only (offset 0)",
+        "INVALID_ARGUMENT",
+      );
     this.#host.alive();
     if (o.signal?.aborted) throw abortReason(o.signal);
     let h: E2BHandle;
@@ -208,24 +217,35 @@ export class E2BCommands implements SandboxCommands {
     return handle;
   }
 
+  /**
+   * envd answers false for a pid it does not know, which is also every process that has
+   * exited (it forgets them): NOT_FOUND, as for any unknown pid. A handle turns that into false.
+   */
   async kill(pid: number, signal: ProcessSignal = "SIGKILL"): Promise<boolean> {
     checkPid(pid);
     checkSignal(signal);
     this.#host.alive();
+    const missing = () => new SandboxError(`no process ${pid}`, "NOT_FOUND");
     if (signal === "SIGKILL") {
+      let killed: boolean;
       try {
-        return await this.#host.sandbox.commands.kill(pid);
+        killed = await this.#host.sandbox.commands.kill(pid);
       } catch (err) {
         throw fromE2B(err, `killing process ${pid}`);
       }
+      if (!killed) throw missing();
+      return true;
     }
+    // Only processes envd runs, as for SIGKILL.
+    if (!(await this.list()).some((p) => p.pid === pid)) throw missing();
     // The group first (a shell's children too); a process that leads no group by its pid.
     const name = signal.slice(3);
     const r = await this.#host.exec(
       `kill -s ${name} -- -${pid} 2>/dev/null || kill -s ${name} ${pid} 2>/dev/null`,
       { cwd: "/", timeoutMs: 30_000 },
     );
-    return r.exitCode === 0;
+    if (r.exitCode !== 0) throw missing();
+    return true;
   }
 
   async sendStdin(pid: number, data: string | Uint8Array): Promise<void> {
@@ -258,6 +278,7 @@ class E2BCommandHandle implements CommandHandle {
   readonly #commands: E2BCommands;
   readonly #result: Promise<SandboxExecutionResult>;
   #disconnected = false;
+  #exited = false;
 
   constructor(h: E2BHandle, commands: E2BCommands, droppedBytes: number) {
     this.#h = h;
@@ -278,7 +299,24 @@ class E2BCommandHandle implements CommandHandle {
       },
     );
     // Nobody may ever wait; the outcome is still observed.
-    this.#result.catch(() => undefined);
+    this.#result.then(
+      () => (this.#exited = true),
+      () => undefined,
+    );
+  }
+
+  /**
+   * This handle's process is known to have existed, so envd's NOT_FOUND means it has exited
+   * (envd forgets exited processes): `onExited` answers for that case.
+   */
+  async #unlessExited<T>(call: () => Promise<T>, onExited: () => T): Promise<T> {
+    if (this.#exited) return onExited();
+    try {
+      return await call();
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === "NOT_FOUND") return onExited();
+      throw err;
+    }
   }
 
   get stdout(): string {
@@ -292,37 +330,29 @@ class E2BCommandHandle implements CommandHandle {
     return this.#result;
   }
   kill(signal?: ProcessSignal): Promise<boolean> {
-    return this.#commands.kill(this.pid, signal);
+    return this.#unlessExited(
+      () => this.#commands.kill(this.pid, signal),
+      () => false,
+    );
   }
   sendStdin(data: string | Uint8Array): Promise<void> {
-    return this.#commands.sendStdin(this.pid, data);
+    return this.#unlessExited(
+      () => this.#commands.sendStdin(this.pid, data),
+      () => {
+        throw new SandboxError(`process ${this.pid} has exited`, "CONFLICT");
+      },
+    );
   }
   closeStdin(): Promise<void> {
-    return this.#commands.closeStdin(this.pid);
+    return this.#unlessExited(
+      () => this.#commands.closeStdin(this.pid),
+      () => undefined,
+    );
   }
   async disconnect(): Promise<void> {
     this.#disconnected = true;
     await this.#h.disconnect();
   }
-}
-
-/** The same bounds sandboxd holds terminals to, checked before E2B is asked. */
-function checkSize(size: unknown): PtySize {
-  const s = size as Partial<PtySize> | undefined;
-  const ok = (n: unknown) =>
-    typeof n === "number" && Number.isInteger(n) && n > 0 && n <= PTY_MAX_SIZE;
-  if (!s || !ok(s.cols) || !ok(s.rows))
-    throw new SandboxError(
-      `cols and rows must be integers from 1 to ${PTY_MAX_SIZE}`,
-      "INVALID_ARGUMENT",
-    );
-  return { cols: s.cols!, rows: s.rows! };
-}
-
-function bytes(data: string | Uint8Array): Uint8Array {
-  if (typeof data === "string") return new TextEncoder().encode(data);
-  if (data instanceof Uint8Array) return data;
-  throw new SandboxError("input must be a string or a Uint8Array", "INVALID_ARGUMENT");
 }
 
 /**
@@ -336,7 +366,7 @@ export class E2BPty implements SandboxPty {
   }
 
   async create(o: PtyCreateOptions): Promise<PtyHandle> {
-    const size = checkSize(o);
+    const size = checkPtySize(o);
     if (typeof o.onData !== "function")
       throw new SandboxError("onData must be a function", "INVALID_ARGUMENT");
     if (o.command !== undefined && (typeof o.command !== "string" || !o.command.trim()))
@@ -385,7 +415,7 @@ export class E2BPty implements SandboxPty {
 
   async sendInput(pid: number, data: string | Uint8Array): Promise<void> {
     checkPid(pid);
-    const b = bytes(data);
+    const b = inputBytes(data);
     this.#host.alive();
     try {
       await this.#host.sandbox.pty.sendInput(pid, b);
@@ -396,7 +426,7 @@ export class E2BPty implements SandboxPty {
 
   async resize(pid: number, size: PtySize): Promise<void> {
     checkPid(pid);
-    const s = checkSize(size);
+    const s = checkPtySize(size);
     this.#host.alive();
     try {
       await this.#host.sandbox.pty.resize(pid, s);
