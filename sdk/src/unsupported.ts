@@ -56,9 +56,12 @@ export function noPty(provider: string): SandboxPty {
   };
 }
 
-/** The code-context methods of an instance without persistent interpreters. */
-export function noCodeContexts(provider: string) {
-  const feature = "code contexts";
+/**
+ * The code-context methods of an instance without persistent interpreters; `why`, when given,
+ * says what the backend lacks, so the refusal explains itself.
+ */
+export function noCodeContexts(provider: string, why?: string) {
+  const feature = why ? `code contexts (${why})` : "code contexts";
   return {
     createCodeContext: refuse(provider, feature) as () => Promise<CodeContext>,
     listCodeContexts: refuse(provider, feature) as () => Promise<CodeContext[]>,

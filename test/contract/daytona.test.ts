@@ -28,7 +28,9 @@ contractSuite(
   },
   {
     lacks: [
-      // Not implemented on Daytona yet (its Python interpreter with contexts; see sdk/README.md).
+      // Daytona's interpreter (`codeInterpreter`) is Python-only and answers a cell with stdout,
+      // stderr and an error alone: no last-expression value, no display() results, no interrupt
+      // but its timeout (see sdk/README.md).
       "codeContexts",
       "richResults",
       // The daemon sends a terminal's output to the clients attached at the moment and keeps

@@ -176,5 +176,11 @@ describe.skipIf(!usable)(title, () => {
       const err = await expectSandboxError(p, "NOT_SUPPORTED");
       expect(err.message).toMatch(/Daytona/);
     }
+    // A cell for a context is refused too, saying why, rather than run in a fresh interpreter.
+    const cell = await expectSandboxError(
+      sbx.executeCode("print(1)", "python", { context: "x" }),
+      "NOT_SUPPORTED",
+    );
+    expect(cell.message).toMatch(/code contexts .*Python-only.*no cell values/);
   });
 });

@@ -18,7 +18,7 @@
  *  - Daytona timeouts are seconds: every millisecond value is converted at the boundary with
  *    Math.ceil(ms / 1000).
  */
-import { noCodeContexts } from "../../unsupported.ts";
+import { noCodeContexts, notSupported } from "../../unsupported.ts";
 import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -242,7 +242,15 @@ interface ExecOptions {
   signal?: AbortSignal | undefined;
 }
 
-const NO_CONTEXTS = noCodeContexts("Daytona");
+/**
+ * Daytona's code interpreter (`sandbox.codeInterpreter` in the pinned SDK) is Python-only and
+ * answers a cell with stdout, stderr and an error alone: no value of the last expression, no
+ * display() results, and no way to interrupt a cell but its timeout. The contract's contexts need
+ * all of these, so they stay refused rather than half-kept.
+ */
+const CONTEXTS_LACK =
+  "Daytona's interpreter is Python-only and returns no cell values, display results or interrupt";
+const NO_CONTEXTS = noCodeContexts("Daytona", CONTEXTS_LACK);
 
 export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
   readonly pty = new DaytonaPty(this);
@@ -455,6 +463,8 @@ export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
     if (typeof code !== "string")
       throw new SandboxError("code must be a string", "INVALID_ARGUMENT");
     checkEnvs(o.envs);
+    // A cell meant for a persistent context must not silently run in a fresh interpreter.
+    if (o.context !== undefined) throw notSupported("Daytona", `code contexts (${CONTEXTS_LACK})`);
     this.alive();
     const cwd = virtualPath(o.cwd ?? this.defaults.workingDirectory);
     const timeoutMs = o.timeoutMs ?? this.defaults.timeoutMs ?? DEFAULT_TIMEOUT_MS;
