@@ -222,9 +222,11 @@ export class DaytonaCommands implements SandboxCommands {
     const cmd = await this.command(pid);
     if (cmd.exitCode !== undefined) return false;
     const pidFile = shq(this.#pidFile(pid));
-    // The whole group the command leads (setsid made it a leader).
+    // The whole group the command leads (setsid made it a leader). A command started a moment
+    // ago may not have written its pid yet: wait for it, 5 s at most.
     const r = await this.#host.exec(
-      `p=$(cat ${pidFile} 2>/dev/null) && [ -n "$p" ] && kill -s ${signal.slice(3)} -- "-$p"`,
+      `i=0; while [ ! -s ${pidFile} ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; ` +
+        `p=$(cat ${pidFile} 2>/dev/null) && [ -n "$p" ] && kill -s ${signal.slice(3)} -- "-$p"`,
       { cwd: "/", timeoutMs: 30_000 },
     );
     return r.exitCode === 0;
