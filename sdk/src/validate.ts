@@ -8,3 +8,20 @@ export function checkPort(port: number): void {
     throw new SandboxError(`port must be ${PORT_RULE}, got ${port}`, "INVALID_ARGUMENT");
   }
 }
+
+/** What a file write takes: text or bytes. */
+export function checkContent(content: unknown): asserts content is string | Uint8Array {
+  if (typeof content !== "string" && !(content instanceof Uint8Array))
+    throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
+}
+
+/** What `writeStream` takes: anything async-iterable (a web ReadableStream is one). */
+export function checkSource(
+  data: unknown,
+): asserts data is ReadableStream<Uint8Array> | AsyncIterable<Uint8Array> {
+  if (data == null || typeof (data as AsyncIterable<unknown>)[Symbol.asyncIterator] !== "function")
+    throw new SandboxError(
+      "data must be a ReadableStream or an async iterable of Uint8Array",
+      "INVALID_ARGUMENT",
+    );
+}

@@ -5,6 +5,7 @@
  * flat for any size; `signal` aborts a transfer and rejects with the signal's reason, and an
  * aborted upload leaves no file (sandboxd writes to a staging file and renames only at the end).
  */
+import { checkContent, checkSource } from "../validate.ts";
 import { Readable } from "node:stream";
 import type {
   FileEntry,
@@ -196,14 +197,7 @@ export class SandboxdFilesystem implements SandboxFilesystem {
     o?: TransferOptions,
   ): Promise<void> {
     checkPath("path", path);
-    if (
-      data == null ||
-      typeof (data as AsyncIterable<Uint8Array>)[Symbol.asyncIterator] !== "function"
-    )
-      throw new SandboxError(
-        "data must be a ReadableStream or an async iterable of Uint8Array",
-        "INVALID_ARGUMENT",
-      );
+    checkSource(data);
     let sourceError: unknown;
     async function* bytes(): AsyncGenerator<Uint8Array> {
       try {
@@ -273,11 +267,6 @@ function json(body: unknown): RequestOptions {
 function checkPath(name: string, value: unknown): void {
   if (typeof value !== "string" || value.length === 0)
     throw new SandboxError(`${name} must be a non-empty string`, "INVALID_ARGUMENT");
-}
-
-function checkContent(content: unknown): void {
-  if (typeof content !== "string" && !(content instanceof Uint8Array))
-    throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
 }
 
 function toInfo(e: FileEntry): SandboxFileInfo {

@@ -21,6 +21,7 @@ import type {
   TransferOptions,
 } from "../../types.ts";
 import { FilesystemExtras } from "../../unsupported.ts";
+import { checkContent, checkSource } from "../../validate.ts";
 import { abortReason, shq, VIRTUAL_ROOT, virtualPath } from "../cloud-common.ts";
 import { checkPattern, globRoot, grepCommand, parseGrep } from "../search.ts";
 import { fromDaytona } from "./errors.ts";
@@ -51,10 +52,9 @@ function fileInfo(dir: string, e: FileInfo): SandboxFileInfo {
 }
 
 function toBuffer(content: string | Uint8Array): Buffer {
+  checkContent(content);
   if (typeof content === "string") return Buffer.from(content, "utf8");
-  if (content instanceof Uint8Array)
-    return Buffer.from(content.buffer, content.byteOffset, content.byteLength);
-  throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
+  return Buffer.from(content.buffer, content.byteOffset, content.byteLength);
 }
 
 function aborted(o: TransferOptions): unknown {
@@ -245,14 +245,7 @@ export class DaytonaFilesystem extends FilesystemExtras implements SandboxFilesy
     o: TransferOptions = {},
   ): Promise<void> {
     const p = virtualPath(path);
-    if (
-      !(data instanceof ReadableStream) &&
-      typeof (data as AsyncIterable<Uint8Array>)?.[Symbol.asyncIterator] !== "function"
-    )
-      throw new SandboxError(
-        "data must be a ReadableStream or an AsyncIterable of Uint8Array",
-        "INVALID_ARGUMENT",
-      );
+    checkSource(data);
     if (aborted(o)) throw aborted(o);
     const source = data instanceof ReadableStream ? data : Readable.from(data);
     const part = `${posix.dirname(p)}/.${posix.basename(p)}.${randomUUID()}.part`;

@@ -19,6 +19,7 @@ import type {
   WatchHandle,
 } from "../../types.ts";
 import { FilesystemExtras } from "../../unsupported.ts";
+import { checkContent, checkSource } from "../../validate.ts";
 import { abortReason, shq, VIRTUAL_ROOT, virtualPath } from "../cloud-common.ts";
 import {
   checkPattern,
@@ -49,9 +50,8 @@ function fileInfo(e: EntryInfo): SandboxFileInfo {
 }
 
 function bodyOf(content: string | Uint8Array): string | ArrayBuffer {
+  checkContent(content);
   if (typeof content === "string") return content;
-  if (!(content instanceof Uint8Array))
-    throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
   return content.buffer.slice(
     content.byteOffset,
     content.byteOffset + content.byteLength,
@@ -62,12 +62,8 @@ function bodyOf(content: string | Uint8Array): string | ArrayBuffer {
 function toStream(
   data: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
 ): ReadableStream<Uint8Array> {
+  checkSource(data);
   if (data instanceof ReadableStream) return data;
-  if (!data || typeof (data as AsyncIterable<Uint8Array>)[Symbol.asyncIterator] !== "function")
-    throw new SandboxError(
-      "data must be a ReadableStream or an AsyncIterable of Uint8Array",
-      "INVALID_ARGUMENT",
-    );
   const it = (data as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
@@ -188,8 +184,7 @@ export class E2BFilesystem extends FilesystemExtras implements SandboxFilesystem
     content: string | Uint8Array,
     o: TransferOptions = {},
   ): Promise<void> {
-    if (typeof content !== "string" && !(content instanceof Uint8Array))
-      throw new SandboxError("content must be a string or a Uint8Array", "INVALID_ARGUMENT");
+    checkContent(content);
     const p = virtualPath(path);
     if (o.signal?.aborted) throw abortReason(o.signal);
     const data = typeof content === "string" ? new TextEncoder().encode(content) : content;
