@@ -54,7 +54,7 @@ export async function serveProcess(
     case "Connect":
       return stream(method, req, res, shape, instance, state);
     case "StreamInput":
-      return streamInput(req, res, shape, instance, state);
+      return streamInput(req, res, shape, instance);
   }
   const unary = UNARY[method];
   if (!unary) throw new RpcError("unimplemented", `process.Process/${method} is not a method`, 404);
@@ -68,14 +68,18 @@ type Unary = (msg: never, instance: SandboxInstance, state: SandboxState) => Pro
 
 const UNARY: Record<string, Unary> = {
   List: async () => undefined,
-  SendInput: async (msg: { process?: Selector; input?: { input: InputCase } }, instance, state) =>
+  SendInput: async (msg: { process?: Selector; input?: { input: InputCase } }, instance) =>
     sendInput(instance, await pidOf(instance, msg.process), msg.input?.input),
   SendSignal: async (msg: { process?: Selector; signal: number }, instance, state) => {
     const signal = SIGNALS[msg.signal];
     if (!signal) throw new RpcError("invalid_argument", `unsupported signal ${msg.signal}`);
     const pid = await pidOf(instance, msg.process);
+    const info = (await instance.commands.list()).find((p) => p.pid === pid);
     state.signalled.set(pid, signal);
-    const delivered = await instance.commands.kill(pid, signal);
+    // A terminal is ended by the terminal API (which kills its group); there is no other signal.
+    const delivered = info?.pty
+      ? await instance.pty.kill(pid)
+      : await instance.commands.kill(pid, signal);
     if (!delivered) {
       state.signalled.delete(pid);
       throw new RpcError("not_found", `process with pid ${pid} not found`);
@@ -296,7 +300,6 @@ async function streamInput(
   res: ServerResponse,
   shape: CallShape,
   instance: SandboxInstance,
-  state: SandboxState,
 ): Promise<void> {
   if (!shape.streaming)
     throw new RpcError("invalid_argument", "process.Process/StreamInput is a client stream", 415);
