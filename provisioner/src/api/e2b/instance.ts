@@ -7,13 +7,12 @@
  * One instance (and one keep-alive connection pool) per Sandbox uid, kept while used; a sandbox
  * made again under the same name is a new uid, so nothing of the old one is reused.
  */
-import {
-  SandboxError,
-  SandboxdClient,
-  SandboxdInstance,
-  type SandboxInstance,
-  type SandboxdLifecycle,
-} from "@sandpit/sdk";
+// The SDK's modules themselves, not its entry point: that one registers every provider, and a
+// bundle of the provisioner would take in their SDKs (Docker's native add-ons included).
+import type { SandboxInstance } from "@sandpit/sdk";
+import { SandboxError } from "@sandpit/sdk/errors";
+import { SandboxdClient } from "@sandpit/sdk/sandboxd-client";
+import { SandboxdInstance, type SandboxdLifecycle } from "@sandpit/sdk/sandboxd-instance";
 import type { Sandbox, SandboxStore } from "../../sandboxes.ts";
 import type { Transport } from "../../transport.ts";
 import { autoResumes, stateOf } from "./records.ts";
