@@ -231,7 +231,9 @@ describe("list filters and pagination", () => {
   test("metadata as the SDK encodes it: pairs, each part URI-encoded, then as a query", () => {
     const wanted = { "odd key": "a&b=c", plain: "v" };
     const sent = new URLSearchParams(
-      Object.entries(wanted).map(([k, v]) => [encodeURIComponent(k), encodeURIComponent(v)]),
+      Object.entries(wanted).map(
+        ([k, v]) => [encodeURIComponent(k), encodeURIComponent(v)] as [string, string],
+      ),
     ).toString();
     expect(Object.fromEntries(metadataFilter(sent))).toEqual(wanted);
     expect(metadataFilter(undefined)).toEqual([]);
