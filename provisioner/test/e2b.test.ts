@@ -237,7 +237,8 @@ describe("list filters and pagination", () => {
     ).toString();
     expect(Object.fromEntries(metadataFilter(sent))).toEqual(wanted);
     expect(metadataFilter(undefined)).toEqual([]);
-    expect(() => metadataFilter("k=%E0%A4%A")).toThrow(/malformed/);
+    // Encoded once (a literal % in the value): taken as decoded once, not refused.
+    expect(metadataFilter("k=50%25")).toEqual([["k", "50%"]]);
   });
 
   test("cursors order by start then name, survive a round trip, and reject forgeries", () => {

@@ -354,19 +354,20 @@ function filtered(sandboxes: Sandbox[], q: ListQuery): Sandbox[] {
 }
 
 /**
- * The SDKs send metadata as one query value holding `k=v&k2=v2`, each key and value
- * URI-encoded inside it.
+ * The JS SDK sends metadata as one query value holding `k=v&k2=v2`, each key and value
+ * URI-encoded inside it (so encoded twice on the wire); a client that encodes them once (a `%`
+ * that does not start an escape after the first decoding) gets that decoding.
  */
 export function metadataFilter(raw: string | undefined): [string, string][] {
   if (!raw) return [];
-  try {
-    return [...new URLSearchParams(raw)].map(([k, v]) => [
-      decodeURIComponent(k),
-      decodeURIComponent(v),
-    ]);
-  } catch {
-    throw new ApiError("INVALID_ARGUMENT", "query.metadata: malformed percent-encoding");
-  }
+  const decode = (s: string) => {
+    try {
+      return decodeURIComponent(s);
+    } catch {
+      return s;
+    }
+  };
+  return [...new URLSearchParams(raw)].map(([k, v]) => [decode(k), decode(v)]);
 }
 
 /** A place in the list's order: start time, then name (unique), so pages never overlap. */
