@@ -8,14 +8,14 @@
  */
 import { Router, json, type Request, type Response } from "express";
 import type { SandboxPool } from "@sandpit/operator/api";
-import { requireKey } from "../auth.ts";
+import { type KeyRing, requireKey } from "../auth.ts";
 import { ApiError, parse } from "../errors.ts";
-import type { ApiKey } from "../../config.ts";
-import { type Sandbox, SandboxUnavailable } from "../../sandboxes.ts";
-import { abortedBy } from "../../transport.ts";
-import type { E2bDeps } from "./index.ts";
+import type { ApiKey, ProvisionerConfig } from "../../config.ts";
+import { type Sandbox, type SandboxStore, SandboxUnavailable } from "../../sandboxes.ts";
+import { type Transport, abortedBy } from "../../transport.ts";
 import { ENVD_VERSION } from "./envd/index.ts";
 import { sandboxNotFound } from "./errors.ts";
+import type { EnvdTokens } from "./tokens.ts";
 import {
   E2B_ANNOTATION,
   MAX_LIFETIME_S,
@@ -51,6 +51,15 @@ const CLIENT_ID = "sandpit";
 const POOL_NAME = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 /** Pools change rarely; a create or a list should not read each one from the API server. */
 const POOL_CACHE_MS = 10_000;
+
+/** What the E2B API works with (./index.ts builds it). */
+export interface E2bDeps {
+  cfg: ProvisionerConfig;
+  store: SandboxStore;
+  keys: KeyRing;
+  transport: Transport;
+  tokens: EnvdTokens;
+}
 
 export function controlRouter(d: E2bDeps): Router {
   const r = Router();

@@ -20,12 +20,9 @@ import type { Duplex } from "node:stream";
 import type { NextFunction, Request, Response } from "express";
 import type { Logger } from "pino";
 import { isPort } from "@sandpit/sandboxd/protocol";
-import type { KeyRing } from "../auth.ts";
 import { ApiError } from "../errors.ts";
-import type { ProvisionerConfig } from "../../config.ts";
-import type { Sandbox, SandboxStore } from "../../sandboxes.ts";
-import type { Transport } from "../../transport.ts";
-import { controlRouter } from "./control.ts";
+import type { Sandbox } from "../../sandboxes.ts";
+import { type E2bDeps, controlRouter } from "./control.ts";
 import {
   ENVD_PORT,
   ENVD_VERSION,
@@ -39,14 +36,6 @@ import { autoResumes, stateOf } from "./records.ts";
 import { EnvdTokens } from "./tokens.ts";
 
 export const E2B_PREFIX = "/e2b";
-
-export interface E2bDeps {
-  cfg: ProvisionerConfig;
-  store: SandboxStore;
-  keys: KeyRing;
-  transport: Transport;
-  tokens: EnvdTokens;
-}
 
 /** Where a request goes: paths are below the prefix (or the root), with their query. */
 export type E2bRoute =
