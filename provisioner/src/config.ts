@@ -16,6 +16,13 @@ export const ApiKey = z.strictObject({
       "tenant: lowercase letters, digits and '-', at most 32",
     ),
   maxSandboxes: z.number().int().min(1).default(100),
+  /** The longest timeout an E2B client may ask for (24 h when not set, as on E2B Pro). */
+  maxTimeoutSeconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(30 * 24 * 3600)
+    .optional(),
 });
 export type ApiKey = z.infer<typeof ApiKey>;
 
@@ -52,6 +59,22 @@ const Env = z.object({
    * {claimName, subPath?, readOnly?}. A path not named here is given an empty directory.
    */
   SANDPIT_DEERFLOW_MOUNTS: z.string().optional(),
+  /**
+   * The key envd access tokens are derived from (docs/e2b.md): the same on every replica, so
+   * each verifies the others' tokens. Unset: the E2B-compatible API is off.
+   */
+  SANDPIT_E2B_TOKEN_SECRET: z
+    .string()
+    .min(32, "at least 32 characters (the chart generates one)")
+    .optional(),
+  /** The domain of E2B's host routing: api.<domain> and <port>-<sandboxId>.<domain>. */
+  SANDPIT_E2B_DOMAIN: z
+    .string()
+    .regex(
+      /^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/,
+      "a lowercase DNS name such as sandboxes.example.com",
+    )
+    .optional(),
 });
 
 export interface ProvisionerConfig {
@@ -68,6 +91,8 @@ export interface ProvisionerConfig {
   logLevel: string;
   /** The volumes DeerFlow's extra_mounts are mapped to, one per container path. */
   deerflowMounts: Mount[];
+  /** The E2B-compatible API (docs/e2b.md); undefined: off. */
+  e2b: { tokenSecret: string; domain: string | undefined } | undefined;
 }
 
 export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
@@ -93,6 +118,8 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
   const deerflowMounts = e.SANDPIT_DEERFLOW_MOUNTS
     ? parseDeerflowMounts(e.SANDPIT_DEERFLOW_MOUNTS, fail)
     : [];
+  if (e.SANDPIT_E2B_DOMAIN && !e.SANDPIT_E2B_TOKEN_SECRET)
+    fail(["SANDPIT_E2B_DOMAIN: the E2B API needs SANDPIT_E2B_TOKEN_SECRET too"]);
   const at = e.SANDPIT_LISTEN.lastIndexOf(":");
   return {
     kubeconfig: e.SANDPIT_KUBECONFIG,
@@ -110,6 +137,9 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
     maxBodyBytes: e.SANDPIT_MAX_BODY_BYTES,
     logLevel: e.SANDPIT_LOG_LEVEL,
     deerflowMounts,
+    e2b: e.SANDPIT_E2B_TOKEN_SECRET
+      ? { tokenSecret: e.SANDPIT_E2B_TOKEN_SECRET, domain: e.SANDPIT_E2B_DOMAIN }
+      : undefined,
   };
 }
 

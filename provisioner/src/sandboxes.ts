@@ -12,8 +12,10 @@ import {
   ANNOTATION,
   LABEL,
   MANAGED_BY,
+  POOLS,
   SANDBOXES,
   type Sandbox,
+  type SandboxPool,
   type SandboxSpec,
 } from "@sandpit/operator/api";
 import {
@@ -184,6 +186,27 @@ export class SandboxStore {
     return [...byName.values()]
       .filter((s) => s.metadata.labels?.[LABEL.tenant] === tenant && !s.metadata.deletionTimestamp)
       .filter((s) => Object.entries(labels).every(([k, v]) => s.metadata.labels?.[k] === v));
+  }
+
+  /**
+   * Every tenant's live sandboxes: only for finding the one a credential that names no tenant
+   * (a signed E2B file URL) was made for.
+   */
+  listAllTenants(): Sandbox[] {
+    return this.#informer
+      .list(this.namespace)
+      .map((s) => this.#lookup(s.metadata.name))
+      .filter((s): s is Sandbox => !!s && !s.metadata.deletionTimestamp);
+  }
+
+  /** The SandboxPool of that name as the API server has it now, or undefined. */
+  async getPool(name: string): Promise<SandboxPool | undefined> {
+    try {
+      return await this.#kube.get<SandboxPool>(POOLS, this.namespace, name);
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
   }
 
   /** The cache, corrected by this process's own writes it does not show yet. */
@@ -436,6 +459,16 @@ export class SandboxStore {
     const uid = this.#lookup(name)?.metadata.uid;
     await this.#kube.delete(SANDBOXES, this.namespace, name);
     this.#ownWrites.set(name, { ...(uid ? { deletedUid: uid } : {}), at: Date.now() });
+  }
+
+  /** Changes the lifetime settings (a merge: fields not given keep their value). */
+  async setLifecycle(
+    name: string,
+    lifecycle: { ttlSeconds?: number; idleTimeoutSeconds?: number },
+  ): Promise<Sandbox> {
+    return this.#kube.patch<Sandbox>(SANDBOXES, this.namespace, name, "merge", {
+      spec: { lifecycle },
+    });
   }
 
   async setSuspended(name: string, suspended: boolean): Promise<void> {

@@ -1,5 +1,6 @@
 /**
- * The provisioner's HTTP server, wired: the native API, the DeerFlow-compatible API, upgrades
+ * The provisioner's HTTP server, wired: the native API, the DeerFlow- and E2B-compatible APIs
+ * (./api/e2b/, ahead of the rest: it routes by host and header too), upgrades
  * (WebSocket, TCP tunnels) on the proxy paths, and the service's own routes. State lives in the
  * Sandbox resources only; every route that sends a sandbox traffic goes through one Transport.
  */
@@ -9,6 +10,7 @@ import type { Logger } from "pino";
 import type { Registry } from "prom-client";
 import { KeyRing } from "./api/auth.ts";
 import { deerflowRouter } from "./api/deerflow.ts";
+import { e2bApi } from "./api/e2b/index.ts";
 import { ApiError, clientErrorHandler, errorHandler, upgradeErrorHandler } from "./api/errors.ts";
 import { nativeRouter, nativeUpgrade } from "./api/native.ts";
 import { opsRouter } from "./api/ops.ts";
@@ -34,6 +36,8 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
     baseUrl: (req: Request) => cfg.publicUrl ?? `${req.protocol}://${req.get("host")}`,
   };
   let shuttingDown = false;
+  // First in line: E2B's hosts and its data plane's /health and /metrics are not the service's.
+  const e2b = e2bApi(deps, log);
 
   const app = express();
   app.disable("x-powered-by");
@@ -45,6 +49,7 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
     if (shuttingDown) res.setHeader("connection", "close");
     next();
   });
+  app.use(e2b.middleware);
   app.use(
     opsRouter({
       registry,
@@ -62,7 +67,9 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logg
   const upgrade = nativeUpgrade(deps);
   const upgradeFailed = upgradeErrorHandler(log);
   server.on("upgrade", (req, socket, head) => {
-    upgrade(req, socket, head).catch((err: unknown) => upgradeFailed(err, socket));
+    (e2b.upgrade(req, socket, head) ?? upgrade(req, socket, head)).catch((err: unknown) =>
+      upgradeFailed(err, socket),
+    );
   });
   return {
     server,

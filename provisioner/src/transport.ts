@@ -34,19 +34,20 @@ export class Transport {
   }
 
   /**
-   * Forwards an express request's `*rest` path (still percent-encoded) and query to the
-   * destination in the sandbox, bodies streamed both ways.
+   * Forwards an express request's `*rest` path (still percent-encoded) and query, or `path` when
+   * given (with its query), to the destination in the sandbox, bodies streamed both ways.
    */
   async forward(
     sandbox: Sandbox,
     req: Request,
     res: ServerResponse,
     to: Destination = { kind: "sandboxd" },
+    path?: string,
   ): Promise<void> {
     const { target, onTraffic } = await this.#reach(sandbox, abortedBy(req));
     const q = req.originalUrl.indexOf("?");
     const query = q >= 0 ? req.originalUrl.slice(q) : "";
-    await proxyRequest(req, res, target, `${rawRest(req)}${query}`, to, onTraffic);
+    await proxyRequest(req, res, target, path ?? `${rawRest(req)}${query}`, to, onTraffic);
   }
 
   /** Splices an upgrade (WebSocket, `Upgrade: tcp`) through to `path` on the destination. */

@@ -3,11 +3,13 @@
  * cluster:
  *  - `helm lint --strict` is clean; values.schema.json refuses mistyped, misspelt and
  *    inconsistent values with their path; every pod the chart renders meets the restricted Pod
- *    Security Standard, and nothing is exposed beyond a ClusterIP;
+ *    Security Standard, and nothing is exposed beyond a ClusterIP unless asked (the E2B example's
+ *    Ingress: api.<domain> and *.<domain>, TLS at the ingress);
  *  - installed from the operator, provisioner and sandbox images built here: the operator's two
  *    replicas run and one holds the Lease, the provisioner answers through its Service with the
  *    API key the chart generated, and a sandbox created through it runs Python and TypeScript;
- *  - `helm upgrade` rolls both Deployments and keeps the generated key and the sandbox;
+ *  - `helm upgrade` rolls both Deployments and keeps the generated keys (the API key and the E2B
+ *    token key) and the sandbox;
  *  - `helm uninstall` leaves the CRDs, the sandboxes' namespace and its Sandbox in place.
  *
  * The release watches its own sandbox namespace only (operator.watchNamespace), so it never
@@ -241,6 +243,8 @@ describe("the chart, offline", () => {
     [["--set", "sandboxes.namespace=Not_A_Name"], /namespace/],
     [["--set", "operator.watchNamespace=elsewhere"], /watchNamespace/],
     [["--set", "metrics.serviceMonitor.enabled=true"], /ServiceMonitor/],
+    [["--set", "provisioner.e2b.domain=Not_A_Domain"], /e2b\/domain|domain/],
+    [["--set", "provisioner.ingress.enabled=true"], /needs provisioner\.ingress\.host or/],
   ])("refuses bad values %j with a message naming them", async (args, message) => {
     const err = await render(...(args as string[])).then(
       () => undefined,
@@ -291,10 +295,48 @@ describe("the chart, offline", () => {
       expect.objectContaining({ kind: "CustomResourceDefinition" }),
     );
   });
+
+  it("renders the E2B example: api.<domain> and *.<domain> on an Ingress with TLS", async () => {
+    const docs = await render("-f", `${CHART}/examples/e2b-ingress.yaml`);
+    const ingress = docs.find((d) => d.kind === "Ingress") as unknown as {
+      spec: {
+        ingressClassName: string;
+        tls: { secretName: string; hosts: string[] }[];
+        rules: { host: string; http: { paths: { backend: { service: { name: string } } }[] } }[];
+      };
+    };
+    const hosts = ["sandpit.example.com", "api.sandboxes.example.com", "*.sandboxes.example.com"];
+    expect(ingress.spec.rules.map((r) => r.host)).toEqual(hosts);
+    expect(ingress.spec.tls).toEqual([{ secretName: "sandboxes-example-com-wildcard", hosts }]);
+    for (const r of ingress.spec.rules)
+      expect(r.http.paths[0]!.backend.service.name).toBe(`${fullname}-provisioner`);
+    const prov = docs.find(
+      (d) => d.metadata.name === `${fullname}-provisioner` && d.kind === "Deployment",
+    );
+    const env = (prov!.spec as { template: { spec: PodSpec } }).template.spec.containers[0]!.env!;
+    expect(env).toContainEqual({ name: "SANDPIT_E2B_DOMAIN", value: "sandboxes.example.com" });
+    expect(env).toContainEqual({
+      name: "SANDPIT_E2B_TOKEN_SECRET",
+      valueFrom: { secretKeyRef: { name: `${fullname}-e2b`, key: "token-secret" } },
+    });
+    expect(docs.some((d) => d.kind === "Secret" && d.metadata.name === `${fullname}-e2b`)).toBe(
+      true,
+    );
+    // Off by default: no Ingress; and with e2b off, neither its Secret nor its settings.
+    expect((await render()).some((d) => d.kind === "Ingress")).toBe(false);
+    const off = await render("--set", "provisioner.e2b.enabled=false");
+    expect(off.some((d) => d.metadata.name === `${fullname}-e2b`)).toBe(false);
+  });
 });
+
+async function e2bSecret(): Promise<string> {
+  const secret = await core.readNamespacedSecret({ name: `${fullname}-e2b`, namespace: systemNs });
+  return Buffer.from(secret.data!["token-secret"]!, "base64").toString();
+}
 
 describe("the chart on the cluster", () => {
   let keyBefore: string;
+  let e2bBefore: string;
   let sandboxId: string;
 
   it("installs: the operator leads, the provisioner serves, a sandbox runs Python and TypeScript", async () => {
@@ -345,6 +387,11 @@ describe("the chart on the cluster", () => {
       headers: { authorization: "Bearer not-a-key-not-a-key-not-a-key" },
     });
     expect(refused.status).toBe(401);
+    // The E2B API is on, with the token key the chart generated.
+    e2bBefore = await e2bSecret();
+    expect(e2bBefore).toMatch(/^[A-Za-z0-9]{48}$/);
+    const e2bList = await fetch(`${url}/e2b/v2/sandboxes`, { headers: { "x-api-key": keyBefore } });
+    expect(e2bList.status).toBe(200);
 
     const provider = createProvider({
       use: "kubernetes",
@@ -419,6 +466,7 @@ describe("the chart on the cluster", () => {
     expect(env).toContainEqual({ name: "SANDPIT_LOG_LEVEL", value: "debug" });
 
     expect(await apiKey()).toBe(keyBefore);
+    expect(await e2bSecret()).toBe(e2bBefore);
     const provider = createProvider({
       use: "kubernetes",
       kubernetes: { provisionerUrl: url, apiKey: keyBefore },

@@ -54,3 +54,8 @@ capabilities:
 {{- define "sandpit.apiKeysSecret" -}}
 {{- .Values.provisioner.existingSecret | default (printf "%s-api-keys" (include "sandpit.fullname" .)) -}}
 {{- end -}}
+
+{{/* The Secret holding the key E2B envd access tokens are derived from. */}}
+{{- define "sandpit.e2bSecret" -}}
+{{- .Values.provisioner.e2b.existingSecret | default (printf "%s-e2b" (include "sandpit.fullname" .)) -}}
+{{- end -}}

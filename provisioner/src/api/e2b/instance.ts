@@ -1,0 +1,140 @@
+/**
+ * The SDK's SandboxInstance for a Kubernetes Sandbox, as the E2B data plane (./envd/) needs it:
+ * the shared sandboxd-backed instance over a lifecycle whose connect() is the Transport's Ready
+ * sandbox and a SandboxdClient at its endpoint with its own token. Every connect counts as
+ * activity. The token never leaves the provisioner.
+ *
+ * One instance (and one keep-alive connection pool) per Sandbox uid, kept while used; a sandbox
+ * made again under the same name is a new uid, so nothing of the old one is reused.
+ */
+// The SDK's modules themselves, not its entry point: that one registers every provider, and a
+// bundle of the provisioner would take in their SDKs (Docker's native add-ons included).
+import type { SandboxInstance } from "@sandpit/sdk";
+import { SandboxError } from "@sandpit/sdk/errors";
+import { SandboxdClient } from "@sandpit/sdk/sandboxd-client";
+import { SandboxdInstance, type SandboxdLifecycle } from "@sandpit/sdk/sandboxd-instance";
+import type { Sandbox, SandboxStore } from "../../sandboxes.ts";
+import type { Transport } from "../../transport.ts";
+import { autoResumes, stateOf } from "./records.ts";
+
+/** An instance unused this long is dropped with its connections. */
+const IDLE_MS = 5 * 60_000;
+
+export interface InstanceDeps {
+  store: SandboxStore;
+  transport: Transport;
+  /** The public host of a port of a sandbox (`<port>-<id>.<domain>`), when a domain is set. */
+  hostOf: ((sandboxId: string, port: number) => string) | undefined;
+}
+
+interface Entry {
+  instance: SandboxInstance;
+  lifecycle: KubeSandbox;
+  usedAt: number;
+}
+
+export class SandboxInstances {
+  readonly #d: InstanceDeps;
+  readonly #byUid = new Map<string, Entry>();
+
+  constructor(d: InstanceDeps) {
+    this.#d = d;
+  }
+
+  /** The instance of this sandbox (the same one for the same uid while it is in use). */
+  for(s: Sandbox): SandboxInstance {
+    const now = Date.now();
+    for (const [uid, e] of this.#byUid)
+      if (now - e.usedAt > IDLE_MS) {
+        this.#byUid.delete(uid);
+        void e.lifecycle.close();
+      }
+    const uid = s.metadata.uid!;
+    let e = this.#byUid.get(uid);
+    if (!e) {
+      const lifecycle = new KubeSandbox(this.#d, s.metadata.name, uid);
+      e = { instance: new SandboxdInstance(s.metadata.name, lifecycle), lifecycle, usedAt: now };
+      this.#byUid.set(uid, e);
+    }
+    e.usedAt = now;
+    return e.instance;
+  }
+}
+
+/** One Sandbox's lifecycle, looked up afresh on every connect: it may have moved or gone. */
+class KubeSandbox implements SandboxdLifecycle {
+  readonly #d: InstanceDeps;
+  readonly #name: string;
+  readonly #uid: string;
+  #client: { endpoint: string; client: SandboxdClient } | undefined;
+
+  constructor(d: InstanceDeps, name: string, uid: string) {
+    this.#d = d;
+    this.#name = name;
+    this.#uid = uid;
+  }
+
+  /** The sandbox this instance was made for, or NOT_FOUND once it is deleted (or replaced). */
+  #current(): Sandbox {
+    const s = this.#d.store.getAnyTenant(this.#name);
+    if (!s || s.metadata.uid !== this.#uid || s.metadata.deletionTimestamp)
+      throw new SandboxError(`sandbox ${this.#name} no longer exists`, "NOT_FOUND");
+    return s;
+  }
+
+  async connect(): Promise<SandboxdClient> {
+    const s = this.#current();
+    // As on E2B: traffic wakes a paused sandbox only if it was created with autoResume.
+    if (stateOf(s) === "paused" && !autoResumes(s))
+      throw new SandboxError(
+        `sandbox ${this.#name} is paused: connect to it (Sandbox.connect) to resume it`,
+        "CONNECTION_FAILED",
+      );
+    const ready = await this.#d.transport.ready(s);
+    void this.#d.store.reportActivity(this.#name);
+    const endpoint = ready.status!.endpoint!;
+    if (this.#client?.endpoint !== endpoint) {
+      // A resumed sandbox runs in a new pod at a new address.
+      void this.#client?.client.close();
+      const token = await this.#d.store.token(ready);
+      this.#client = {
+        endpoint,
+        client: new SandboxdClient({ baseUrl: `http://${endpoint}`, token }),
+      };
+    }
+    return this.#client.client;
+  }
+
+  async pause(): Promise<void> {
+    await this.#d.store.setSuspended(this.#current().metadata.name, true);
+  }
+
+  async kill(): Promise<void> {
+    await this.#d.store.delete(this.#current().metadata.name);
+    await this.close();
+  }
+
+  async getHost(port: number): Promise<string> {
+    if (!this.#d.hostOf)
+      throw new SandboxError(
+        "a port's public host needs the E2B domain (SANDPIT_E2B_DOMAIN) to be set",
+        "NOT_SUPPORTED",
+      );
+    return this.#d.hostOf(this.#name, port);
+  }
+
+  async diagnose(err: SandboxError): Promise<SandboxError> {
+    try {
+      this.#current();
+      return err;
+    } catch (gone) {
+      return gone as SandboxError;
+    }
+  }
+
+  async close(): Promise<void> {
+    const c = this.#client;
+    this.#client = undefined;
+    await c?.client.close();
+  }
+}
