@@ -135,6 +135,15 @@ describe("envd access tokens", () => {
     expect(tokens.matches("uid-a", "")).toBe(false);
     expect(tokens.matches("uid-a", undefined)).toBe(false);
   });
+
+  test("a traffic token is not an envd token, nor the reverse", () => {
+    const envd = tokens.forUid("uid-a");
+    const traffic = tokens.forUid("uid-a", "traffic");
+    expect(traffic).not.toBe(envd);
+    expect(tokens.matches("uid-a", traffic, "traffic")).toBe(true);
+    expect(tokens.matches("uid-a", traffic)).toBe(false);
+    expect(tokens.matches("uid-a", envd, "traffic")).toBe(false);
+  });
 });
 
 describe("E2B error shapes", () => {

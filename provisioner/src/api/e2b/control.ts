@@ -91,7 +91,7 @@ export function controlRouter(d: E2bDeps): Router {
     clientID: CLIENT_ID,
     envdVersion: ENVD_VERSION,
     envdAccessToken: d.tokens.forUid(s.metadata.uid!),
-    trafficAccessToken: null,
+    trafficAccessToken: d.tokens.forUid(s.metadata.uid!, "traffic"),
     domain: d.cfg.e2b?.domain ?? null,
   });
   /** E2B's ListedSandbox; SandboxDetail adds the token, domain and lifecycle. */

@@ -11,7 +11,8 @@
  *    the one whose access token made the signature.
  *
  * Ports 49983 (envd) and 49999 (the code interpreter) need the sandbox's envd access token
- * (`X-Access-Token`, or a valid signature on /files; /health needs none, as on E2B) and are
+ * (`X-Access-Token`, or a valid signature on /files; /health needs none, as on E2B; 49999 also
+ * takes the traffic token, `E2B-Traffic-Access-Token`, all its /contexts calls carry) and are
  * served by ./envd/ over the sandbox's SandboxInstance. Any other port is public, as on E2B: the
  * request goes to that port inside the sandbox, WebSocket upgrades included.
  */
@@ -157,6 +158,13 @@ export function e2bApi(base: Omit<E2bDeps, "tokens">, log: Pick<Logger, "error">
     const pathname = path.split("?")[0];
     const allowed =
       d.tokens.matches(s.metadata.uid!, header(req.headers["x-access-token"])) ||
+      // The code interpreter SDKs send only the traffic token on their /contexts calls.
+      (port === INTERPRETER_PORT &&
+        d.tokens.matches(
+          s.metadata.uid!,
+          header(req.headers["e2b-traffic-access-token"]),
+          "traffic",
+        )) ||
       (pathname === "/health" && port === ENVD_PORT) ||
       (pathname === "/files" && filesSignatureValid(path, accessToken));
     if (!allowed)

@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { gunzipSync } from "node:zlib";
 import { fromBinary, fromJson, toBinary, toJson, type DescMessage } from "@bufbuild/protobuf";
 import type { MessageShape } from "@bufbuild/protobuf";
-import { SandboxError } from "@sandpit/sdk";
+import { SandboxError } from "@sandpit/sdk/errors";
 
 /** Connect's error codes and the HTTP status each is sent with. */
 const STATUS = {

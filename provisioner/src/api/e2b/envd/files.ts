@@ -10,7 +10,8 @@ import { posix } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
-import { isSandboxError, type SandboxInstance } from "@sandpit/sdk";
+import { isSandboxError } from "@sandpit/sdk/errors";
+import type { SandboxInstance } from "@sandpit/sdk";
 import { boundaryOf, MultipartError, readParts } from "./multipart.ts";
 
 /** envd's REST errors: `{code, message}` with the HTTP status as code. */

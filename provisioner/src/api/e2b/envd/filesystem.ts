@@ -9,12 +9,8 @@ import { posix } from "node:path";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import {
-  isSandboxError,
-  type FilesystemEvent,
-  type SandboxFileInfo,
-  type SandboxInstance,
-} from "@sandpit/sdk";
+import type { FilesystemEvent, SandboxFileInfo, SandboxInstance } from "@sandpit/sdk";
+import { isSandboxError } from "@sandpit/sdk/errors";
 import {
   readStreamRequest,
   readUnary,

@@ -7,12 +7,8 @@
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import {
-  isSandboxError,
-  type CodeResult,
-  type SandboxInstance,
-  type SandboxLanguage,
-} from "@sandpit/sdk";
+import type { CodeResult, SandboxInstance, SandboxLanguage } from "@sandpit/sdk";
+import { isSandboxError } from "@sandpit/sdk/errors";
 import { RestError } from "./files.ts";
 import { stateOf, type InterpreterContext, type SandboxState } from "./state.ts";
 
