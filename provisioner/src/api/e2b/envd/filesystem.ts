@@ -32,7 +32,7 @@ const MAX_WATCHER_EVENTS = 10_000;
 
 /**
  * envd's EntryInfo. sandboxd's stat does not report mode, owner or group: those stay empty
- * (docs/e2b-data-plane.md).
+ * (docs/e2b.md, "Data plane").
  */
 function entry(e: SandboxFileInfo) {
   return {

@@ -3,7 +3,7 @@
  * provider): envd on port 49983 (Connect-RPC `process.Process` and `filesystem.Filesystem`,
  * REST `/files`, `/health`, `/metrics`) and the code interpreter on 49999 (`/execute`,
  * `/contexts`). The dispatcher (../index.ts) finds the sandbox and calls `serveEnvd`; the wire
- * details are in docs/e2b-data-plane.md.
+ * details are in docs/e2b.md, "Data plane".
  */
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -21,7 +21,7 @@ export const ENVD_PORT = 49983;
 export const INTERPRETER_PORT = 49999;
 
 /**
- * The envd version we report. The SDKs gate features on it (docs/e2b-data-plane.md): 0.5.7 turns
+ * The envd version we report. The SDKs gate features on it (docs/e2b.md, "Data plane"): 0.5.7 turns
  * on everything served here (stdin control 0.3.0, no default username 0.4.0, closeStdin 0.5.2,
  * octet-stream uploads 0.5.7, recursive watch 0.1.4) and nothing that is not (file metadata
  * 0.6.2, entry info in watch events 0.6.3, network-mount watches 0.6.4).

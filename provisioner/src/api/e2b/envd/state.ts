@@ -4,7 +4,7 @@
  * which pids E2B signalled (so their end reads "signal: killed" as envd's does), the polled
  * watchers, and the code interpreter's default contexts, restarted-context aliases and cell
  * counters. It lives in this process: with several provisioner replicas, a sandbox's polled
- * watchers and default contexts belong to the replica that made them (docs/e2b-data-plane.md).
+ * watchers and default contexts belong to the replica that made them (docs/e2b.md, "Data plane").
  */
 import type { SandboxInstance } from "@sandpit/sdk";
 
