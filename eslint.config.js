@@ -16,4 +16,9 @@ export default tseslint.config(
       ],
     },
   },
+  {
+    // CommonJS consumers of the packed SDK (test/consumer): require() is what they test.
+    files: ["test/consumer/fixtures/**"],
+    rules: { "@typescript-eslint/no-require-imports": "off" },
+  },
 );

@@ -209,11 +209,15 @@ async function ptyFiles(): Promise<{ path: string; data: Buffer }[]> {
   return Promise.all(paths.map(async (path) => ({ path, data: await readFile(join(dir, path)) })));
 }
 
-/** Bundles `entry` and everything it imports into one ESM file for Node 24 (see bundleSandboxd). */
+/**
+ * Bundles `entry` and everything it imports into one ESM file for Node 24 (see bundleSandboxd),
+ * or for the oldest Node `target` names (the SDK's package bundles sandboxd for Node 22).
+ */
 export async function bundleForNode(
   entry: string,
   outfile: string,
   external: string[] = [],
+  target = "node24",
 ): Promise<Uint8Array> {
   const result = await esbuild({
     entryPoints: [entry],
@@ -221,7 +225,7 @@ export async function bundleForNode(
     external,
     platform: "node",
     format: "esm",
-    target: "node24",
+    target,
     write: false,
     outfile,
     legalComments: "none",

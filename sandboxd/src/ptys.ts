@@ -9,10 +9,28 @@
  * `keepExitedMs`. Killing a terminal kills its whole session: an interactive shell puts every
  * job in a process group of its own, so the shell's group alone would leave `top` running.
  */
-import { spawn as spawnPty, type IPty } from "node-pty";
+import type { IPty } from "node-pty";
 import type { Executor } from "./executor.ts";
 import { killSessions, trackSession } from "./process.ts";
 import { SandboxdError, type PtyCreateRequest, type PtyInfo, type PtySize } from "./protocol.ts";
+
+/**
+ * node-pty, loaded on the first terminal: it is a native module, always in the sandbox image,
+ * but an optional peer dependency of the SDK (whose local provider runs sandboxd on the host),
+ * so a host without it still runs commands and code and only lacks terminals.
+ */
+let nodePty: Promise<typeof import("node-pty")> | null = null;
+function loadNodePty(): Promise<typeof import("node-pty")> {
+  nodePty ??= import("node-pty").catch((err: unknown) => {
+    nodePty = null;
+    throw new SandboxdError(
+      "NOT_SUPPORTED",
+      `terminals need the node-pty package, which is not installed here: npm install node-pty`,
+      { cause: err },
+    );
+  });
+  return nodePty;
+}
 
 export interface TerminalsOptions {
   executor: Executor;
@@ -230,6 +248,7 @@ export class Terminals {
 
   async create(req: PtyCreateRequest): Promise<Terminal> {
     const { executor } = this.opts;
+    const { spawn: spawnPty } = await loadNodePty();
     const cwd = await executor.existingDir(req.cwd);
     // Counted after the await, so concurrent creates cannot both take the last place.
     const terminals = [...this.all.values()];

@@ -2,7 +2,7 @@
  * A provider that tries others in order: `create` falls through to the next provider when one
  * cannot be reached (CONNECTION_FAILED), logging why; any other error is the caller's answer.
  */
-import type { Logger } from "pino";
+import type { Logger } from "./logger.ts";
 import { SandboxError } from "./errors.ts";
 import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "./types.ts";
 

@@ -6,12 +6,12 @@
  *   const sbx = await provider.create({ language: "python" });
  *   await sbx.executeCode("print(1 + 1)", "python");
  */
-import { pino, type Logger } from "pino";
 import { parseConfig, type SandboxSection } from "./config.ts";
 import { FallbackProvider } from "./fallback.ts";
 import { getProvider } from "./registry.ts";
 import { registerBuiltinProviders } from "./providers/builtin.ts";
 import { parseOptions } from "./parse-options.ts";
+import { stderrLogger, type Logger } from "./logger.ts";
 import type { SandboxProvider } from "./types.ts";
 
 export * from "./types.ts";
@@ -29,6 +29,13 @@ export { SandboxdInstance, type SandboxdLifecycle } from "./sandboxd-instance.ts
 export { LocalProvider } from "./providers/local/index.ts";
 export type { LocalProviderOptions } from "./providers/local/options.ts";
 export { LazyProvider } from "./lazy-provider.ts";
+export type { Logger, LogFn } from "./logger.ts";
+export {
+  createE2BProvider,
+  createDaytonaProvider,
+  createDockerProvider,
+  type FactoryOptions,
+} from "./factories.ts";
 // Provider classes with heavy SDKs are separate entry points: @sandpit/sdk/docker, /e2b, /daytona.
 export type { DockerProviderOptions } from "./providers/docker/options.ts";
 export type { E2BProviderOptions } from "./providers/e2b/options.ts";
@@ -39,14 +46,15 @@ registerBuiltinProviders();
 
 /**
  * Builds the provider a config selects: `use: "local"` gives that provider, `use: [a, b]` a
- * fallback chain. Accepts the `sandbox` section or the whole config.
+ * fallback chain. Accepts the `sandbox` section or the whole config. Logs go to `logger` (any
+ * pino-compatible logger); without one, only warnings and errors are written, to stderr.
  */
 export function createProvider(
   config: SandboxSection | { sandbox: SandboxSection },
   opts: { logger?: Logger } = {},
 ): SandboxProvider {
   const section = parseConfig("sandbox" in config ? config : { sandbox: config }).sandbox;
-  const logger = opts.logger ?? pino({ level: process.env.SANDPIT_LOG_LEVEL ?? "warn" });
+  const logger = opts.logger ?? stderrLogger();
   const build = (name: string) => {
     const def = getProvider(name);
     // A provider named in `use` with no section of its own gets its defaults, which fails

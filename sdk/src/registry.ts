@@ -2,7 +2,7 @@
  * Providers by name. Adding a provider is one `registerProvider` call: its options schema joins
  * the config schema (so `sandbox.<name>` is validated strictly) and `sandbox.use: <name>` selects it.
  */
-import type { Logger } from "pino";
+import type { Logger } from "./logger.ts";
 import type { z } from "zod";
 import { SandboxError } from "./errors.ts";
 import type { SandboxProvider } from "./types.ts";

@@ -1,10 +1,10 @@
 /**
  * Registers the providers Sandpit ships: local, docker, kubernetes, e2b and daytona. Docker,
- * E2B and Daytona load their implementations, and the SDKs they use, on first use
- * (LazyProvider); only their option schemas load here, so config validation stays cheap.
- * Idempotent: a provider already registered is left as it is.
+ * E2B and Daytona load their implementations, and the SDKs they use (optional peer
+ * dependencies), on first use (factories.ts); only their option schemas load here, so config
+ * validation stays cheap. Idempotent: a provider already registered is left as it is.
  */
-import { LazyProvider } from "../lazy-provider.ts";
+import { createDaytonaProvider, createDockerProvider, createE2BProvider } from "../factories.ts";
 import { providerNames, registerProvider } from "../registry.ts";
 import { DaytonaProviderOptions } from "./daytona/options.ts";
 import { DockerProviderOptions } from "./docker/options.ts";
@@ -30,10 +30,7 @@ export function registerBuiltinProviders(): void {
       description:
         "a container of the Sandpit sandbox image per sandbox (Docker, or Apple's container on macOS)",
       options: DockerProviderOptions,
-      create: (options, ctx) =>
-        new LazyProvider(
-          async () => new (await import("./docker/index.ts")).DockerProvider(options, ctx.logger),
-        ),
+      create: (options, ctx) => createDockerProvider(options, ctx),
     });
   }
   if (!known.has("kubernetes")) {
@@ -50,10 +47,7 @@ export function registerBuiltinProviders(): void {
       name: "e2b",
       description: "E2B cloud sandboxes (code interpreter template), through the e2b SDK",
       options: E2BProviderOptions,
-      create: (options, ctx) =>
-        new LazyProvider(
-          async () => new (await import("./e2b/index.ts")).E2BProvider(options, ctx.logger),
-        ),
+      create: (options, ctx) => createE2BProvider(options, ctx),
     });
   }
   if (!known.has("daytona")) {
@@ -61,10 +55,7 @@ export function registerBuiltinProviders(): void {
       name: "daytona",
       description: "Daytona cloud sandboxes, through the @daytonaio/sdk SDK",
       options: DaytonaProviderOptions,
-      create: (options, ctx) =>
-        new LazyProvider(
-          async () => new (await import("./daytona/index.ts")).DaytonaProvider(options, ctx.logger),
-        ),
+      create: (options, ctx) => createDaytonaProvider(options, ctx),
     });
   }
 }

@@ -4,7 +4,7 @@
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import type { Logger } from "pino";
+import type { Logger } from "../../logger.ts";
 import { SandboxError } from "../../errors.ts";
 import { AppleContainerRuntime } from "./apple-runtime.ts";
 import { DockerRuntime } from "./docker-runtime.ts";

@@ -14,7 +14,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { Logger } from "pino";
+import type { Logger } from "../../logger.ts";
 import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
 import { ID_PATTERN, VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";

@@ -24,7 +24,7 @@ import {
   type Result,
 } from "@e2b/code-interpreter";
 import { CommandExitError, TimeoutError } from "e2b";
-import type { Logger } from "pino";
+import type { Logger } from "../../logger.ts";
 import { z } from "zod";
 import { E2BProviderOptions } from "./options.ts";
 import { DEFAULT_TIMEOUT_MS, ID_PATTERN, ID_RULE, parseOutput } from "@sandpit/sandboxd/protocol";

@@ -19,9 +19,9 @@ import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 // The local provider starts sandboxd itself, so it (alone) uses sandboxd's host-side helpers.
-import { discoverInterpreters, scrubEnv, type Interpreters } from "@sandpit/sandboxd";
+import { discoverInterpreters, scrubEnv, type Interpreters } from "@sandpit/sandboxd/environment";
 import { ID_PATTERN, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
-import type { Logger } from "pino";
+import type { Logger } from "../../logger.ts";
 import type { z } from "zod";
 import { validateCreate } from "../../create-options.ts";
 import { SandboxError } from "../../errors.ts";
@@ -38,16 +38,27 @@ import type {
 import { bwrapArgs, bwrapAvailable } from "./bwrap.ts";
 import { LocalProviderOptions } from "./options.ts";
 
+/** sandboxd's source in this repository; in the SDK's built package, its one-file bundle. */
 const SANDBOXD_MAIN = fileURLToPath(import.meta.resolve("@sandpit/sandboxd/main"));
 /** Where sandboxd's socket is mounted inside bubblewrap. */
 const RUN_MOUNT = "/run/sandpit";
 
-/** Host directories sandboxd's code needs: its package and the node_modules its imports load from. */
+/**
+ * Host directories sandboxd's code needs: its package and the node_modules its imports load from.
+ * A dependency that does not resolve is not needed: the built SDK's sandboxd bundle has all but
+ * node-pty inside, and node-pty (terminals only) is an optional peer dependency.
+ */
 async function sandboxdCodeDirs(): Promise<string[]> {
   const dirs = new Set([dirname(dirname(SANDBOXD_MAIN))]);
   const require = createRequire(SANDBOXD_MAIN);
   for (const dep of ["express", "zod", "pino", "ws", "node-pty"]) {
-    const real = await fs.realpath(require.resolve(dep));
+    let resolved: string;
+    try {
+      resolved = require.resolve(dep);
+    } catch {
+      continue;
+    }
+    const real = await fs.realpath(resolved);
     const i = real.lastIndexOf("/node_modules/");
     if (i >= 0) dirs.add(real.slice(0, i + "/node_modules".length));
   }
