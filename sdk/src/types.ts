@@ -34,7 +34,8 @@ export interface SandboxListOptions {
   labels?: Record<string, string>;
 }
 
-export type SandboxState = "starting" | "running" | "paused" | "stopping";
+/** `failed`: the backend gave up on the sandbox (e.g. its packages never installed). */
+export type SandboxState = "starting" | "running" | "paused" | "stopping" | "failed";
 
 /** What a provider knows about a sandbox, read without side effects. */
 export interface SandboxInfo {
