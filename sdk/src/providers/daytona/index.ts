@@ -127,7 +127,8 @@ export class DaytonaProvider implements SandboxProvider {
 
   create(options: SandboxCreateOptions): Promise<SandboxInstance> {
     const o = validateCreate(options);
-    const sized = "Daytona sizes only sandboxes built from an image; this provider creates from snapshots";
+    const sized =
+      "Daytona sizes only sandboxes built from an image; this provider creates from snapshots";
     refuseUnsupported(
       "daytona",
       o,
@@ -143,7 +144,10 @@ export class DaytonaProvider implements SandboxProvider {
       { cpu: sized, memory: sized, disk: sized, mounts: "Daytona volumes are not wired to mounts" },
     );
     if (typeof o.network === "object" && !o.network.allow.every((a) => CIDR.test(a)))
-      throw notSupported("daytona", "host names in network.allow (Daytona's allow list takes CIDRs)");
+      throw notSupported(
+        "daytona",
+        "host names in network.allow (Daytona's allow list takes CIDRs)",
+      );
     return createForThread(this.pending, options, (o, userId, threadId, workingDirectory) =>
       this.findOrCreate(o, userId, threadId, workingDirectory),
     );
@@ -193,9 +197,7 @@ export class DaytonaProvider implements SandboxProvider {
               : {}),
           ...(o.lifetime?.ttlMs ? { ttlMinutes: minutes(o.lifetime.ttlMs) } : {}),
           ...(o.network === "deny" ? { networkBlockAll: true } : {}),
-          ...(typeof o.network === "object"
-            ? { networkAllowList: o.network.allow.join(",") }
-            : {}),
+          ...(typeof o.network === "object" ? { networkAllowList: o.network.allow.join(",") } : {}),
         },
         { timeout: this.lifecycleSeconds },
       );

@@ -293,7 +293,8 @@ export class DockerProvider implements SandboxProvider {
         fresh = true;
         // A warm container was made blank: one with an image, limits, network, mounts or
         // labels of its own is made for this create.
-        const plain = !o.template && !o.resources && !o.network && !o.mounts && !o.labels && !o.lifetime;
+        const plain =
+          !o.template && !o.resources && !o.network && !o.mounts && !o.labels && !o.lifetime;
         return (
           (plain ? await this.claimWarm(rt, name, o) : null) ??
           this.startNew(rt, name, userId, threadId, o)

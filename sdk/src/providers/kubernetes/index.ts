@@ -108,7 +108,11 @@ export class KubernetesProvider implements SandboxProvider {
     if (typeof sandboxId !== "string" || !SANDBOX_NAME.test(sandboxId))
       throw new SandboxError(`no sandbox ${JSON.stringify(sandboxId)}`, "NOT_FOUND");
     return toInfo(
-      await this.call<SandboxView>("GET", `/v1/sandboxes/${sandboxId}`, `finding sandbox ${sandboxId}`),
+      await this.call<SandboxView>(
+        "GET",
+        `/v1/sandboxes/${sandboxId}`,
+        `finding sandbox ${sandboxId}`,
+      ),
     );
   }
 
@@ -328,9 +332,14 @@ class ProvisionedSandbox implements SandboxdLifecycle {
   }
 
   async setTimeout(timeoutMs: number): Promise<void> {
-    await this.provider.call("POST", `/v1/sandboxes/${this.id}/timeout`, `setting the timeout of sandbox ${this.id}`, {
-      timeoutSeconds: seconds(timeoutMs),
-    });
+    await this.provider.call(
+      "POST",
+      `/v1/sandboxes/${this.id}/timeout`,
+      `setting the timeout of sandbox ${this.id}`,
+      {
+        timeoutSeconds: seconds(timeoutMs),
+      },
+    );
   }
 
   info(): Promise<SandboxInfo> {

@@ -83,15 +83,9 @@ export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
   const args = ["--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"];
   if (o.network) args.push("--share-net");
   args.push(...(await systemMounts(o.readOnly)));
-  args.push(
-    "--bind",
-    o.dataDir,
-    o.virtualRoot,
-    "--bind",
-    o.runDir,
-    o.runMount,
-  );
-  for (const m of o.mounts ?? []) args.push(m.readOnly ? "--ro-bind" : "--bind", m.source, m.target);
+  args.push("--bind", o.dataDir, o.virtualRoot, "--bind", o.runDir, o.runMount);
+  for (const m of o.mounts ?? [])
+    args.push(m.readOnly ? "--ro-bind" : "--bind", m.source, m.target);
   args.push("--chdir", o.virtualRoot);
   return args;
 }

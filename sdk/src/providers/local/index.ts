@@ -336,7 +336,10 @@ export class LocalProvider implements SandboxProvider {
     const sandbox = await pending;
     if (expired(sandbox.record)) {
       await this.expire(sandboxId);
-      throw new SandboxError(`local sandbox ${sandboxId} reached the end of its lifetime`, "NOT_FOUND");
+      throw new SandboxError(
+        `local sandbox ${sandboxId} reached the end of its lifetime`,
+        "NOT_FOUND",
+      );
     }
     return sandbox;
   }

@@ -6,12 +6,7 @@
 import * as fs from "node:fs/promises";
 import { join } from "node:path";
 import { SandboxError } from "../../errors.ts";
-import type {
-  SandboxInfo,
-  SandboxLanguage,
-  SandboxMount,
-  SandboxState,
-} from "../../types.ts";
+import type { SandboxInfo, SandboxLanguage, SandboxMount, SandboxState } from "../../types.ts";
 
 export interface SandboxRecord {
   sandboxId: string;
