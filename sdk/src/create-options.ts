@@ -16,18 +16,29 @@ const RESERVED_LABEL = /^(sandpit|app\.kubernetes\.io\/)/i;
 
 export const Labels = z
   .record(
-    z
-      .string()
-      .regex(LABEL_KEY, "label keys are [prefix/]name, name 1-63 of [A-Za-z0-9-_.]")
-      .refine(
-        (k) => !RESERVED_LABEL.test(k),
-        "label keys starting with sandpit or app.kubernetes.io/ are reserved",
-      ),
+    z.string(),
     z
       .string()
       .regex(LABEL_VALUE, "label values are 0-63 of [A-Za-z0-9-_.], alphanumeric at both ends"),
   )
-  .refine((l) => Object.keys(l).length <= 32, "at most 32 labels");
+  .superRefine((labels, ctx) => {
+    const keys = Object.keys(labels);
+    if (keys.length > 32) ctx.addIssue({ code: "custom", message: "at most 32 labels" });
+    for (const k of keys) {
+      if (!LABEL_KEY.test(k))
+        ctx.addIssue({
+          code: "custom",
+          path: [k],
+          message: "label keys are [prefix/]name, name 1-63 of [A-Za-z0-9-_.]",
+        });
+      else if (RESERVED_LABEL.test(k))
+        ctx.addIssue({
+          code: "custom",
+          path: [k],
+          message: "label keys starting with sandpit or app.kubernetes.io/ are reserved",
+        });
+    }
+  });
 
 const DAY_MS = 24 * 3600_000;
 const lifetimeMs = (what: string) =>

@@ -191,7 +191,7 @@ export class SandboxdInstance implements SandboxInstance {
     return { url: `http://${await this.lifecycle.getHost(port)}`, headers: {} };
   }
 
-  setTimeout(timeoutMs: number): Promise<void> {
+  async setTimeout(timeoutMs: number): Promise<void> {
     return this.lifecycle.setTimeout(validateTimeout(timeoutMs));
   }
 

@@ -125,7 +125,7 @@ export class DaytonaProvider implements SandboxProvider {
     return seconds(this.options.timeoutMs);
   }
 
-  create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
     const o = validateCreate(options);
     const sized =
       "Daytona sizes only sandboxes built from an image; this provider creates from snapshots";
@@ -709,6 +709,8 @@ function wrap(command: string, o: ExecOptions): string {
   return `(cd ${shq(o.cwd)} || exit 1; ${exports}${input})`;
 }
 
+const TOOLBOX_LABEL = "code-toolbox-language";
+
 /** Daytona states of a sandbox that no longer exists. */
 const GONE = new Set(["destroyed", "destroying"]);
 /** Sandboxes list() reads at most. */
@@ -731,7 +733,8 @@ function daytonaInfo(s: Sandbox): SandboxInfo {
     sandboxId: s.id,
     provider: "daytona",
     state: DAYTONA_STATES[String(s.state)] ?? "starting",
-    labels: userLabels(l),
+    // The SDK labels each sandbox with its toolbox language itself.
+    labels: userLabels(Object.fromEntries(Object.entries(l).filter(([k]) => k !== TOOLBOX_LABEL))),
     ...(language === "python" || language === "typescript" ? { language } : {}),
     ...(l[META.thread] ? { threadId: l[META.thread] } : {}),
     ...(l[META.user] ? { userId: l[META.user] } : {}),

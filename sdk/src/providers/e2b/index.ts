@@ -115,7 +115,7 @@ export class E2BProvider implements SandboxProvider {
     } as ConnectionOpts;
   }
 
-  create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
     refuseUnsupported(
       "e2b",
       validateCreate(options),
