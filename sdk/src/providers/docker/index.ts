@@ -19,7 +19,7 @@ import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
 import { ID_PATTERN, VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
 import { validateCreate, validateListLabels } from "../../create-options.ts";
-import { hasLabels, refuseUnsupported, userLabels } from "../../platform-options.ts";
+import { hasLabels, refuseUnsupported } from "../../platform-options.ts";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { SandboxdClient } from "../../sandboxd-client.ts";
@@ -51,6 +51,8 @@ const LABEL = {
   user: "sandpit.dev/user",
   thread: "sandpit.dev/thread",
   warm: "sandpit.dev/warm",
+  /** The keys of the caller's labels (the image's own labels are on the container too). */
+  labels: "sandpit.dev/labels",
   /** The host port a container publishes, kept on it so listing ports needs no inspect. */
   port: "sandpit.dev/port",
 } as const;
@@ -107,6 +109,22 @@ class DockerSandbox implements SandboxdLifecycle {
     this.container = info;
     this.client = await this.provider.waitReady(info);
     return this.client;
+  }
+
+  /**
+   * Connects, first checking that a client this object holds still answers: another handle
+   * (or process, or the reaper) may have stopped the container meanwhile.
+   */
+  async ensureRunning(): Promise<SandboxdClient> {
+    if (
+      this.client &&
+      !(await this.client.health(2_000).then(
+        () => true,
+        () => false,
+      ))
+    )
+      await this.dropClient();
+    return this.connect();
   }
 
   /** Finds the container again, starting it when paused or stopped by the reaper. */
@@ -363,7 +381,7 @@ export class DockerProvider implements SandboxProvider {
     }
     const sandbox = await pending;
     try {
-      await sandbox.connect(); // NOT_FOUND when the container went away meanwhile
+      await sandbox.ensureRunning(); // NOT_FOUND when the container went away meanwhile
     } catch (err) {
       if (err instanceof SandboxError && err.code === "NOT_FOUND") this.sandboxes.delete(sandboxId);
       throw err;
@@ -380,8 +398,8 @@ export class DockerProvider implements SandboxProvider {
     const out: SandboxInfo[] = [];
     for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
       if (c.name.startsWith(warm) || c.labels[LABEL.managed] !== "true") continue;
-      if (!hasLabels(c.labels, wanted)) continue;
-      out.push(await this.describe(c));
+      const info = await this.describe(c);
+      if (hasLabels(info.labels, wanted)) out.push(info);
     }
     return out;
   }
@@ -405,7 +423,12 @@ export class DockerProvider implements SandboxProvider {
       sandboxId: c.name,
       provider: "docker",
       state: containerState(c),
-      labels: userLabels(c.labels),
+      labels: Object.fromEntries(
+        (c.labels[LABEL.labels] ?? "")
+          .split(",")
+          .filter((k) => k in c.labels)
+          .map((k) => [k, c.labels[k]!]),
+      ),
       ...(user ? { userId: user } : {}),
       ...(thread ? { threadId: thread } : {}),
       ...(c.image ? { template: c.image } : {}),
@@ -517,6 +540,7 @@ export class DockerProvider implements SandboxProvider {
       ...this.defaultShape(),
       labels: {
         ...o.labels,
+        ...(o.labels ? { [LABEL.labels]: Object.keys(o.labels).join(",") } : {}),
         [LABEL.managed]: "true",
         [LABEL.user]: userId,
         [LABEL.thread]: threadId,
