@@ -16,6 +16,70 @@ export interface SandboxProvider {
   create(options: SandboxCreateOptions): Promise<SandboxInstance>;
   /** Resumes an existing sandbox by ID; NOT_FOUND when there is none. */
   resume(sandboxId: string): Promise<SandboxInstance>;
+  /** The sandboxes this provider can reach, optionally only those carrying every given label. */
+  list(options?: SandboxListOptions): Promise<SandboxInfo[]>;
+  /** One sandbox's info without touching it (a paused sandbox stays paused); NOT_FOUND if none. */
+  get(sandboxId: string): Promise<SandboxInfo>;
+  /**
+   * Lets go of a sandbox without stopping it: this process's connections and port forwards
+   * close, the sandbox keeps running (for its thread, or until its lifetime ends).
+   */
+  release(sandboxId: string): Promise<void>;
+  /** Closes everything this provider holds open (connections, timers); sandboxes are kept. */
+  close(): Promise<void>;
+}
+
+export interface SandboxListOptions {
+  /** Only sandboxes carrying every one of these labels (E2B: metadata). */
+  labels?: Record<string, string>;
+}
+
+/** `failed`: the backend gave up on the sandbox (e.g. its packages never installed). */
+export type SandboxState = "starting" | "running" | "paused" | "stopping" | "failed";
+
+/** What a provider knows about a sandbox, read without side effects. */
+export interface SandboxInfo {
+  sandboxId: string;
+  /** The provider's name in the config (`local`, `docker`, `kubernetes`, `e2b`, `daytona`). */
+  provider: string;
+  state: SandboxState;
+  language?: SandboxLanguage;
+  labels: Record<string, string>;
+  threadId?: string;
+  userId?: string;
+  /** The image, pool, template or snapshot the sandbox was made from, where the backend says. */
+  template?: string;
+  createdAt?: Date;
+  /** When the sandbox's lifetime ends (it is stopped then), if it has one. */
+  expiresAt?: Date;
+  resources?: SandboxResources;
+}
+
+/** Compute for one sandbox; the backend's own defaults (or a platform's limits) apply otherwise. */
+export interface SandboxResources {
+  /** CPU cores (fractions allowed: 0.5). */
+  cpu?: number;
+  memoryMiB?: number;
+  /** Writable disk for the sandbox's files. */
+  diskMiB?: number;
+}
+
+/** Where a sandbox may connect: nowhere, anywhere, or only to the listed hosts or CIDRs. */
+export type SandboxNetwork = "deny" | "internet" | { allow: string[] };
+
+/** Storage of the backend's mounted into the sandbox. */
+export interface SandboxMount {
+  /** Docker and local: a host path; Kubernetes: a PersistentVolumeClaim name. */
+  source: string;
+  /** Absolute path inside the sandbox. */
+  target: string;
+  readOnly?: boolean;
+}
+
+/** A URL for a port inside the sandbox, and the headers a request to it must carry (if any). */
+export interface SandboxUrl {
+  url: string;
+  headers: Record<string, string>;
 }
 
 export interface SandboxInstance {
@@ -35,6 +99,12 @@ export interface SandboxInstance {
   pause(): Promise<void>;
   /** Address (host:port, no scheme) at which a server listening on `port` inside is reached. */
   getHost(port: number): Promise<string>;
+  /** A full URL (with scheme) for `port` inside, with the headers a private preview needs. */
+  getUrl(port: number): Promise<SandboxUrl>;
+  /** Ends the sandbox `timeoutMs` from now (replacing its previous lifetime). */
+  setTimeout(timeoutMs: number): Promise<void>;
+  /** The same info as `provider.get(sandboxId)`. */
+  getInfo(): Promise<SandboxInfo>;
 
   /** Terminals: a shell (or any command) on a pseudo-terminal, bytes both ways. */
   readonly pty: SandboxPty;
@@ -233,6 +303,18 @@ export interface SandboxCreateOptions {
   threadId?: string;
   /** Sandpit extension: the user owning the thread (sandboxes are separated per user). */
   userId?: string;
+  /**
+   * How long the sandbox lives: `ttlMs` from creation at most, and it is paused (or stopped,
+   * where the backend cannot pause) after `idleTimeoutMs` with no activity.
+   */
+  lifetime?: { ttlMs?: number; idleTimeoutMs?: number };
+  resources?: SandboxResources;
+  /** The image (Docker, local: none), pool (Kubernetes), template (E2B) or snapshot (Daytona). */
+  template?: string;
+  /** Labels to find the sandbox by with `provider.list({labels})` (E2B: metadata). */
+  labels?: Record<string, string>;
+  network?: SandboxNetwork;
+  mounts?: SandboxMount[];
 }
 
 export interface SandboxCommandOptions {

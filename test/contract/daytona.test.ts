@@ -44,6 +44,28 @@ contractSuite(
       // bound), so there is no CAPACITY_EXCEEDED to expect.
       "limits",
     ],
+    platform: {
+      provider: "daytona",
+      // ttlMinutes and autoStopInterval, in whole minutes.
+      ttl: true,
+      idleTimeout: true,
+      // Daytona sizes only sandboxes built from an image; this provider creates from snapshots.
+      cpu: false,
+      memory: false,
+      disk: false,
+      template: true,
+      networkDeny: true,
+      networkInternet: true,
+      networkAllow: true,
+      // Daytona volumes are not wired to mounts.
+      mounts: false,
+      // Daytona does not report when a sandbox's TTL ends.
+      expiresAt: false,
+      // The fake records lifetimes and network settings; it enforces neither.
+      ttlEnforced: false,
+      memoryEnforced: false,
+      isolationVisible: false,
+    },
     skipReason: bwrap
       ? undefined
       : "bubblewrap is not available on this machine (the Daytona fake runs sandboxes in it)",

@@ -38,6 +38,27 @@ contractSuite(
       // (memory is the bound), so there is no CAPACITY_EXCEEDED to expect.
       "limits",
     ],
+    platform: {
+      provider: "e2b",
+      // The sandbox timeout is the lifetime; E2B has no idle timeout of its own.
+      ttl: true,
+      idleTimeout: false,
+      // Compute is the template's.
+      cpu: false,
+      memory: false,
+      disk: false,
+      template: true,
+      networkDeny: true,
+      networkInternet: true,
+      networkAllow: true,
+      // E2B volumes are not wired to mounts.
+      mounts: false,
+      expiresAt: true,
+      // The fake records lifetimes and network settings; it enforces neither.
+      ttlEnforced: false,
+      memoryEnforced: false,
+      isolationVisible: false,
+    },
     skipReason: bwrap
       ? undefined
       : "bubblewrap is not available on this machine (the E2B fake runs sandboxes in it)",

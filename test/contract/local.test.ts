@@ -29,6 +29,27 @@ for (const isolation of ["none", "bwrap"] as const) {
       };
     },
     {
+      platform: {
+        provider: "local",
+        // Lifetimes are the record's, enforced by the provider's reaper and on every lookup.
+        ttl: true,
+        idleTimeout: true,
+        // Host processes: no cgroup delegation to limit them with, no image to choose.
+        cpu: false,
+        memory: false,
+        disk: false,
+        template: false,
+        // bubblewrap unshares the network namespace and binds mounts; without it, the sandbox
+        // is the host's processes and can do neither. No per-destination filter either way.
+        networkDeny: isolation === "bwrap",
+        networkInternet: true,
+        networkAllow: false,
+        mounts: isolation === "bwrap",
+        expiresAt: true,
+        ttlEnforced: true,
+        memoryEnforced: false,
+        isolationVisible: isolation === "bwrap",
+      },
       skipReason:
         isolation === "bwrap" && !bwrap ? "bubblewrap is not available on this machine" : undefined,
     },

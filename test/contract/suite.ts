@@ -11,6 +11,7 @@ import { ptyContract } from "./pty.ts";
 import { codeContextContract } from "./contexts.ts";
 import { filesContract } from "./files.ts";
 import { processesContract } from "./processes.ts";
+import { platformContract, type PlatformCapabilities } from "./platform.ts";
 
 /**
  * Features of the contract a backend may lack. A target has each unless its options list it in
@@ -65,6 +66,8 @@ export interface ContractOptions {
   lacks?: readonly ContractFeature[];
   /** Set when the suite cannot run here: every test is listed as skipped under this reason. */
   skipReason?: string | undefined;
+  /** What the backend honours of create's platform options (platform.ts). */
+  platform: PlatformCapabilities;
 }
 
 /** Asserts that a promise rejects with a SandboxError of `code`, and returns it. */
@@ -90,7 +93,7 @@ export async function expectSandboxError(
 export function contractSuite(
   name: string,
   setup: () => Promise<ContractTarget>,
-  { lacks = [], skipReason }: ContractOptions = {},
+  { lacks = [], skipReason, platform }: ContractOptions,
 ): void {
   const has: Has = (feature) => !lacks.includes(feature);
   const title = `SandboxProvider contract: ${name}`;
@@ -117,6 +120,12 @@ export function contractSuite(
       () => sbx,
       () => target,
       has,
+    );
+
+    platformContract(
+      () => sbx,
+      () => target,
+      platform,
     );
 
     describe("commands", () => {

@@ -20,6 +20,7 @@ import {
   parseMultipart,
   readBody,
   readJson,
+  sendEmpty,
   sendJson,
   ServerWebSocket,
 } from "./http.ts";
@@ -52,6 +53,13 @@ interface DaytonaData {
   createdAt: string;
   dayState: string;
   sessions: Map<string, Map<string, Command>>;
+  snapshot?: string | undefined;
+  autoStopInterval: number;
+  /** Minutes from `ttlFrom` after which Daytona destroys the sandbox; 0: none. */
+  ttlMinutes: number;
+  ttlFrom: number;
+  networkBlockAll: boolean;
+  networkAllowList?: string | undefined;
   ptys: FakeDaytonaPtys;
 }
 
@@ -114,7 +122,9 @@ export class FakeDaytona {
       env: sbx.env,
       labels: d.labels,
       public: false,
-      networkBlockAll: false,
+      networkBlockAll: d.networkBlockAll,
+      ...(d.networkAllowList ? { networkAllowList: d.networkAllowList } : {}),
+      ...(d.snapshot ? { snapshot: d.snapshot } : {}),
       target: d.target,
       cpu: 1,
       gpu: 0,
@@ -124,7 +134,7 @@ export class FakeDaytona {
       desiredState: d.dayState,
       createdAt: d.createdAt,
       updatedAt: new Date().toISOString(),
-      autoStopInterval: 15,
+      autoStopInterval: d.autoStopInterval,
       autoArchiveInterval: 10080,
       autoDeleteInterval: -1,
       toolboxProxyUrl: `${this.url}/toolbox`,
@@ -138,11 +148,11 @@ export class FakeDaytona {
     if (p === "/sandbox" && req.method === "POST") return this.create(req, res);
     if (p === "/sandbox" && req.method === "GET") return this.list(res, url);
     const m =
-      /^\/sandbox\/([^/]+)(?:\/(start|stop|pause|toolbox-proxy-url)|\/ports\/(\d+)\/preview-url)?$/.exec(
+      /^\/sandbox\/([^/]+)(?:\/(start|stop|pause|toolbox-proxy-url)|\/ports\/(\d+)\/preview-url|\/ttl\/([^/]+))?$/.exec(
         p,
       );
     if (!m) return error(res, 404, "NOT_FOUND", `no route ${req.method} ${p}`);
-    const [, id, action, port] = m;
+    const [, id, action, port, ttl] = m;
     const sbx = this.host.get(id!) ?? this.host.all().find((s) => data(s).name === id);
     if (!sbx) return error(res, 404, "NOT_FOUND", `Sandbox with ID or name ${id} not found`);
     await readBody(req);
@@ -153,6 +163,13 @@ export class FakeDaytona {
         url: `http://127.0.0.1:${port}`,
         token: randomBytes(8).toString("hex"),
       });
+    if (ttl !== undefined && req.method === "POST") {
+      // Daytona: minutes from now; 0 turns the TTL off.
+      if (!/^\d+$/.test(ttl)) return error(res, 400, "BAD_REQUEST", "ttlMinutes: a whole number");
+      d.ttlMinutes = Number(ttl);
+      d.ttlFrom = Date.now();
+      return sendEmpty(res, 200);
+    }
     if (req.method === "GET" && action === "toolbox-proxy-url")
       return sendJson(res, 200, { url: `${this.url}/toolbox` });
     if (req.method === "GET" && !action) return sendJson(res, 200, this.dto(sbx));
@@ -190,6 +207,11 @@ export class FakeDaytona {
       env?: Record<string, string>;
       labels?: Record<string, string>;
       target?: string;
+      snapshot?: string;
+      autoStopInterval?: number;
+      ttlMinutes?: number;
+      networkBlockAll?: boolean;
+      networkAllowList?: string;
     }>(req);
     const id = randomUUID();
     const sbx = await this.host.create(id, body.env ?? {});
@@ -200,6 +222,12 @@ export class FakeDaytona {
       createdAt: new Date().toISOString(),
       dayState: "started",
       sessions: new Map(),
+      snapshot: body.snapshot,
+      autoStopInterval: body.autoStopInterval ?? 15,
+      ttlMinutes: body.ttlMinutes ?? 0,
+      ttlFrom: Date.now(),
+      networkBlockAll: body.networkBlockAll ?? false,
+      networkAllowList: body.networkAllowList,
       ptys: new FakeDaytonaPtys(HOME, daemonError),
     };
     Object.assign(sbx.data, d);

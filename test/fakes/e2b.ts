@@ -34,7 +34,9 @@ interface E2BData {
   templateID: string;
   metadata: Record<string, string>;
   startedAt: Date;
-  timeoutS: number;
+  endAt: Date;
+  allowInternetAccess?: boolean;
+  network?: { allowOut?: string[]; denyOut?: string[] };
   token: string;
   processes: Map<number, Proc>;
   contexts: Map<string, CodeContext>;
@@ -146,12 +148,20 @@ export class FakeE2B {
     }
     if (req.method === "POST" && (action === "connect" || action === "resume")) {
       const body = await readJson<{ timeout?: number }>(req);
-      if (body.timeout) data(sbx).timeoutS = body.timeout;
+      // E2B: connecting only ever extends a running sandbox's end.
+      const end = new Date(Date.now() + (body.timeout ?? 0) * 1000);
+      if (body.timeout && (sbx.state === "paused" || end > data(sbx).endAt)) data(sbx).endAt = end;
       const resumed = sbx.state === "paused";
       sbx.state = "running";
       return sendJson(res, resumed ? 201 : 200, this.summary(sbx));
     }
-    if (req.method === "POST" && action === "timeout") return sendEmpty(res, 204);
+    if (req.method === "POST" && action === "timeout") {
+      const body = await readJson<{ timeout?: number }>(req);
+      if (typeof body.timeout !== "number" || body.timeout < 0)
+        return sendJson(res, 400, { code: 400, message: "timeout: a number of seconds" });
+      data(sbx).endAt = new Date(Date.now() + body.timeout * 1000);
+      return sendEmpty(res, 204);
+    }
     return sendJson(res, 405, { code: 405, message: "method not allowed" });
   }
 
@@ -161,6 +171,8 @@ export class FakeE2B {
       metadata?: Record<string, string>;
       envVars?: Record<string, string>;
       timeout?: number;
+      allow_internet_access?: boolean;
+      network?: { allowOut?: string[]; denyOut?: string[] };
     }>(req);
     const id = `i${randomBytes(8).toString("hex")}`;
     const sbx = await this.host.create(id, body.envVars ?? {});
@@ -168,7 +180,9 @@ export class FakeE2B {
       templateID: body.templateID ?? "base",
       metadata: body.metadata ?? {},
       startedAt: new Date(),
-      timeoutS: body.timeout ?? 300,
+      endAt: new Date(Date.now() + (body.timeout ?? 300) * 1000),
+      ...(body.allow_internet_access === false ? { allowInternetAccess: false } : {}),
+      ...(body.network ? { network: body.network } : {}),
       token: randomBytes(16).toString("hex"),
       processes: new Map(),
       contexts: new Map(),
@@ -196,7 +210,9 @@ export class FakeE2B {
       ...this.summary(sbx),
       alias: d.templateID,
       startedAt: d.startedAt.toISOString(),
-      endAt: new Date(d.startedAt.getTime() + d.timeoutS * 1000).toISOString(),
+      endAt: d.endAt.toISOString(),
+      ...(d.allowInternetAccess === false ? { allowInternetAccess: false } : {}),
+      ...(d.network ? { network: d.network } : {}),
       cpuCount: 2,
       memoryMB: 512,
       diskSizeMB: 1024,

@@ -9,7 +9,7 @@ import { Router, json, type Request, type Response } from "express";
 import { isPort } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, authenticate, requireKey } from "./auth.ts";
 import { ApiError, notFound, parse } from "./errors.ts";
-import { CreateSandbox, ListQuery } from "./schemas.ts";
+import { CreateSandbox, ListQuery, SetTimeout } from "./schemas.ts";
 import { packageOfSpec } from "@sandpit/operator/api";
 import type { ProvisionerConfig } from "../config.ts";
 import type { Destination } from "../proxy.ts";
@@ -40,6 +40,10 @@ export function view(s: Sandbox, base: string, token?: string) {
     phase: s.status?.phase ?? "Pending",
     ...(s.status?.endpoint ? { endpoint: s.status.endpoint } : {}),
     ...(s.status?.expiresAt ? { expiresAt: s.status.expiresAt } : {}),
+    ...(s.metadata.creationTimestamp ? { createdAt: s.metadata.creationTimestamp } : {}),
+    ...(s.spec.poolRef ? { pool: s.spec.poolRef } : {}),
+    ...(s.spec.language ? { language: s.spec.language } : {}),
+    ...(s.spec.resources ? { resources: s.spec.resources } : {}),
     ...(s.spec.threadId ? { threadId: s.spec.threadId } : {}),
     ...(s.spec.userId ? { userId: s.spec.userId } : {}),
     labels: Object.fromEntries(
@@ -47,6 +51,9 @@ export function view(s: Sandbox, base: string, token?: string) {
     ),
   };
 }
+
+/** The operator's longest lifetime (its Lifecycle schema). */
+const MAX_TTL_SECONDS = 30 * 24 * 3600;
 
 export function nativeRouter(d: NativeDeps): Router {
   const r = Router();
@@ -80,6 +87,7 @@ export function nativeRouter(d: NativeDeps): Router {
           ? { env: Object.entries(input.env).map(([k, v]) => ({ name: k, value: v })) }
           : {}),
         ...(input.resources ? { resources: input.resources } : {}),
+        ...(input.network === "deny" ? { network: { egress: "Deny" as const } } : {}),
         ...(input.ttlSeconds || input.idleTimeoutSeconds
           ? {
               lifecycle: {
@@ -146,6 +154,27 @@ export function nativeRouter(d: NativeDeps): Router {
     await d.store.setSuspended(s.metadata.name, false);
     const ready = await d.store.waitReady(s.metadata.name, d.cfg.readyTimeoutMs, abortedBy(req));
     res.json(view(ready, d.baseUrl(req), await d.store.token(ready)));
+  });
+
+  // A new end of life, counted from now. The Sandbox's TTL counts from its creation, so the
+  // time it has lived is added; an idle timeout longer than what is left is shortened to it.
+  r.post("/v1/sandboxes/:id/timeout", body, async (req: Request, res: Response) => {
+    const { timeoutSeconds } = parse(SetTimeout, req.body ?? {}, "body");
+    const s = owned(req);
+    const lived = Math.max(0, Date.now() - Date.parse(s.metadata.creationTimestamp ?? ""));
+    const ttlSeconds = Math.ceil((Number.isFinite(lived) ? lived : 0) / 1000) + timeoutSeconds;
+    if (ttlSeconds > MAX_TTL_SECONDS)
+      throw new ApiError(
+        "INVALID_ARGUMENT",
+        `timeoutSeconds: the sandbox has lived ${ttlSeconds - timeoutSeconds}s and may live ${MAX_TTL_SECONDS}s in all`,
+      );
+    const idle = s.spec.lifecycle?.idleTimeoutSeconds;
+    await d.store.setLifetime(s.metadata.name, {
+      ttlSeconds,
+      ...(idle !== undefined && idle > ttlSeconds ? { idleTimeoutSeconds: ttlSeconds } : {}),
+    });
+    const expiresAt = new Date(Date.parse(s.metadata.creationTimestamp!) + ttlSeconds * 1000);
+    res.json({ ...view(s, d.baseUrl(req)), expiresAt: expiresAt.toISOString() });
   });
 
   r.post("/v1/sandboxes/:id/keepalive", async (req: Request, res: Response) => {

@@ -12,6 +12,7 @@ import {
   ErrorBody,
   SandboxList,
   SandboxView,
+  SetTimeout,
 } from "./schemas.ts";
 
 export function openApi() {
@@ -66,6 +67,13 @@ export function openApi() {
         post: {
           parameters: id,
           responses: { 200: ok(SandboxView, "Ready again"), 404: err, 429: err },
+        },
+      },
+      "/v1/sandboxes/{id}/timeout": {
+        post: {
+          parameters: id,
+          requestBody: { content: { "application/json": { schema: schema(SetTimeout) } } },
+          responses: { 200: ok(SandboxView, "the new expiresAt"), 400: err, 404: err },
         },
       },
       "/v1/sandboxes/{id}/keepalive": {

@@ -73,12 +73,29 @@ export const CreateSandbox = z
       .record(labelKey, labelValue)
       .optional()
       .describe("Your labels, for GET /v1/sandboxes?label=key=value."),
+    network: z
+      .literal("deny")
+      .optional()
+      .describe(
+        "deny: no outbound traffic but DNS. Only ever a restriction: without it the pool's (or the platform's) policy applies.",
+      ),
     wait: z
       .boolean()
       .default(true)
       .describe("Answer once the sandbox is Ready (default) or at once."),
   })
   .describe("A sandbox to create, or to find again for its (user, thread).");
+
+export const SetTimeout = z
+  .strictObject({
+    timeoutSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(30 * 24 * 3600)
+      .describe("The sandbox is deleted this long from now (its lifetime is replaced)."),
+  })
+  .describe("A new end for the sandbox's lifetime.");
 
 export const SandboxView = z.object({
   id: z.string(),
@@ -90,6 +107,17 @@ export const SandboxView = z.object({
   phase: z.string().describe("Pending, Starting, Ready, Suspended, Failed or Terminating."),
   endpoint: z.string().optional().describe("In-cluster address of sandboxd."),
   expiresAt: z.string().optional(),
+  createdAt: z.string().optional(),
+  pool: z.string().optional(),
+  language: z.string().optional(),
+  resources: z
+    .object({
+      cpu: z.string().optional(),
+      memory: z.string().optional(),
+      ephemeralStorage: z.string().optional(),
+    })
+    .optional()
+    .describe("What the sandbox asked for; its pool's or the platform's otherwise."),
   threadId: z.string().optional(),
   userId: z.string().optional(),
   labels: z.record(z.string(), z.string()),

@@ -16,7 +16,9 @@
  *  - packages go to /mnt/user-data/.sandpit (pip --target, npm --prefix), on PYTHONPATH and
  *    NODE_PATH of every process, so they survive stop/start like the rest of the data;
  *  - Daytona timeouts are seconds: every millisecond value is converted at the boundary with
- *    Math.ceil(ms / 1000).
+ *    Math.ceil(ms / 1000); its lifetimes are minutes (ttlMinutes, autoStopInterval), rounded up;
+ *  - labels are Daytona labels (list filters on them), `template` is the snapshot, network deny
+ *    and allow are networkBlockAll / networkAllowList; get is `daytona.get` (nothing started).
  */
 import { noCodeContexts, notSupported } from "../../unsupported.ts";
 import { randomUUID } from "node:crypto";
@@ -31,6 +33,8 @@ import { DaytonaProviderOptions } from "./options.ts";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { checkPort } from "../../validate.ts";
+import { validateCreate, validateListLabels, validateTimeout } from "../../create-options.ts";
+import { refuseUnsupported, userLabels } from "../../platform-options.ts";
 import type {
   CodeExecutionOptions,
   CodeExecutionResult,
@@ -39,9 +43,13 @@ import type {
   SandboxCreateOptions,
   SandboxExecutionResult,
   SandboxFilesystem,
+  SandboxInfo,
   SandboxInstance,
   SandboxLanguage,
+  SandboxListOptions,
   SandboxProvider,
+  SandboxState,
+  SandboxUrl,
 } from "../../types.ts";
 import {
   abortReason,
@@ -81,6 +89,8 @@ const DEADLINE_GRACE_MS = 5_000;
 const TIMEOUT_EXITS = new Set([124, 137]);
 
 const seconds = (ms: number) => Math.ceil(ms / 1000);
+const minutes = (ms: number) => Math.ceil(ms / 60_000);
+const CIDR = /^[0-9a-fA-F:.]+\/\d{1,3}$/;
 
 interface Defaults {
   language: SandboxLanguage;
@@ -115,7 +125,29 @@ export class DaytonaProvider implements SandboxProvider {
     return seconds(this.options.timeoutMs);
   }
 
-  create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+    const o = validateCreate(options);
+    const sized =
+      "Daytona sizes only sandboxes built from an image; this provider creates from snapshots";
+    refuseUnsupported(
+      "daytona",
+      o,
+      {
+        ttl: true,
+        idleTimeout: true,
+        template: true,
+        labels: true,
+        networkDeny: true,
+        networkInternet: true,
+        networkAllow: true,
+      },
+      { cpu: sized, memory: sized, disk: sized, mounts: "Daytona volumes are not wired to mounts" },
+    );
+    if (typeof o.network === "object" && !o.network.allow.every((a) => CIDR.test(a)))
+      throw notSupported(
+        "daytona",
+        "host names in network.allow (Daytona's allow list takes CIDRs)",
+      );
     return createForThread(this.pending, options, (o, userId, threadId, workingDirectory) =>
       this.findOrCreate(o, userId, threadId, workingDirectory),
     );
@@ -148,16 +180,24 @@ export class DaytonaProvider implements SandboxProvider {
           language: o.language,
           envVars: envs,
           labels: {
+            ...o.labels,
             [META.user]: userId,
             [META.thread]: threadId,
             [META.language]: o.language,
             [META.workdir]: workingDirectory,
             ...(o.timeoutMs ? { [META.timeoutMs]: String(o.timeoutMs) } : {}),
           },
-          ...(this.options.snapshot ? { snapshot: this.options.snapshot } : {}),
-          ...(this.options.autoStopIntervalMinutes !== undefined
-            ? { autoStopInterval: this.options.autoStopIntervalMinutes }
+          ...((o.template ?? this.options.snapshot)
+            ? { snapshot: o.template ?? this.options.snapshot }
             : {}),
+          ...(o.lifetime?.idleTimeoutMs
+            ? { autoStopInterval: minutes(o.lifetime.idleTimeoutMs) }
+            : this.options.autoStopIntervalMinutes !== undefined
+              ? { autoStopInterval: this.options.autoStopIntervalMinutes }
+              : {}),
+          ...(o.lifetime?.ttlMs ? { ttlMinutes: minutes(o.lifetime.ttlMs) } : {}),
+          ...(o.network === "deny" ? { networkBlockAll: true } : {}),
+          ...(typeof o.network === "object" ? { networkAllowList: o.network.allow.join(",") } : {}),
         },
         { timeout: this.lifecycleSeconds },
       );
@@ -199,6 +239,41 @@ export class DaytonaProvider implements SandboxProvider {
       throw fromDaytona(err, "looking up the thread's sandbox");
     }
   }
+
+  /** Sandboxes carrying the labels, in any state but deleted; nothing is started. */
+  async list(options: SandboxListOptions = {}): Promise<SandboxInfo[]> {
+    const wanted = validateListLabels(options?.labels);
+    const out: SandboxInfo[] = [];
+    try {
+      for await (const s of this.client.list({ labels: wanted, limit: 100 })) {
+        if (out.length >= LIST_MAX) break;
+        if (GONE.has(String(s.state))) continue;
+        out.push(daytonaInfo(s));
+      }
+    } catch (err) {
+      throw fromDaytona(err, "listing sandboxes");
+    }
+    return out;
+  }
+
+  async get(sandboxId: string): Promise<SandboxInfo> {
+    if (typeof sandboxId !== "string" || !sandboxId)
+      throw new SandboxError("sandboxId is required", "NOT_FOUND");
+    let sbx: Sandbox;
+    try {
+      sbx = await this.client.get(sandboxId);
+    } catch (err) {
+      throw fromDaytona(err, `finding sandbox ${sandboxId}`);
+    }
+    if (GONE.has(String(sbx.state)))
+      throw new SandboxError(`Daytona sandbox ${sandboxId} was deleted`, "NOT_FOUND");
+    return daytonaInfo(sbx);
+  }
+
+  /** Nothing is held per sandbox between calls (each call is its own request). */
+  async release(_sandboxId: string): Promise<void> {}
+
+  async close(): Promise<void> {}
 
   async resume(sandboxId: string): Promise<SandboxInstance> {
     if (typeof sandboxId !== "string" || !sandboxId)
@@ -582,6 +657,37 @@ export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
     }
     return url.port ? url.host : `${url.hostname}:${url.protocol === "https:" ? 443 : 80}`;
   }
+
+  /** Daytona's preview link; a private sandbox's needs its token in x-daytona-preview-token. */
+  async getUrl(port: number): Promise<SandboxUrl> {
+    checkPort(port);
+    this.alive();
+    try {
+      const link = await this.sandbox.getPreviewLink(port);
+      return {
+        url: link.url,
+        headers: link.token ? { "x-daytona-preview-token": link.token } : {},
+      };
+    } catch (err) {
+      throw fromDaytona(err, `getting the preview URL of port ${port}`);
+    }
+  }
+
+  /** Daytona's TTL counts from now when set on an existing sandbox: minutes, rounded up. */
+  async setTimeout(timeoutMs: number): Promise<void> {
+    const ms = validateTimeout(timeoutMs);
+    this.alive();
+    try {
+      await this.sandbox.setTtl(minutes(ms));
+    } catch (err) {
+      throw fromDaytona(err, `setting the timeout of sandbox ${this.sandboxId}`);
+    }
+  }
+
+  async getInfo(): Promise<SandboxInfo> {
+    this.alive();
+    return this.provider.get(this.sandboxId);
+  }
 }
 
 /**
@@ -601,4 +707,39 @@ function wrap(command: string, o: ExecOptions): string {
       ? `${run} < /dev/null`
       : `printf '%s' ${shq(Buffer.from(o.stdin).toString("base64"))} | base64 -d | ${run}`;
   return `(cd ${shq(o.cwd)} || exit 1; ${exports}${input})`;
+}
+
+const TOOLBOX_LABEL = "code-toolbox-language";
+
+/** Daytona states of a sandbox that no longer exists. */
+const GONE = new Set(["destroyed", "destroying"]);
+/** Sandboxes list() reads at most. */
+const LIST_MAX = 2_000;
+
+const DAYTONA_STATES: Record<string, SandboxState> = {
+  started: "running",
+  stopped: "paused",
+  paused: "paused",
+  archived: "paused",
+  stopping: "stopping",
+  error: "failed",
+  build_failed: "failed",
+};
+
+function daytonaInfo(s: Sandbox): SandboxInfo {
+  const l = s.labels ?? {};
+  const language = l[META.language];
+  return {
+    sandboxId: s.id,
+    provider: "daytona",
+    state: DAYTONA_STATES[String(s.state)] ?? "starting",
+    // The SDK labels each sandbox with its toolbox language itself.
+    labels: userLabels(Object.fromEntries(Object.entries(l).filter(([k]) => k !== TOOLBOX_LABEL))),
+    ...(language === "python" || language === "typescript" ? { language } : {}),
+    ...(l[META.thread] ? { threadId: l[META.thread] } : {}),
+    ...(l[META.user] ? { userId: l[META.user] } : {}),
+    ...(s.snapshot ? { template: s.snapshot } : {}),
+    ...(s.createdAt ? { createdAt: new Date(s.createdAt) } : {}),
+    resources: { cpu: s.cpu, memoryMiB: s.memory * 1024, diskMiB: s.disk * 1024 },
+  };
 }

@@ -14,7 +14,10 @@
  *    the interpreter's own TypeScript context; `createCodeContext` makes contexts of the
  *    caller's, whose cells share state; a cell past its deadline or aborted is interrupted
  *    (SIGINT to its kernel) and the context lives on; a context whose kernel died is removed;
- *  - packages are installed with pip / npm in the sandbox before `create` resolves.
+ *  - packages are installed with pip / npm in the sandbox before `create` resolves;
+ *  - labels are metadata (list filters on them), `template` is the E2B template,
+ *    `lifetime.ttlMs` is the sandbox timeout (setTimeout changes it), network deny/allow are
+ *    E2B's egress settings; get is `Sandbox.getInfo` (a paused sandbox stays paused).
  */
 import {
   Sandbox,
@@ -31,6 +34,8 @@ import { DEFAULT_TIMEOUT_MS, ID_PATTERN, ID_RULE, parseOutput } from "@sandpit/s
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { checkPort } from "../../validate.ts";
+import { validateCreate, validateListLabels, validateTimeout } from "../../create-options.ts";
+import { refuseUnsupported, userLabels } from "../../platform-options.ts";
 import type {
   CodeContext,
   CodeContextOptions,
@@ -42,10 +47,13 @@ import type {
   SandboxCreateOptions,
   SandboxExecutionResult,
   SandboxFilesystem,
+  SandboxInfo,
   SandboxInstance,
   SandboxLanguage,
+  SandboxListOptions,
   SandboxProvider,
   SandboxPty,
+  SandboxUrl,
 } from "../../types.ts";
 import {
   abortReason,
@@ -107,7 +115,26 @@ export class E2BProvider implements SandboxProvider {
     } as ConnectionOpts;
   }
 
-  create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+  async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
+    refuseUnsupported(
+      "e2b",
+      validateCreate(options),
+      {
+        ttl: true,
+        template: true,
+        labels: true,
+        networkDeny: true,
+        networkInternet: true,
+        networkAllow: true,
+      },
+      {
+        idleTimeout: "E2B ends a sandbox at its timeout only",
+        cpu: "resources are the template's",
+        memory: "resources are the template's",
+        disk: "resources are the template's",
+        mounts: "E2B volumes are not wired to mounts",
+      },
+    );
     return createForThread(this.pending, options, (o, userId, threadId, workingDirectory) =>
       this.findOrCreate(o, userId, threadId, workingDirectory),
     );
@@ -131,11 +158,16 @@ export class E2BProvider implements SandboxProvider {
     }
     let sbx: Sandbox;
     try {
-      sbx = await Sandbox.create(this.options.templateId ?? DEFAULT_TEMPLATE, {
+      sbx = await Sandbox.create(o.template ?? this.options.templateId ?? DEFAULT_TEMPLATE, {
         ...this.connection(),
-        timeoutMs: this.options.timeoutMs,
+        timeoutMs: o.lifetime?.ttlMs ?? this.options.timeoutMs,
         envs: o.envs ?? {},
+        ...(o.network === "deny" ? { allowInternetAccess: false } : {}),
+        ...(typeof o.network === "object"
+          ? { network: { allowOut: o.network.allow, denyOut: ["0.0.0.0/0"] } }
+          : {}),
         metadata: {
+          ...o.labels,
           [META.user]: userId,
           [META.thread]: threadId,
           [META.language]: o.language,
@@ -188,6 +220,39 @@ export class E2BProvider implements SandboxProvider {
       throw fromE2B(err, "looking up the thread's sandbox");
     }
   }
+
+  /** Running and paused sandboxes carrying the labels (E2B metadata); nothing is resumed. */
+  async list(options: SandboxListOptions = {}): Promise<SandboxInfo[]> {
+    const wanted = validateListLabels(options?.labels);
+    const out: SandboxInfo[] = [];
+    try {
+      const pages = Sandbox.list({
+        ...this.connection(),
+        query: { metadata: wanted, state: ["running", "paused"] },
+        limit: 100,
+      });
+      for (let page = 0; page < LIST_PAGES && pages.hasNext; page++)
+        for (const s of await pages.nextItems()) out.push(e2bInfo(s));
+    } catch (err) {
+      throw fromE2B(err, "listing sandboxes");
+    }
+    return out;
+  }
+
+  async get(sandboxId: string): Promise<SandboxInfo> {
+    if (typeof sandboxId !== "string" || !sandboxId)
+      throw new SandboxError("sandboxId is required", "NOT_FOUND");
+    try {
+      return e2bInfo(await Sandbox.getInfo(sandboxId, this.connection()));
+    } catch (err) {
+      throw fromE2B(err, `finding sandbox ${sandboxId}`);
+    }
+  }
+
+  /** Nothing is held per sandbox between calls (each call is its own request). */
+  async release(_sandboxId: string): Promise<void> {}
+
+  async close(): Promise<void> {}
 
   async resume(sandboxId: string): Promise<SandboxInstance> {
     if (typeof sandboxId !== "string" || !sandboxId)
@@ -615,6 +680,72 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
       .replaceAll("{port}", String(port))
       .replaceAll("{sandboxId}", this.sandboxId);
   }
+
+  /**
+   * https on port 443 (E2B's edge), plain http where the host template points elsewhere (a
+   * local deployment); a sandbox with restricted public traffic needs its traffic token.
+   */
+  async getUrl(port: number): Promise<SandboxUrl> {
+    const host = await this.getHost(port);
+    const token = this.sandbox.trafficAccessToken;
+    return {
+      url: host.endsWith(":443") ? `https://${host.slice(0, -4)}` : `http://${host}`,
+      headers: token ? { "e2b-traffic-access-token": token } : {},
+    };
+  }
+
+  async setTimeout(timeoutMs: number): Promise<void> {
+    const ms = validateTimeout(timeoutMs);
+    this.alive();
+    try {
+      await this.sandbox.setTimeout(ms);
+    } catch (err) {
+      throw fromE2B(err, `setting the timeout of sandbox ${this.sandboxId}`);
+    }
+  }
+
+  async getInfo(): Promise<SandboxInfo> {
+    this.alive();
+    try {
+      return e2bInfo(await this.sandbox.getInfo());
+    } catch (err) {
+      throw fromE2B(err, `finding sandbox ${this.sandboxId}`);
+    }
+  }
+}
+
+/** Pages of 100 sandboxes list() reads at most. */
+const LIST_PAGES = 20;
+
+/** E2B's sandbox info as the contract's; Sandpit's own metadata is not among the labels. */
+function e2bInfo(s: {
+  sandboxId: string;
+  templateId: string;
+  metadata: Record<string, string>;
+  startedAt: Date;
+  endAt: Date;
+  state: string;
+  cpuCount?: number;
+  memoryMB?: number;
+}): SandboxInfo {
+  const m = s.metadata ?? {};
+  const language = m[META.language];
+  return {
+    sandboxId: s.sandboxId,
+    provider: "e2b",
+    state: s.state === "paused" ? "paused" : "running",
+    labels: userLabels(m),
+    ...(language === "python" || language === "typescript" ? { language } : {}),
+    ...(m[META.thread] ? { threadId: m[META.thread] } : {}),
+    ...(m[META.user] ? { userId: m[META.user] } : {}),
+    template: s.templateId,
+    createdAt: new Date(s.startedAt),
+    expiresAt: new Date(s.endAt),
+    resources: {
+      ...(s.cpuCount ? { cpu: s.cpuCount } : {}),
+      ...(s.memoryMB ? { memoryMiB: s.memoryMB } : {}),
+    },
+  };
 }
 
 function contextId(context: CodeContext | string): string {

@@ -7,17 +7,29 @@
  *  - the sandbox's sandboxd is the shared client on /v1/sandboxes/:id/proxy, with the API key
  *    as credential (the provisioner swaps in the sandbox's own token);
  *  - pause → POST …/pause (pod stopped, volume kept); resume(id) → POST …/resume;
- *    kill → DELETE; getHost(port) → a local listener tunnelled through the proxy.
+ *    kill → DELETE; getHost(port) → a local listener tunnelled through the proxy;
+ *  - list → GET /v1/sandboxes?label=k=v, get → GET /v1/sandboxes/:id (a suspended sandbox stays
+ *    suspended), setTimeout → POST …/timeout, getUrl(port) → the provisioner's …/ports/:port/
+ *    route with the API key as the header it needs.
  */
 import type { z } from "zod";
 import { VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
-import { validateCreate } from "../../create-options.ts";
+import { validateCreate, validateListLabels } from "../../create-options.ts";
+import { refuseUnsupported, userLabels } from "../../platform-options.ts";
 import { SandboxError, type SandboxErrorCode } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { PortForwarder } from "../../port-forward.ts";
 import { SandboxdClient } from "../../sandboxd-client.ts";
 import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
-import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "../../types.ts";
+import type {
+  SandboxCreateOptions,
+  SandboxInfo,
+  SandboxInstance,
+  SandboxListOptions,
+  SandboxProvider,
+  SandboxState,
+  SandboxUrl,
+} from "../../types.ts";
 import { provisionerError } from "./errors.ts";
 import { KubernetesProviderOptions, type KubernetesProviderInput } from "./options.ts";
 
@@ -32,26 +44,137 @@ const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
 interface SandboxView {
   id: string;
   phase: string;
+  labels?: Record<string, string>;
+  threadId?: string;
+  userId?: string;
+  pool?: string;
+  language?: string;
+  createdAt?: string;
+  expiresAt?: string;
+  resources?: { cpu?: string; memory?: string; ephemeralStorage?: string };
 }
+
+const PHASES: Record<string, SandboxState> = {
+  Pending: "starting",
+  Starting: "starting",
+  Ready: "running",
+  Suspended: "paused",
+  Terminating: "stopping",
+  Failed: "failed",
+};
+
+const SANDBOX_NAME = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const seconds = (ms: number) => Math.ceil(ms / 1000);
 
 export class KubernetesProvider implements SandboxProvider {
   private readonly options: Options;
+  /** Sandboxes handed out by this process, whose port forwards release() and close() end. */
+  private readonly open = new Map<string, ProvisionedSandbox>();
 
   constructor(input: KubernetesProviderInput) {
     this.options = parseOptions(KubernetesProviderOptions, input, "sandbox.kubernetes");
   }
 
+  /** @internal the base URL, without a trailing slash. */
+  get baseUrl(): string {
+    return this.options.provisionerUrl.replace(/\/+$/, "");
+  }
+
+  /** @internal */
+  get apiKey(): string {
+    return this.options.apiKey;
+  }
+
+  private handle(id: string): ProvisionedSandbox {
+    let s = this.open.get(id);
+    if (!s) this.open.set(id, (s = new ProvisionedSandbox(id, this)));
+    return s;
+  }
+
+  async list(options: SandboxListOptions = {}): Promise<SandboxInfo[]> {
+    const wanted = validateListLabels(options?.labels);
+    const q = new URLSearchParams(
+      Object.entries(wanted).map(([k, v]): [string, string] => ["label", `${k}=${v}`]),
+    );
+    const { sandboxes } = await this.call<{ sandboxes: SandboxView[] }>(
+      "GET",
+      `/v1/sandboxes${q.size ? `?${q}` : ""}`,
+      "listing sandboxes",
+    );
+    return sandboxes.map(toInfo);
+  }
+
+  async get(sandboxId: string): Promise<SandboxInfo> {
+    if (typeof sandboxId !== "string" || !SANDBOX_NAME.test(sandboxId))
+      throw new SandboxError(`no sandbox ${JSON.stringify(sandboxId)}`, "NOT_FOUND");
+    return toInfo(
+      await this.call<SandboxView>(
+        "GET",
+        `/v1/sandboxes/${sandboxId}`,
+        `finding sandbox ${sandboxId}`,
+      ),
+    );
+  }
+
+  async release(sandboxId: string): Promise<void> {
+    const s = this.open.get(sandboxId);
+    this.open.delete(sandboxId);
+    await s?.release();
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.open.values()];
+    this.open.clear();
+    await Promise.all(all.map((s) => s.release()));
+  }
+
   async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
     const o = validateCreate(options);
+    const policy = "the platform's network policy applies; a sandbox can only ask for deny";
+    refuseUnsupported(
+      "kubernetes",
+      o,
+      {
+        ttl: true,
+        idleTimeout: true,
+        cpu: true,
+        memory: true,
+        disk: true,
+        template: true,
+        labels: true,
+        networkDeny: true,
+      },
+      {
+        networkInternet: policy,
+        networkAllow: policy,
+        mounts: "claims are shared by every tenant of the namespace; mounts come from the pool",
+      },
+    );
+    const r = o.resources;
     const view = await this.call<SandboxView>("POST", "/v1/sandboxes", "creating a sandbox", {
       language: o.language,
       ...(o.packages?.length ? { packages: o.packages } : {}),
       ...(o.envs && Object.keys(o.envs).length ? { env: o.envs } : {}),
       ...(o.threadId ? { threadId: o.threadId } : {}),
       ...(o.userId ? { userId: o.userId } : {}),
-      ...(this.options.pool ? { pool: this.options.pool } : {}),
+      ...((o.template ?? this.options.pool) ? { pool: o.template ?? this.options.pool } : {}),
+      ...(o.labels && Object.keys(o.labels).length ? { labels: o.labels } : {}),
+      ...(o.lifetime?.ttlMs ? { ttlSeconds: seconds(o.lifetime.ttlMs) } : {}),
+      ...(o.lifetime?.idleTimeoutMs
+        ? { idleTimeoutSeconds: seconds(o.lifetime.idleTimeoutMs) }
+        : {}),
+      ...(r
+        ? {
+            resources: {
+              ...(r.cpu ? { cpu: `${Math.ceil(r.cpu * 1000)}m` } : {}),
+              ...(r.memoryMiB ? { memory: `${r.memoryMiB}Mi` } : {}),
+              ...(r.diskMiB ? { ephemeralStorage: `${r.diskMiB}Mi` } : {}),
+            },
+          }
+        : {}),
+      ...(o.network === "deny" ? { network: "deny" } : {}),
     });
-    const sandbox = new ProvisionedSandbox(view.id, this);
+    const sandbox = this.handle(view.id);
     const record = { workingDirectory: o.workingDirectory, timeoutMs: o.timeoutMs };
     if (o.workingDirectory || o.timeoutMs) {
       const client = await sandbox.connect();
@@ -62,7 +185,7 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   async resume(sandboxId: string): Promise<SandboxInstance> {
-    if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(sandboxId)) {
+    if (typeof sandboxId !== "string" || !SANDBOX_NAME.test(sandboxId)) {
       throw new SandboxError(`no sandbox "${sandboxId}"`, "NOT_FOUND");
     }
     const view = await this.call<SandboxView>(
@@ -72,7 +195,7 @@ export class KubernetesProvider implements SandboxProvider {
     );
     if (view.phase !== "Ready")
       await this.call("POST", `/v1/sandboxes/${sandboxId}/resume`, `resuming sandbox ${sandboxId}`);
-    const sandbox = new ProvisionedSandbox(sandboxId, this);
+    const sandbox = this.handle(sandboxId);
     let record: { workingDirectory?: string; timeoutMs?: number } = {};
     try {
       const bytes = await (await sandbox.connect()).readFile(RECORD_PATH);
@@ -200,6 +323,36 @@ class ProvisionedSandbox implements SandboxdLifecycle {
     return this.forwarder.forward(port);
   }
 
+  /** The provisioner's route to a port inside, which takes the same API key. */
+  async getUrl(port: number): Promise<SandboxUrl> {
+    return {
+      url: `${this.provider.baseUrl}/v1/sandboxes/${this.id}/ports/${port}/`,
+      headers: { authorization: `Bearer ${this.provider.apiKey}` },
+    };
+  }
+
+  async setTimeout(timeoutMs: number): Promise<void> {
+    await this.provider.call(
+      "POST",
+      `/v1/sandboxes/${this.id}/timeout`,
+      `setting the timeout of sandbox ${this.id}`,
+      {
+        timeoutSeconds: seconds(timeoutMs),
+      },
+    );
+  }
+
+  info(): Promise<SandboxInfo> {
+    return this.provider.get(this.id);
+  }
+
+  async release(): Promise<void> {
+    await this.forwarder.close();
+    const c = this.sandboxd;
+    this.sandboxd = undefined;
+    await c?.close();
+  }
+
   async diagnose(err: SandboxError): Promise<SandboxError> {
     try {
       await this.provider.call("GET", `/v1/sandboxes/${this.id}`, `finding sandbox ${this.id}`);
@@ -211,6 +364,50 @@ class ProvisionedSandbox implements SandboxdLifecycle {
 }
 
 const CONNECT_ATTEMPTS = 3;
+
+function toInfo(v: SandboxView): SandboxInfo {
+  const r = v.resources;
+  return {
+    sandboxId: v.id,
+    provider: "kubernetes",
+    state: PHASES[v.phase] ?? "starting",
+    labels: userLabels(v.labels),
+    ...(v.language === "python" || v.language === "typescript" ? { language: v.language } : {}),
+    ...(v.threadId ? { threadId: v.threadId } : {}),
+    ...(v.userId ? { userId: v.userId } : {}),
+    ...(v.pool ? { template: v.pool } : {}),
+    ...(v.createdAt ? { createdAt: new Date(v.createdAt) } : {}),
+    ...(v.expiresAt ? { expiresAt: new Date(v.expiresAt) } : {}),
+    ...(r
+      ? {
+          resources: {
+            ...(r.cpu ? { cpu: quantity(r.cpu) } : {}),
+            ...(r.memory ? { memoryMiB: quantity(r.memory) / 1048576 } : {}),
+            ...(r.ephemeralStorage ? { diskMiB: quantity(r.ephemeralStorage) / 1048576 } : {}),
+          },
+        }
+      : {}),
+  };
+}
+
+const SUFFIX: Record<string, number> = {
+  m: 1e-3,
+  "": 1,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  Ki: 1024,
+  Mi: 1024 ** 2,
+  Gi: 1024 ** 3,
+  Ti: 1024 ** 4,
+};
+
+/** A Kubernetes quantity ("500m", "512Mi", "2") as a number. */
+function quantity(q: string): number {
+  const m = /^([0-9.]+)([a-zA-Z]*)$/.exec(q);
+  return m ? Number(m[1]) * (SUFFIX[m[2]!] ?? 1) : NaN;
+}
 
 /** Whether fetch failed before a connection existed, so the request never left. */
 function neverConnected(err: unknown): boolean {
