@@ -479,14 +479,6 @@ export class SandboxStore {
     if (!suspended) await this.reportActivity(name, true);
   }
 
-  /** Replaces the Sandbox's lifetime (seconds from its creation) and, if given, idle timeout. */
-  async setLifetime(
-    name: string,
-    lifecycle: { ttlSeconds: number; idleTimeoutSeconds?: number },
-  ): Promise<void> {
-    await this.#kube.patch(SANDBOXES, this.namespace, name, "merge", { spec: { lifecycle } });
-  }
-
   /**
    * Reports activity on the Sandbox's status, at most once per interval per sandbox unless
    * forced (a keepalive, a resume). Failures are logged: activity is advisory.

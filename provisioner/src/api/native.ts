@@ -22,6 +22,7 @@ import {
   labelSafe,
   threadSandboxName,
 } from "../sandboxes.ts";
+import { MAX_LIFETIME_S, lifetimePatch, livedSeconds } from "../lifetime.ts";
 import { type Transport, abortedBy } from "../transport.ts";
 
 export interface NativeDeps {
@@ -53,7 +54,6 @@ export function view(s: Sandbox, base: string, token?: string) {
 }
 
 /** The operator's longest lifetime (its Lifecycle schema). */
-const MAX_TTL_SECONDS = 30 * 24 * 3600;
 
 export function nativeRouter(d: NativeDeps): Router {
   const r = Router();
@@ -161,18 +161,13 @@ export function nativeRouter(d: NativeDeps): Router {
   r.post("/v1/sandboxes/:id/timeout", body, async (req: Request, res: Response) => {
     const { timeoutSeconds } = parse(SetTimeout, req.body ?? {}, "body");
     const s = owned(req);
-    const lived = Math.max(0, Date.now() - Date.parse(s.metadata.creationTimestamp ?? ""));
-    const ttlSeconds = Math.ceil((Number.isFinite(lived) ? lived : 0) / 1000) + timeoutSeconds;
-    if (ttlSeconds > MAX_TTL_SECONDS)
+    const ttlSeconds = livedSeconds(s) + timeoutSeconds;
+    if (ttlSeconds > MAX_LIFETIME_S)
       throw new ApiError(
         "INVALID_ARGUMENT",
-        `timeoutSeconds: the sandbox has lived ${ttlSeconds - timeoutSeconds}s and may live ${MAX_TTL_SECONDS}s in all`,
+        `timeoutSeconds: the sandbox has lived ${ttlSeconds - timeoutSeconds}s and may live ${MAX_LIFETIME_S}s in all`,
       );
-    const idle = s.spec.lifecycle?.idleTimeoutSeconds;
-    await d.store.setLifetime(s.metadata.name, {
-      ttlSeconds,
-      ...(idle !== undefined && idle > ttlSeconds ? { idleTimeoutSeconds: ttlSeconds } : {}),
-    });
+    await d.store.setLifecycle(s.metadata.name, lifetimePatch(s, ttlSeconds));
     const expiresAt = new Date(Date.parse(s.metadata.creationTimestamp!) + ttlSeconds * 1000);
     res.json({ ...view(s, d.baseUrl(req)), expiresAt: expiresAt.toISOString() });
   });

@@ -9,6 +9,7 @@
 import { Router, json, type Request, type Response } from "express";
 import type { SandboxPool } from "@sandpit/operator/api";
 import { type KeyRing, requireKey } from "../auth.ts";
+import { MAX_LIFETIME_S, lifetimePatch, livedSeconds } from "../../lifetime.ts";
 import { ApiError, parse } from "../errors.ts";
 import type { ApiKey, ProvisionerConfig } from "../../config.ts";
 import { type Sandbox, type SandboxStore, SandboxUnavailable } from "../../sandboxes.ts";
@@ -18,7 +19,6 @@ import { sandboxNotFound } from "./errors.ts";
 import type { EnvdTokens } from "./tokens.ts";
 import {
   E2B_ANNOTATION,
-  MAX_LIFETIME_S,
   MIN_LIFETIME_S,
   autoPauses,
   autoResumes,
@@ -318,20 +318,14 @@ async function setLifetime(
     await d.store.reportActivity(name, true);
     return;
   }
-  const elapsedS = Math.ceil((Date.now() - startedAt(s).getTime()) / 1000);
-  const ttl = Math.max(MIN_LIFETIME_S, elapsedS + timeoutS);
+  const ttl = Math.max(MIN_LIFETIME_S, livedSeconds(s) + timeoutS);
   if (ttl > MAX_LIFETIME_S)
     throw new ApiError(
       "INVALID_ARGUMENT",
       `a sandbox lives at most ${MAX_LIFETIME_S / 86_400} days from its creation on Sandpit`,
     );
   if (how === "extend" && endAt(s).getTime() >= startedAt(s).getTime() + ttl * 1000) return;
-  // An idle timeout may not outlast the lifetime (the Sandbox CRD's rule): shorten it with it.
-  const idle = lc?.idleTimeoutSeconds;
-  await d.store.setLifecycle(name, {
-    ttlSeconds: ttl,
-    ...(idle !== undefined && idle > ttl ? { idleTimeoutSeconds: ttl } : {}),
-  });
+  await d.store.setLifecycle(name, lifetimePatch(s, ttl));
 }
 
 /** Waits (as long as a create would) for the operator to have stopped the sandbox's pod. */

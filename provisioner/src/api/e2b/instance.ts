@@ -9,13 +9,14 @@
  */
 // The SDK's modules themselves, not its entry point: that one registers every provider, and a
 // bundle of the provisioner would take in their SDKs (Docker's native add-ons included).
-import type { SandboxInstance } from "@sandpit/sdk";
+import type { SandboxInfo, SandboxInstance } from "@sandpit/sdk";
 import { SandboxError } from "@sandpit/sdk/errors";
 import { SandboxdClient } from "@sandpit/sdk/sandboxd-client";
 import { SandboxdInstance, type SandboxdLifecycle } from "@sandpit/sdk/sandboxd-instance";
 import type { Sandbox, SandboxStore } from "../../sandboxes.ts";
+import { MAX_LIFETIME_S, lifetimePatch, livedSeconds } from "../../lifetime.ts";
 import type { Transport } from "../../transport.ts";
-import { autoResumes, stateOf } from "./records.ts";
+import { autoResumes, endAt, metadataOf, startedAt, stateOf, templateOf } from "./records.ts";
 
 /** An instance unused this long is dropped with its connections. */
 const IDLE_MS = 5 * 60_000;
@@ -112,6 +113,27 @@ class KubeSandbox implements SandboxdLifecycle {
   async kill(): Promise<void> {
     await this.#d.store.delete(this.#current().metadata.name);
     await this.close();
+  }
+
+  async setTimeout(timeoutMs: number): Promise<void> {
+    const s = this.#current();
+    const ttl = livedSeconds(s) + Math.ceil(timeoutMs / 1000);
+    if (ttl > MAX_LIFETIME_S)
+      throw new SandboxError(`a sandbox lives at most ${MAX_LIFETIME_S}s`, "INVALID_ARGUMENT");
+    await this.#d.store.setLifecycle(this.#name, lifetimePatch(s, ttl));
+  }
+
+  async info(): Promise<SandboxInfo> {
+    const s = this.#current();
+    return {
+      sandboxId: this.#name,
+      provider: "kubernetes",
+      state: stateOf(s),
+      labels: metadataOf(s),
+      template: templateOf(s),
+      createdAt: startedAt(s),
+      expiresAt: endAt(s),
+    };
   }
 
   async getHost(port: number): Promise<string> {

@@ -19,8 +19,6 @@ export const E2B_ANNOTATION = {
 
 /** The shortest lifetime or idle timeout a Sandbox takes (its CRD's minimum). */
 export const MIN_LIFETIME_S = 60;
-/** The longest lifetime a Sandbox takes (its CRD's maximum). */
-export const MAX_LIFETIME_S = 30 * 24 * 3600;
 /**
  * The operator's own defaults (operator/src/config.ts), for a sandbox whose spec and pool set
  * none: what its pod gets, so what getInfo reports.
