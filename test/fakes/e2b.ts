@@ -12,7 +12,7 @@
  * envd's os.RemoveAll does).
  */
 import type { ChildProcess } from "node:child_process";
-import { randomBytes, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import { constants as osConstants } from "node:os";
 import * as fs from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -29,16 +29,25 @@ export const E2B_FAKE_API_KEY = `e2b_${"0".repeat(40)}`;
 const ENVD_PORT = "49983";
 const JUPYTER_PORT = "49999";
 const HOME = "/home/user";
+/** The templates every E2B account has: the SDKs' defaults. Any other is E2B's 404. */
+const TEMPLATES = new Set(["base", "code-interpreter-v1"]);
 
 interface E2BData {
   templateID: string;
   metadata: Record<string, string>;
   startedAt: Date;
-  timeoutS: number;
+  /** When the sandbox's timeout passes (ms since the epoch); meaningless while paused. */
+  endAt: number;
+  /** What the timeout does: E2B kills by default, or pauses when created with autoPause. */
+  onTimeout: "kill" | "pause";
+  expiry?: NodeJS.Timeout;
+  /** The API key that made it (its quota counts it). */
+  owner: string;
   token: string;
   processes: Map<number, Proc>;
   contexts: Map<string, CodeContext>;
-  executions: number;
+  /** Each language's default context (what a cell without context_id runs in), made on use. */
+  defaults: Map<string, CodeContext>;
 }
 
 const data = (s: FakeSandbox) => s.data as unknown as E2BData;
@@ -95,8 +104,11 @@ export class FakeE2B {
   url = "";
   apiKey = E2B_FAKE_API_KEY;
   envdVersion = "0.5.7";
+  /** Further API keys, each allowed this many sandboxes at once (E2B's concurrency quota). */
+  private readonly quotas: Record<string, number>;
 
-  constructor() {
+  constructor(options: { quotas?: Record<string, number> } = {}) {
+    this.quotas = options.quotas ?? {};
     this.server = new FakeServer((req, res, url) => this.route(req, res, url));
   }
 
@@ -120,7 +132,17 @@ export class FakeE2B {
         res,
         url,
       );
-    if (req.headers["x-api-key"] !== this.apiKey)
+    // A signed /files URL reaches the data plane with neither sandbox headers nor a key.
+    if (url.pathname === "/files" && url.searchParams.has("signature")) {
+      const signed = this.host.all().find((s) => signatureValid(url, req.method, data(s).token));
+      if (!signed) {
+        await readBody(req);
+        return sendJson(res, 401, { code: 401, message: "invalid or expired signature" });
+      }
+      return this.dataPlane(signed.id, ENVD_PORT, req, res, url);
+    }
+    const key = req.headers["x-api-key"];
+    if (typeof key !== "string" || (key !== this.apiKey && !(key in this.quotas)))
       return sendJson(res, 401, { code: 401, message: "Invalid API key" });
     const p = url.pathname.replace(/^\/v2\//, "/");
     const m = /^\/sandboxes(?:\/([^/]+))?(?:\/(connect|resume|pause|timeout))?$/.exec(p);
@@ -128,54 +150,97 @@ export class FakeE2B {
       return sendJson(res, 404, { code: 404, message: `no route ${req.method} ${url.pathname}` });
     const [, id, action] = m;
     if (!id) {
-      if (req.method === "POST") return this.create(req, res);
+      if (req.method === "POST") return this.create(req, res, key);
       if (req.method === "GET") return this.list(res, url);
     }
     const sbx = id ? this.host.get(id) : undefined;
     if (!sbx) return sendJson(res, 404, { code: 404, message: `sandbox ${id} not found` });
     if (req.method === "GET" && !action) return sendJson(res, 200, this.detail(sbx));
     if (req.method === "DELETE" && !action) {
+      clearTimeout(data(sbx).expiry);
       await this.host.kill(sbx);
       return sendEmpty(res, 204);
     }
     if (req.method === "POST" && action === "pause") {
       if (sbx.state === "paused")
         return sendJson(res, 409, { code: 409, message: "sandbox is already paused" });
-      this.host.pause(sbx);
+      this.pause(sbx);
       return sendEmpty(res, 204);
     }
     if (req.method === "POST" && (action === "connect" || action === "resume")) {
       const body = await readJson<{ timeout?: number }>(req);
-      if (body.timeout) data(sbx).timeoutS = body.timeout;
       const resumed = sbx.state === "paused";
+      const wanted = Date.now() + (body.timeout ?? 300) * 1000;
+      // A running sandbox's timeout only grows on connect; a resumed one starts afresh.
+      this.expireAt(sbx, resumed ? wanted : Math.max(wanted, data(sbx).endAt));
       sbx.state = "running";
       return sendJson(res, resumed ? 201 : 200, this.summary(sbx));
     }
-    if (req.method === "POST" && action === "timeout") return sendEmpty(res, 204);
+    if (req.method === "POST" && action === "timeout") {
+      const body = await readJson<{ timeout?: number }>(req);
+      if (typeof body.timeout !== "number" || body.timeout < 0)
+        return sendJson(res, 400, { code: 400, message: "timeout must be a number of seconds" });
+      this.expireAt(sbx, Date.now() + body.timeout * 1000);
+      return sendEmpty(res, 204);
+    }
     return sendJson(res, 405, { code: 405, message: "method not allowed" });
   }
 
-  private async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async create(req: IncomingMessage, res: ServerResponse, key: string): Promise<void> {
     const body = await readJson<{
       templateID?: string;
       metadata?: Record<string, string>;
       envVars?: Record<string, string>;
       timeout?: number;
+      autoPause?: boolean;
     }>(req);
+    const templateID = body.templateID ?? "base";
+    if (!TEMPLATES.has(templateID))
+      return sendJson(res, 404, { code: 404, message: `template '${templateID}' not found` });
+    const quota = this.quotas[key];
+    if (quota !== undefined && this.host.all().filter((s) => data(s).owner === key).length >= quota)
+      return sendJson(res, 429, {
+        code: 429,
+        message: `you have reached the maximum number of concurrent sandboxes (${quota})`,
+      });
     const id = `i${randomBytes(8).toString("hex")}`;
     const sbx = await this.host.create(id, body.envVars ?? {});
     const d: E2BData = {
-      templateID: body.templateID ?? "base",
+      templateID,
       metadata: body.metadata ?? {},
       startedAt: new Date(),
-      timeoutS: body.timeout ?? 300,
+      endAt: 0,
+      onTimeout: body.autoPause ? "pause" : "kill",
+      owner: key,
       token: randomBytes(16).toString("hex"),
       processes: new Map(),
       contexts: new Map(),
-      executions: 0,
+      defaults: new Map(),
     };
     Object.assign(sbx.data, d);
+    this.expireAt(sbx, Date.now() + (body.timeout ?? 300) * 1000);
     sendJson(res, 201, this.summary(sbx));
+  }
+
+  /** Arms the sandbox's timeout: when it passes, the sandbox is killed (or auto-paused). */
+  private expireAt(sbx: FakeSandbox, endAt: number): void {
+    const d = data(sbx);
+    clearTimeout(d.expiry);
+    d.endAt = endAt;
+    d.expiry = setTimeout(
+      () => {
+        if (sbx.state !== "running") return;
+        if (d.onTimeout === "pause") this.pause(sbx);
+        else void this.host.kill(sbx);
+      },
+      Math.max(0, endAt - Date.now()),
+    );
+    d.expiry.unref();
+  }
+
+  private pause(sbx: FakeSandbox): void {
+    clearTimeout(data(sbx).expiry);
+    this.host.pause(sbx);
   }
 
   private summary(sbx: FakeSandbox) {
@@ -196,7 +261,7 @@ export class FakeE2B {
       ...this.summary(sbx),
       alias: d.templateID,
       startedAt: d.startedAt.toISOString(),
-      endAt: new Date(d.startedAt.getTime() + d.timeoutS * 1000).toISOString(),
+      endAt: new Date(d.endAt).toISOString(),
       cpuCount: 2,
       memoryMB: 512,
       diskSizeMB: 1024,
@@ -205,6 +270,7 @@ export class FakeE2B {
     };
   }
 
+  /** GET /v2/sandboxes: filtered, oldest first, `limit` at a time with an x-next-token. */
   private list(res: ServerResponse, url: URL): void {
     // The SDK sends metadata as one query value holding `k=v&k2=v2`, each part URI-encoded.
     const wanted = new URLSearchParams(url.searchParams.get("metadata") ?? "");
@@ -217,8 +283,15 @@ export class FakeE2B {
           ([k, v]) => data(s).metadata[decodeURIComponent(k)] === decodeURIComponent(v),
         ),
       )
+      .sort((a, b) => data(a).startedAt.getTime() - data(b).startedAt.getTime())
       .map((s) => this.detail(s));
-    sendJson(res, 200, out);
+    // The token is the id of the first sandbox of the next page.
+    const token = url.searchParams.get("nextToken");
+    const from = token ? Math.max(0, out.findIndex((s) => s.sandboxID === token)) : 0;
+    const limit = Number(url.searchParams.get("limit") ?? 100) || 100;
+    const page = out.slice(from, from + limit);
+    const next = out[from + limit];
+    sendJson(res, 200, page, next ? { "x-next-token": next.sandboxID } : {});
   }
 
   // ---- data plane ---------------------------------------------------------------------------
@@ -240,7 +313,8 @@ export class FakeE2B {
     }
     // The code interpreter is reached through the edge proxy without envd's access token.
     if (port === JUPYTER_PORT) return this.jupyter(sbx, req, res, url);
-    if (req.headers["x-access-token"] !== data(sbx).token)
+    const signed = url.pathname === "/files" && signatureValid(url, req.method, data(sbx).token);
+    if (req.headers["x-access-token"] !== data(sbx).token && !signed)
       return sendJson(res, 401, { code: 401, message: "invalid access token" });
     const p = url.pathname;
     if (p === "/health") return sendEmpty(res, 204);
@@ -514,8 +588,12 @@ export class FakeE2B {
     }
     data(sbx).processes.set(proc.pid, proc);
     this.follow(proc, res);
+    // envd ends a process when the deadline its Start call carries (Connect-Timeout-Ms) passes.
+    const deadline = Number(req.headers["connect-timeout-ms"] ?? 0);
+    const timer = deadline > 0 ? setTimeout(() => sbx.killGroup(proc.pid), deadline) : undefined;
     // A dropped client does not stop the process (envd keeps it; the SDK can reconnect).
     void exited.then(({ exitCode, signal }) => {
+      clearTimeout(timer);
       data(sbx).processes.delete(proc.pid);
       const status = signal
         ? `signal: ${GO_SIGNAL_TEXT[signal] ?? signal}`
@@ -656,10 +734,16 @@ export class FakeE2B {
       if (body.context_id && !ctx)
         return sendJson(res, 404, { code: 404, message: `context ${body.context_id} not found` });
       const language = ctx?.language ?? normaliseLanguage(body.language);
-      if (language !== "python" && language !== "typescript")
+      if (!["python", "javascript", "typescript"].includes(language))
         return sendJson(res, 400, { code: 400, message: `unsupported language ${language}` });
-      if (ctx) return this.executeInKernel(sbx, ctx, body.code, body.env_vars ?? {}, res);
-      return this.execute(sbx, language, body.code, body.env_vars ?? {}, res);
+      // Without a context, the cell runs in the language's default context: its state, like
+      // any context's, lives on across cells.
+      let target = ctx ?? d.defaults.get(language);
+      if (!target) {
+        target = { id: `default-${language}`, language, cwd: HOME };
+        d.defaults.set(language, target);
+      }
+      return this.executeInKernel(sbx, target, body.code, body.env_vars ?? {}, res);
     }
     sendJson(res, 404, { code: 404, message: `no route ${p}` });
   }
@@ -821,84 +905,6 @@ export class FakeE2B {
     });
     return kernel;
   }
-
-  /**
-   * Runs one cell with sandboxd's runners (read-only in the image) and streams NDJSON as the
-   * E2B code interpreter server does: stdout/stderr lines, then an error, then end_of_execution.
-   */
-  private async execute(
-    sbx: FakeSandbox,
-    language: "python" | "typescript",
-    code: string,
-    envs: Record<string, string>,
-    res: ServerResponse,
-  ): Promise<void> {
-    const d = data(sbx);
-    const n = ++d.executions;
-    const cells = `${HOME}/.fake-kernel`;
-    const id = `cell${n}-${randomBytes(4).toString("hex")}`;
-    const codeFile = `${cells}/${id}.${language === "python" ? "py" : "mts"}`;
-    const errorFile = `${cells}/${id}.error.json`;
-    await writeFileAtomic(
-      join(sbx.homeDir, ".fake-kernel", posix.basename(codeFile)),
-      Buffer.from(code),
-    );
-    const argv =
-      language === "python"
-        ? ["python3", "-u", `${RUNNERS_MOUNT}/python_runner.py`, codeFile, errorFile]
-        : [
-            "node",
-            "--experimental-transform-types",
-            "--disable-warning=ExperimentalWarning",
-            "--import",
-            `file://${RUNNERS_MOUNT}/node_preload.mjs`,
-            codeFile,
-          ];
-    const env =
-      language === "typescript"
-        ? { ...envs, SANDPIT_ERROR_FILE: errorFile, SANDPIT_CODE_FILE: codeFile }
-        : envs;
-    const child = await sbx.spawn(argv, { cwd: HOME, env });
-    child.stdin?.end();
-    res.writeHead(200, { "content-type": "application/x-ndjson" });
-    res.flushHeaders();
-    const line = (o: unknown) => res.write(JSON.stringify(o) + "\n");
-    const ts = () => new Date().toISOString();
-    child.stdout?.on("data", (c: Buffer) =>
-      line({ type: "stdout", text: c.toString(), timestamp: ts() }),
-    );
-    child.stderr?.on("data", (c: Buffer) =>
-      line({ type: "stderr", text: c.toString(), timestamp: ts() }),
-    );
-    child.once("close", async (code, signal) => {
-      const errHost = join(sbx.homeDir, ".fake-kernel", `${id}.error.json`);
-      const reported = await fs.readFile(errHost, "utf8").then(
-        (t) => JSON.parse(t) as { name: string; message: string; traceback?: string },
-        () => null,
-      );
-      await fs.rm(errHost, { force: true });
-      await fs.rm(join(sbx.homeDir, ".fake-kernel", posix.basename(codeFile)), { force: true });
-      if (reported)
-        line({
-          type: "error",
-          name: reported.name,
-          value: reported.message,
-          traceback: reported.traceback ?? "",
-        });
-      else if (code !== 0) {
-        // What IPython reports for sys.exit(n) (and a killed kernel process).
-        line({
-          type: "error",
-          name: signal ? "KernelDied" : "SystemExit",
-          value: signal ? `killed by ${signal}` : String(code),
-          traceback: "",
-        });
-      }
-      line({ type: "number_of_executions", execution_count: n });
-      line({ type: "end_of_execution" });
-      res.end();
-    });
-  }
 }
 
 /** One output stream of the Node kernel: text as it comes, up to the running cell's end mark. */
@@ -972,7 +978,23 @@ function signalName(n: number): string {
 function normaliseLanguage(l: string | undefined): string {
   if (!l || l === "py") return "python";
   if (l === "ts") return "typescript";
+  if (l === "js") return "javascript";
   return l;
+}
+
+/**
+ * envd's check of a signed /files URL: `v1_` + unpadded base64 of
+ * SHA-256("<path>:<read|write>:<username>:<access token>[:<expiry>]"), not past its expiry.
+ */
+function signatureValid(url: URL, method: string | undefined, token: string): boolean {
+  const q = url.searchParams;
+  const expiry = q.get("signature_expiration");
+  if (expiry !== null && Number(expiry) * 1000 < Date.now()) return false;
+  const op = method === "GET" ? "read" : "write";
+  const raw = `${q.get("path") ?? ""}:${op}:${q.get("username") ?? ""}:${token}${expiry !== null ? `:${expiry}` : ""}`;
+  const want = `v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`;
+  const got = Buffer.from(q.get("signature") ?? "");
+  return got.length === want.length && timingSafeEqual(got, Buffer.from(want));
 }
 
 function envelope(flags: number, obj: unknown): Buffer {
