@@ -16,7 +16,13 @@ import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypt
 import { constants as osConstants } from "node:os";
 import * as fs from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { createReadStream, createWriteStream, readFileSync, watch } from "node:fs";
+import {
+  type FSWatcher,
+  createReadStream,
+  createWriteStream,
+  readFileSync,
+  watch,
+} from "node:fs";
 import { createInterface } from "node:readline";
 import { pipeline } from "node:stream/promises";
 import { dirname, join, posix } from "node:path";
@@ -46,6 +52,8 @@ interface E2BData {
   token: string;
   processes: Map<number, Proc>;
   contexts: Map<string, CodeContext>;
+  /** The polled watchers (CreateWatcher): events kept until GetWatcherEvents takes them. */
+  watchers: Map<string, { watcher: FSWatcher; events: { name: string; type: string }[] }>;
   /** Each language's default context (what a cell without context_id runs in), made on use. */
   defaults: Map<string, CodeContext>;
 }
@@ -118,6 +126,7 @@ export class FakeE2B {
   }
 
   async close(): Promise<void> {
+    for (const sbx of this.host.all()) this.stopWatching(sbx);
     await this.server.close();
     await this.host.close();
   }
@@ -157,8 +166,7 @@ export class FakeE2B {
     if (!sbx) return sendJson(res, 404, { code: 404, message: `sandbox ${id} not found` });
     if (req.method === "GET" && !action) return sendJson(res, 200, this.detail(sbx));
     if (req.method === "DELETE" && !action) {
-      clearTimeout(data(sbx).expiry);
-      await this.host.kill(sbx);
+      await this.kill(sbx);
       return sendEmpty(res, 204);
     }
     if (req.method === "POST" && action === "pause") {
@@ -216,6 +224,7 @@ export class FakeE2B {
       processes: new Map(),
       contexts: new Map(),
       defaults: new Map(),
+      watchers: new Map(),
     };
     Object.assign(sbx.data, d);
     this.expireAt(sbx, Date.now() + (body.timeout ?? 300) * 1000);
@@ -231,7 +240,7 @@ export class FakeE2B {
       () => {
         if (sbx.state !== "running") return;
         if (d.onTimeout === "pause") this.pause(sbx);
-        else void this.host.kill(sbx);
+        else void this.kill(sbx);
       },
       Math.max(0, endAt - Date.now()),
     );
@@ -239,8 +248,21 @@ export class FakeE2B {
   }
 
   private pause(sbx: FakeSandbox): void {
-    clearTimeout(data(sbx).expiry);
+    this.stopWatching(sbx);
     this.host.pause(sbx);
+  }
+
+  private async kill(sbx: FakeSandbox): Promise<void> {
+    this.stopWatching(sbx);
+    await this.host.kill(sbx);
+  }
+
+  /** Ends the sandbox's timeout and polled watchers (neither outlives a pause or a kill). */
+  private stopWatching(sbx: FakeSandbox): void {
+    const d = data(sbx);
+    clearTimeout(d.expiry);
+    for (const w of d.watchers.values()) w.watcher.close();
+    d.watchers.clear();
   }
 
   private summary(sbx: FakeSandbox) {
@@ -435,6 +457,18 @@ export class FakeE2B {
       });
       return { entry: entryJson((await statEntry(sbx, to))!) };
     }
+    if (service === "filesystem.Filesystem" && method === "GetWatcherEvents") {
+      const w = d.watchers.get(String(body.watcherId));
+      if (!w) throw new RpcError("not_found", 404, `watcher ${body.watcherId} not found`);
+      return { events: w.events.splice(0) };
+    }
+    if (service === "filesystem.Filesystem" && method === "RemoveWatcher") {
+      const w = d.watchers.get(String(body.watcherId));
+      if (!w) throw new RpcError("not_found", 404, `watcher ${body.watcherId} not found`);
+      w.watcher.close();
+      d.watchers.delete(String(body.watcherId));
+      return {};
+    }
     if (service === "filesystem.Filesystem") {
       const host = await this.resolve(sbx, typeof body.path === "string" ? body.path : null);
       switch (method) {
@@ -476,6 +510,16 @@ export class FakeE2B {
         case "Remove":
           await fs.rm(host, { recursive: true, force: true });
           return {};
+        case "CreateWatcher": {
+          const e = await statEntry(sbx, host);
+          if (e?.type !== "dir")
+            throw new RpcError("not_found", 404, `directory ${body.path} not found`);
+          const id = randomUUID();
+          const events: { name: string; type: string }[] = [];
+          const watcher = watchEvents(host, Boolean(body.recursive), (ev) => events.push(ev));
+          d.watchers.set(id, { watcher, events });
+          return { watcherId: id };
+        }
       }
     }
     if (service === "process.Process") {
@@ -666,24 +710,9 @@ export class FakeE2B {
       res.end();
       return;
     }
-    const known = new Set<string>();
-    const watcher = watch(host, { recursive: Boolean(msg.recursive) }, (kind, name) => {
-      if (!name) return;
-      const rel = name.toString();
-      void fs.lstat(join(host, rel)).then(
-        () => {
-          // inotify says "rename" for a name that appeared; envd reports that as a create.
-          const type =
-            kind === "rename" && !known.has(rel) ? "EVENT_TYPE_CREATE" : "EVENT_TYPE_WRITE";
-          known.add(rel);
-          res.write(envelope(0, { filesystem: { name: rel, type } }));
-        },
-        () => {
-          known.delete(rel);
-          res.write(envelope(0, { filesystem: { name: rel, type: "EVENT_TYPE_REMOVE" } }));
-        },
-      );
-    });
+    const watcher = watchEvents(host, Boolean(msg.recursive), (event) =>
+      res.write(envelope(0, { filesystem: event })),
+    );
     res.write(envelope(0, { start: {} }));
     res.once("close", () => watcher.close());
   }
@@ -958,6 +987,35 @@ class RpcError extends Error {
     this.code = code;
     this.status = status;
   }
+}
+
+/** envd's FilesystemEvent (JSON form) for what fs.watch (inotify) reports under `host`. */
+function watchEvents(
+  host: string,
+  recursive: boolean,
+  onEvent: (event: { name: string; type: string }) => void,
+): FSWatcher {
+  const known = new Set<string>();
+  const watcher = watch(host, { recursive }, (kind, name) => {
+    if (!name) return;
+    const rel = name.toString();
+    void fs.lstat(join(host, rel)).then(
+      () => {
+        // inotify says "rename" for a name that appeared; envd reports that as a create.
+        const type =
+          kind === "rename" && !known.has(rel) ? "EVENT_TYPE_CREATE" : "EVENT_TYPE_WRITE";
+        known.add(rel);
+        onEvent({ name: rel, type });
+      },
+      () => {
+        known.delete(rel);
+        onEvent({ name: rel, type: "EVENT_TYPE_REMOVE" });
+      },
+    );
+  });
+  // The watched directory may be removed under it (sandbox killed): that ends the watch.
+  watcher.on("error", () => watcher.close());
+  return watcher;
 }
 
 /** Signals as Go's ProcessState.String() names them in envd's end event ("signal: killed"). */
