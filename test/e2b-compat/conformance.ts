@@ -325,7 +325,10 @@ export function e2bConformance(target: E2BTarget, connection: () => E2BConnectio
           { path: `${HOME}/many/a.txt`, data: "a" },
           { path: `${HOME}/many/b.txt`, data: "b" },
         ]);
-        expect(info.map((i) => i.path).sort()).toEqual([`${HOME}/many/a.txt`, `${HOME}/many/b.txt`]);
+        expect(info.map((i) => i.path).sort()).toEqual([
+          `${HOME}/many/a.txt`,
+          `${HOME}/many/b.txt`,
+        ]);
         expect(await sbx.files.read(`${HOME}/many/b.txt`)).toBe("b");
       });
 
@@ -347,9 +350,7 @@ export function e2bConformance(target: E2BTarget, connection: () => E2BConnectio
         await sbx.files.write(`${HOME}/there.txt`, "x");
         expect(await sbx.files.exists(`${HOME}/there.txt`)).toBe(true);
         expect(await sbx.files.exists(`${HOME}/not-there.txt`)).toBe(false);
-        await expect(sbx.files.read(`${HOME}/not-there.txt`)).rejects.toBeInstanceOf(
-          NotFoundError,
-        );
+        await expect(sbx.files.read(`${HOME}/not-there.txt`)).rejects.toBeInstanceOf(NotFoundError);
       });
 
       it("renames, removes and makes directories", async () => {
@@ -391,10 +392,8 @@ export function e2bConformance(target: E2BTarget, connection: () => E2BConnectio
           await sbx.files.write(`${dir}/w.txt`, "1");
           await sbx.commands.run(`echo more >> ${dir}/w.txt`);
           await sbx.files.remove(`${dir}/w.txt`);
-          await until(
-            "a remove event",
-            30_000,
-            async () => events.some((e) => e.type === "remove" && e.name === "w.txt"),
+          await until("a remove event", 30_000, async () =>
+            events.some((e) => e.type === "remove" && e.name === "w.txt"),
           );
         } finally {
           await w.stop();
@@ -578,7 +577,9 @@ export function e2bConformance(target: E2BTarget, connection: () => E2BConnectio
 
       it("an unknown template is E2B's 404, which the SDK raises as a SandboxError", async () => {
         // The SDK maps no status to a class of its own on create: the 404 shows in the message.
-        const err = await Sandbox.create(`no-such-template-${run}`, opts()).catch((e: unknown) => e);
+        const err = await Sandbox.create(`no-such-template-${run}`, opts()).catch(
+          (e: unknown) => e,
+        );
         expect(err).toBeInstanceOf(SandboxError);
         expect((err as Error).message).toMatch(/^404\b/);
       });

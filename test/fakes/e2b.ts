@@ -6,7 +6,8 @@
  * apart by the E2b-Sandbox-Id / E2b-Sandbox-Port headers, exactly as the SDK sends them.
  *
  * Everything runs for real in a FakeSandboxHost (bubblewrap, /mnt/user-data, /home/user).
- * Differences from E2B worth knowing: stateless cells (no context) are separate processes, each
+ * Differences from E2B worth knowing: JavaScript/TypeScript cells without a context are separate
+ * processes (E2B's default contexts keep state; the fake's Python default context does), each
  * context's kernel is a stand-in for Jupyter's (Python: test/fakes/e2b-kernel.py; TypeScript:
  * sandboxd's own Node kernel behind an adapter), and `Remove` of a missing path succeeds (as
  * envd's os.RemoveAll does).
@@ -16,13 +17,7 @@ import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypt
 import { constants as osConstants } from "node:os";
 import * as fs from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import {
-  type FSWatcher,
-  createReadStream,
-  createWriteStream,
-  readFileSync,
-  watch,
-} from "node:fs";
+import { type FSWatcher, createReadStream, createWriteStream, readFileSync, watch } from "node:fs";
 import { createInterface } from "node:readline";
 import { pipeline } from "node:stream/promises";
 import { dirname, join, posix } from "node:path";
@@ -54,8 +49,10 @@ interface E2BData {
   contexts: Map<string, CodeContext>;
   /** The polled watchers (CreateWatcher): events kept until GetWatcherEvents takes them. */
   watchers: Map<string, { watcher: FSWatcher; events: { name: string; type: string }[] }>;
-  /** Each language's default context (what a cell without context_id runs in), made on use. */
+  /** Python's default context (what a Python cell without context_id runs in), made on use. */
   defaults: Map<string, CodeContext>;
+  /** Stateless JavaScript/TypeScript cells run so far. */
+  executions: number;
 }
 
 const data = (s: FakeSandbox) => s.data as unknown as E2BData;
@@ -225,6 +222,7 @@ export class FakeE2B {
       contexts: new Map(),
       defaults: new Map(),
       watchers: new Map(),
+      executions: 0,
     };
     Object.assign(sbx.data, d);
     this.expireAt(sbx, Date.now() + (body.timeout ?? 300) * 1000);
@@ -309,7 +307,12 @@ export class FakeE2B {
       .map((s) => this.detail(s));
     // The token is the id of the first sandbox of the next page.
     const token = url.searchParams.get("nextToken");
-    const from = token ? Math.max(0, out.findIndex((s) => s.sandboxID === token)) : 0;
+    const from = token
+      ? Math.max(
+          0,
+          out.findIndex((s) => s.sandboxID === token),
+        )
+      : 0;
     const limit = Number(url.searchParams.get("limit") ?? 100) || 100;
     const page = out.slice(from, from + limit);
     const next = out[from + limit];
@@ -765,9 +768,12 @@ export class FakeE2B {
       const language = ctx?.language ?? normaliseLanguage(body.language);
       if (!["python", "javascript", "typescript"].includes(language))
         return sendJson(res, 400, { code: 400, message: `unsupported language ${language}` });
-      // Without a context, the cell runs in the language's default context: its state, like
-      // any context's, lives on across cells.
-      let target = ctx ?? d.defaults.get(language);
+      if (ctx) return this.executeInKernel(sbx, ctx, body.code, body.env_vars ?? {}, res);
+      if (language !== "python")
+        return this.execute(sbx, language as "javascript", body.code, body.env_vars ?? {}, res);
+      // Python without a context runs in the default context: its state, like any context's,
+      // lives on across cells.
+      let target = d.defaults.get(language);
       if (!target) {
         target = { id: `default-${language}`, language, cwd: HOME };
         d.defaults.set(language, target);
@@ -933,6 +939,80 @@ export class FakeE2B {
       if (ctx.kernel === kernel) delete ctx.kernel;
     });
     return kernel;
+  }
+
+  /**
+   * Runs one JavaScript/TypeScript cell without a context with sandboxd's runner (read-only in
+   * the image) and streams NDJSON as the E2B code interpreter server does: stdout/stderr lines,
+   * then an error, then end_of_execution.
+   */
+  private async execute(
+    sbx: FakeSandbox,
+    language: "javascript" | "typescript",
+    code: string,
+    envs: Record<string, string>,
+    res: ServerResponse,
+  ): Promise<void> {
+    const d = data(sbx);
+    const n = ++d.executions;
+    const cells = `${HOME}/.fake-kernel`;
+    const id = `cell${n}-${randomBytes(4).toString("hex")}`;
+    const codeFile = `${cells}/${id}.mts`;
+    const errorFile = `${cells}/${id}.error.json`;
+    await writeFileAtomic(
+      join(sbx.homeDir, ".fake-kernel", posix.basename(codeFile)),
+      Buffer.from(code),
+    );
+    // JavaScript is run as TypeScript (a superset once types are stripped).
+    const argv = [
+      "node",
+      "--experimental-transform-types",
+      "--disable-warning=ExperimentalWarning",
+      "--import",
+      `file://${RUNNERS_MOUNT}/node_preload.mjs`,
+      codeFile,
+    ];
+    const env = { ...envs, SANDPIT_ERROR_FILE: errorFile, SANDPIT_CODE_FILE: codeFile };
+    const child = await sbx.spawn(argv, { cwd: HOME, env });
+    child.stdin?.end();
+    res.writeHead(200, { "content-type": "application/x-ndjson" });
+    res.flushHeaders();
+    const line = (o: unknown) => res.write(JSON.stringify(o) + "\n");
+    const ts = () => new Date().toISOString();
+    child.stdout?.on("data", (c: Buffer) =>
+      line({ type: "stdout", text: c.toString(), timestamp: ts() }),
+    );
+    child.stderr?.on("data", (c: Buffer) =>
+      line({ type: "stderr", text: c.toString(), timestamp: ts() }),
+    );
+    child.once("close", async (code, signal) => {
+      const errHost = join(sbx.homeDir, ".fake-kernel", `${id}.error.json`);
+      const reported = await fs.readFile(errHost, "utf8").then(
+        (t) => JSON.parse(t) as { name: string; message: string; traceback?: string },
+        () => null,
+      );
+      await fs.rm(errHost, { force: true });
+      await fs.rm(join(sbx.homeDir, ".fake-kernel", posix.basename(codeFile)), { force: true });
+      if (reported)
+        line({
+          type: "error",
+          name: reported.name,
+          value: reported.message,
+          traceback: reported.traceback ?? "",
+        });
+      else if (code !== 0) {
+        // What IPython reports for sys.exit(n) (and a killed kernel process).
+        line({
+          type: "error",
+          name: signal ? "KernelDied" : "SystemExit",
+          value: signal ? `killed by ${signal}` : String(code),
+          traceback: "",
+        });
+      }
+      line({ type: "number_of_executions", execution_count: n });
+      line({ type: "end_of_execution" });
+      res.end();
+    });
   }
 }
 

@@ -44,9 +44,6 @@ export class FakeServer {
       void this.dispatch(handler, req, res, url);
     });
     this.server.requestTimeout = 0;
-    // As long as the services' own front ends keep idle connections: a client that reuses one
-    // after a pause of a few seconds must not meet a socket Node's 5 s default already closed.
-    this.server.keepAliveTimeout = 65_000;
     this.server.on("connection", (s) => {
       this.sockets.add(s);
       s.once("close", () => this.sockets.delete(s));
