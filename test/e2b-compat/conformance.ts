@@ -518,7 +518,18 @@ export function e2bConformance(target: E2BTarget, connection: () => E2BConnectio
         expect((await ci.runCode("1 + 1")).text).toBe("2");
       });
 
-      it("runs JavaScript and TypeScript cells", async () => {
+      it("runs JavaScript and TypeScript cells in contexts, keeping state", async () => {
+        for (const language of ["javascript", "typescript"]) {
+          const context = await ci.createCodeContext({ language });
+          await ci.runCode("const base = 20;", { context });
+          const r = await ci.runCode("base * 2 + 2", { context });
+          expect(r.error, language).toBeUndefined();
+          expect(r.text, language).toBe("42");
+        }
+      });
+
+      it("runs JavaScript and TypeScript cells by language, with the last value", async (ctx) => {
+        need(ctx, "jsDefaultContexts");
         const js = await ci.runCode("const a = 20; a * 2 + 2", { language: "javascript" });
         expect(js.error).toBeUndefined();
         expect(js.text).toBe("42");

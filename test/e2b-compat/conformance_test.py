@@ -501,7 +501,16 @@ def test_errors_with_traceback(ci):
     assert ci.run_code("1 + 1").text == "2"
 
 
-def test_javascript_and_typescript_cells(ci):
+def test_javascript_and_typescript_contexts(ci):
+    for language in ("javascript", "typescript"):
+        context = ci.create_code_context(language=language)
+        ci.run_code("const base = 20;", context=context)
+        r = ci.run_code("base * 2 + 2", context=context)
+        assert r.error is None and r.text == "42", language
+
+
+def test_javascript_and_typescript_by_language(need, ci):
+    need("jsDefaultContexts")
     js = ci.run_code("const a = 20; a * 2 + 2", language="javascript")
     assert js.error is None and js.text == "42"
     ts = ci.run_code("const n: number = 6; n * 7", language="typescript")

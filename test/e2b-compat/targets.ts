@@ -19,7 +19,9 @@ export type Feature =
   /** pip install from the package index inside a sandbox (to add pandas/matplotlib) */
   | "packageIndex"
   /** code cells in bash */
-  | "bashCells";
+  | "bashCells"
+  /** JavaScript/TypeScript cells by language (no context) giving the last expression's value */
+  | "jsDefaultContexts";
 
 export interface E2BConnection {
   apiKey: string;
@@ -74,6 +76,8 @@ export const FAKE_TARGET: E2BTarget = {
     richLibrariesPreinstalled:
       "the fake's sandboxes use this machine's Python, which has no pandas or matplotlib; the suite installs them",
     bashCells: "the fake's code interpreter has Python and JavaScript/TypeScript kernels only",
+    jsDefaultContexts:
+      "the fake runs JavaScript/TypeScript cells without a context as one-off processes, which give no last value (our E2B provider's contract relies on that: its stateless TypeScript reports unhandled rejections, which the fake's kernel adapter cannot)",
   },
 };
 

@@ -400,7 +400,9 @@ export class FakeE2B {
       if ((await fs.stat(host).catch(() => null))?.isDirectory())
         return sendJson(res, 400, { code: 400, message: `path ${target} is a directory` });
       await fs.mkdir(dirname(host), { recursive: true });
-      const tmp = `${host}.fake-upload-${randomBytes(4).toString("hex")}`;
+      // Staged beside the sandbox's directories, not in them: the client's abort returns before
+      // the server sees it, and the half-written file must not show up in a listing meanwhile.
+      const tmp = join(sbx.root, `.fake-upload-${randomBytes(4).toString("hex")}`);
       try {
         await pipeline(req, createWriteStream(tmp));
         await fs.rename(tmp, host);
