@@ -53,4 +53,4 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-agentSandboxSuite("agent-sandbox (DeerFlow's pin) against sandbox_url", () => urls);
+await agentSandboxSuite("agent-sandbox (DeerFlow's pin) against sandbox_url", () => urls);

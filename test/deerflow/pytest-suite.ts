@@ -1,22 +1,23 @@
 /**
- * The pytest suite beside this file (DeerFlow's pinned `agent-sandbox` client, unchanged) as
- * vitest tests: collected when a test file imports this module (so the count is pytest's own),
- * and each pytest test run in its own pytest process with the sandboxes' URLs in its
- * environment. A failure carries pytest's report; a skip carries pytest's reason.
+ * A pytest suite as vitest tests: collected when `loadPytest` runs (so the count is pytest's
+ * own), and each pytest test run in its own pytest process with the target in its environment.
+ * A failure carries pytest's report; a skip carries pytest's reason.
  *
- * Two files run it: test/deerflow/agent-sandbox.test.ts against sandbox_urls from the
- * provisioner's DeerFlow API on the cluster, and test/docker/deerflow-local.test.ts against the
- * sandbox image started the way DeerFlow's own local container backend starts its image.
+ * Suites: the one beside this file (DeerFlow's pinned `agent-sandbox` client, unchanged), run by
+ * test/deerflow/agent-sandbox.test.ts against sandbox_urls from the provisioner's DeerFlow API on
+ * the cluster and by test/docker/deerflow-local.test.ts against the sandbox image started the way
+ * DeerFlow's own local container backend starts it; and the E2B conformance suite
+ * (test/e2b-compat/conformance_test.py).
  */
 import { execFile } from "node:child_process";
 import { describe, test } from "vitest";
-import { ensureVenv } from "./python.ts";
+import { REQUIREMENTS, ensureVenv } from "./python.ts";
 
 const HERE = new URL(".", import.meta.url).pathname;
 /** Per pytest test: the 20 MiB round trip and a venv inside the sandbox take the longest. */
 export const PYTEST_TIMEOUT_MS = 240_000;
 
-/** The environment variables the suite's fixtures read (conftest.py). */
+/** The environment variables the DeerFlow suite's fixtures read (conftest.py). */
 export interface SuiteUrls {
   SANDPIT_SANDBOX_URL: string;
   SANDPIT_OTHER_SANDBOX_URL: string;
@@ -27,16 +28,22 @@ interface Pytest {
   output: string;
 }
 
-function pytest(python: string, args: string[], env: Record<string, string> = {}) {
+function pytest(
+  python: string,
+  dir: string,
+  timeoutMs: number,
+  args: string[],
+  env: Record<string, string> = {},
+) {
   return new Promise<Pytest>((resolve) => {
     execFile(
       python,
       ["-m", "pytest", ...args],
       {
-        cwd: HERE,
+        cwd: dir,
         // No __pycache__ in the repository; the interpreter's own output unbuffered.
         env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1", ...env },
-        timeout: PYTEST_TIMEOUT_MS - 10_000,
+        timeout: timeoutMs - 10_000,
         killSignal: "SIGKILL",
         maxBuffer: 64 * 1024 * 1024,
       },
@@ -48,27 +55,52 @@ function pytest(python: string, args: string[], env: Record<string, string> = {}
   });
 }
 
-const python = await ensureVenv((line) => process.stderr.write(`[deerflow] ${line}\n`));
-const collected = await pytest(python, ["--collect-only", "-q"]);
-const nodeIds = collected.output.split("\n").filter((line) => line.includes("::"));
-if (collected.code !== 0 || nodeIds.length === 0) {
-  throw new Error(`pytest collected nothing (exit ${collected.code}):\n${collected.output}`);
+export interface PytestSuite {
+  /** The directory holding the tests, conftest.py and pytest.ini. */
+  dir: string;
+  requirements: string;
+  /** Prefix of the venv setup's log lines. */
+  label: string;
+  /** Per pytest test. */
+  timeoutMs?: number;
 }
 
-/** Registers every pytest test under `title`; `urls` is read when each one runs. */
-export function agentSandboxSuite(title: string, urls: () => SuiteUrls): void {
-  describe(title, () => {
-    for (const id of nodeIds) {
-      test(id, { timeout: PYTEST_TIMEOUT_MS }, async (ctx) => {
-        const r = await pytest(python, ["-q", "--tb=short", id], { ...urls() });
-        const summary = r.output.trim().split("\n").at(-1) ?? "";
-        if (r.code === 0 && /\b1 skipped\b/.test(summary)) {
-          ctx.skip(/SKIPPED \[\d+\] [^:]+:\d+: (.*)/.exec(r.output)?.[1] ?? summary);
-        }
-        if (r.code !== 0 || !/\b1 passed\b/.test(summary)) {
-          throw new Error(`pytest ${id} (exit ${r.code}):\n${r.output}`);
-        }
-      });
-    }
-  });
+/**
+ * Makes the suite's venv, collects its tests, and returns what registers every pytest test under
+ * a title; `env` is read when each one runs.
+ */
+export async function loadPytest(
+  o: PytestSuite,
+): Promise<(title: string, env: () => Record<string, string>) => void> {
+  const timeoutMs = o.timeoutMs ?? PYTEST_TIMEOUT_MS;
+  const python = await ensureVenv(
+    (line) => process.stderr.write(`[${o.label}] ${line}\n`),
+    o.requirements,
+  );
+  const collected = await pytest(python, o.dir, timeoutMs, ["--collect-only", "-q"]);
+  const nodeIds = collected.output.split("\n").filter((line) => line.includes("::"));
+  if (collected.code !== 0 || nodeIds.length === 0) {
+    throw new Error(`pytest collected nothing (exit ${collected.code}):\n${collected.output}`);
+  }
+  return (title, env) =>
+    describe(title, () => {
+      for (const id of nodeIds) {
+        test(id, { timeout: timeoutMs }, async (ctx) => {
+          const r = await pytest(python, o.dir, timeoutMs, ["-q", "--tb=short", id], env());
+          const summary = r.output.trim().split("\n").at(-1) ?? "";
+          if (r.code === 0 && /\b1 skipped\b/.test(summary)) {
+            ctx.skip(/SKIPPED \[\d+\] [^:]+:\d+: (.*)/.exec(r.output)?.[1] ?? summary);
+          }
+          if (r.code !== 0 || !/\b1 passed\b/.test(summary)) {
+            throw new Error(`pytest ${id} (exit ${r.code}):\n${r.output}`);
+          }
+        });
+      }
+    });
+}
+
+/** Registers every test of DeerFlow's suite under `title`; `urls` is read when each one runs. */
+export async function agentSandboxSuite(title: string, urls: () => SuiteUrls): Promise<void> {
+  const register = await loadPytest({ dir: HERE, requirements: REQUIREMENTS, label: "deerflow" });
+  register(title, () => ({ ...urls() }));
 }

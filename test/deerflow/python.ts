@@ -1,6 +1,7 @@
 /**
- * The Python that runs the DeerFlow suite: a virtualenv with requirements.txt's exact pins, made
- * once per (requirements, interpreter) under the user's cache, outside the repository. A warm
+ * The Python that runs a pytest suite (DeerFlow's, the E2B conformance suite): a virtualenv with
+ * one requirements file's exact pins, made once per (requirements, interpreter) under the
+ * user's cache, outside the repository. A warm
  * run only reads a marker file; a cold one installs into a scratch directory and renames it into
  * place, so an interrupted or concurrent install never leaves a half-made venv behind the key.
  */
@@ -28,17 +29,20 @@ const MARKER = ".sandpit-complete";
  * Returns the venv's python (always run as `python -m ...`: the venv may have been renamed into
  * place, so its scripts' shebangs name the scratch directory).
  */
-export async function ensureVenv(log: (line: string) => void = () => {}): Promise<string> {
+export async function ensureVenv(
+  log: (line: string) => void = () => {},
+  requirements = REQUIREMENTS,
+): Promise<string> {
   // The interpreter on PATH, the one scripts/lib/ensure-deps.sh makes sure can create venvs.
   // A venv is bound to the Python that made it, so that Python is part of the key.
   const { stdout: interpreter } = await run("python3", [
     "-c",
     "import sys; print(sys.executable); print(sys.version)",
   ]).catch((err: Error) => {
-    throw new Error(`python3 is needed for the DeerFlow suite: ${err.message}`);
+    throw new Error(`python3 is needed for the pytest suites: ${err.message}`);
   });
   const key = createHash("sha256")
-    .update(readFileSync(REQUIREMENTS))
+    .update(readFileSync(requirements))
     .update(interpreter)
     .digest("hex")
     .slice(0, 16);
@@ -46,7 +50,7 @@ export async function ensureVenv(log: (line: string) => void = () => {}): Promis
   const python = join(dir, "bin", "python");
   if (existsSync(join(dir, MARKER))) return python;
 
-  log(`creating the DeerFlow suite's Python venv in ${dir}`);
+  log(`creating a Python venv for ${requirements} in ${dir}`);
   const scratch = `${dir}.tmp-${process.pid}`;
   await mkdir(CACHE, { recursive: true });
   await rm(scratch, { recursive: true, force: true });
@@ -70,7 +74,7 @@ export async function ensureVenv(log: (line: string) => void = () => {}): Promis
         "--no-deps",
         "--only-binary=:all:",
         "-r",
-        REQUIREMENTS,
+        requirements,
       ],
       { timeout: 15 * 60_000, maxBuffer: 16 * 1024 * 1024 },
     );

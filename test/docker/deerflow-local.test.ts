@@ -157,7 +157,7 @@ describe("the sandbox image as DeerFlow's local container", () => {
   });
 });
 
-agentSandboxSuite(
+await agentSandboxSuite(
   "agent-sandbox (DeerFlow's pin) against the image in DeerFlow's Docker mode",
   () => urls,
 );

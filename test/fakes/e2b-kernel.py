@@ -15,6 +15,7 @@ import ast
 import base64
 import builtins
 import codecs
+import datetime
 import json
 import os
 import sys
@@ -51,7 +52,9 @@ class _Capture:
     def _send(self, b):
         text = self.decoder.decode(b)
         if text:
-            _emit({"type": self.kind, "text": text})
+            # The code interpreter stamps every output message (the Python SDK requires it).
+            stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            _emit({"type": self.kind, "text": text, "timestamp": stamp})
 
     def _run(self):
         buf = b""

@@ -6,17 +6,18 @@
  * apart by the E2b-Sandbox-Id / E2b-Sandbox-Port headers, exactly as the SDK sends them.
  *
  * Everything runs for real in a FakeSandboxHost (bubblewrap, /mnt/user-data, /home/user).
- * Differences from E2B worth knowing: stateless cells (no context) are separate processes, each
+ * Differences from E2B worth knowing: JavaScript/TypeScript cells without a context are separate
+ * processes (E2B's default contexts keep state; the fake's Python default context does), each
  * context's kernel is a stand-in for Jupyter's (Python: test/fakes/e2b-kernel.py; TypeScript:
  * sandboxd's own Node kernel behind an adapter), and `Remove` of a missing path succeeds (as
  * envd's os.RemoveAll does).
  */
 import type { ChildProcess } from "node:child_process";
-import { randomBytes, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import { constants as osConstants } from "node:os";
 import * as fs from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { createReadStream, createWriteStream, readFileSync, watch } from "node:fs";
+import { type FSWatcher, createReadStream, createWriteStream, readFileSync, watch } from "node:fs";
 import { createInterface } from "node:readline";
 import { pipeline } from "node:stream/promises";
 import { dirname, join, posix } from "node:path";
@@ -29,17 +30,30 @@ export const E2B_FAKE_API_KEY = `e2b_${"0".repeat(40)}`;
 const ENVD_PORT = "49983";
 const JUPYTER_PORT = "49999";
 const HOME = "/home/user";
+/** The templates every E2B account has: the SDKs' defaults. Any other is E2B's 404. */
+const TEMPLATES = new Set(["base", "code-interpreter-v1"]);
 
 interface E2BData {
   templateID: string;
   metadata: Record<string, string>;
   startedAt: Date;
-  endAt: Date;
+  /** When the sandbox's timeout passes (ms since the epoch); meaningless while paused. */
+  endAt: number;
+  /** What the timeout does: E2B kills by default, or pauses when created with autoPause. */
+  onTimeout: "kill" | "pause";
+  expiry?: NodeJS.Timeout;
+  /** The API key that made it (its quota counts it). */
+  owner: string;
   allowInternetAccess?: boolean;
   network?: { allowOut?: string[]; denyOut?: string[] };
   token: string;
   processes: Map<number, Proc>;
   contexts: Map<string, CodeContext>;
+  /** The polled watchers (CreateWatcher): events kept until GetWatcherEvents takes them. */
+  watchers: Map<string, { watcher: FSWatcher; events: { name: string; type: string }[] }>;
+  /** Python's default context (what a Python cell without context_id runs in), made on use. */
+  defaults: Map<string, CodeContext>;
+  /** Stateless JavaScript/TypeScript cells run so far. */
   executions: number;
 }
 
@@ -97,8 +111,11 @@ export class FakeE2B {
   url = "";
   apiKey = E2B_FAKE_API_KEY;
   envdVersion = "0.5.7";
+  /** Further API keys, each allowed this many sandboxes at once (E2B's concurrency quota). */
+  private readonly quotas: Record<string, number>;
 
-  constructor() {
+  constructor(options: { quotas?: Record<string, number> } = {}) {
+    this.quotas = options.quotas ?? {};
     this.server = new FakeServer((req, res, url) => this.route(req, res, url));
   }
 
@@ -108,6 +125,7 @@ export class FakeE2B {
   }
 
   async close(): Promise<void> {
+    for (const sbx of this.host.all()) this.stopWatching(sbx);
     await this.server.close();
     await this.host.close();
   }
@@ -122,7 +140,17 @@ export class FakeE2B {
         res,
         url,
       );
-    if (req.headers["x-api-key"] !== this.apiKey)
+    // A signed /files URL reaches the data plane with neither sandbox headers nor a key.
+    if (url.pathname === "/files" && url.searchParams.has("signature")) {
+      const signed = this.host.all().find((s) => signatureValid(url, req.method, data(s).token));
+      if (!signed) {
+        await readBody(req);
+        return sendJson(res, 401, { code: 401, message: "invalid or expired signature" });
+      }
+      return this.dataPlane(signed.id, ENVD_PORT, req, res, url);
+    }
+    const key = req.headers["x-api-key"];
+    if (typeof key !== "string" || (key !== this.apiKey && !(key in this.quotas)))
       return sendJson(res, 401, { code: 401, message: "Invalid API key" });
     const p = url.pathname.replace(/^\/v2\//, "/");
     const m = /^\/sandboxes(?:\/([^/]+))?(?:\/(connect|resume|pause|timeout))?$/.exec(p);
@@ -130,42 +158,42 @@ export class FakeE2B {
       return sendJson(res, 404, { code: 404, message: `no route ${req.method} ${url.pathname}` });
     const [, id, action] = m;
     if (!id) {
-      if (req.method === "POST") return this.create(req, res);
+      if (req.method === "POST") return this.create(req, res, key);
       if (req.method === "GET") return this.list(res, url);
     }
     const sbx = id ? this.host.get(id) : undefined;
     if (!sbx) return sendJson(res, 404, { code: 404, message: `sandbox ${id} not found` });
     if (req.method === "GET" && !action) return sendJson(res, 200, this.detail(sbx));
     if (req.method === "DELETE" && !action) {
-      await this.host.kill(sbx);
+      await this.kill(sbx);
       return sendEmpty(res, 204);
     }
     if (req.method === "POST" && action === "pause") {
       if (sbx.state === "paused")
         return sendJson(res, 409, { code: 409, message: "sandbox is already paused" });
-      this.host.pause(sbx);
+      this.pause(sbx);
       return sendEmpty(res, 204);
     }
     if (req.method === "POST" && (action === "connect" || action === "resume")) {
       const body = await readJson<{ timeout?: number }>(req);
-      // E2B: connecting only ever extends a running sandbox's end.
-      const end = new Date(Date.now() + (body.timeout ?? 0) * 1000);
-      if (body.timeout && (sbx.state === "paused" || end > data(sbx).endAt)) data(sbx).endAt = end;
       const resumed = sbx.state === "paused";
+      const wanted = Date.now() + (body.timeout ?? 300) * 1000;
+      // A running sandbox's timeout only grows on connect; a resumed one starts afresh.
+      this.expireAt(sbx, resumed ? wanted : Math.max(wanted, data(sbx).endAt));
       sbx.state = "running";
       return sendJson(res, resumed ? 201 : 200, this.summary(sbx));
     }
     if (req.method === "POST" && action === "timeout") {
       const body = await readJson<{ timeout?: number }>(req);
       if (typeof body.timeout !== "number" || body.timeout < 0)
-        return sendJson(res, 400, { code: 400, message: "timeout: a number of seconds" });
-      data(sbx).endAt = new Date(Date.now() + body.timeout * 1000);
+        return sendJson(res, 400, { code: 400, message: "timeout must be a number of seconds" });
+      this.expireAt(sbx, Date.now() + body.timeout * 1000);
       return sendEmpty(res, 204);
     }
     return sendJson(res, 405, { code: 405, message: "method not allowed" });
   }
 
-  private async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async create(req: IncomingMessage, res: ServerResponse, key: string): Promise<void> {
     const body = await readJson<{
       templateID?: string;
       metadata?: Record<string, string>;
@@ -173,23 +201,72 @@ export class FakeE2B {
       timeout?: number;
       allow_internet_access?: boolean;
       network?: { allowOut?: string[]; denyOut?: string[] };
+      autoPause?: boolean;
     }>(req);
+    const templateID = body.templateID ?? "base";
+    if (!TEMPLATES.has(templateID))
+      return sendJson(res, 404, { code: 404, message: `template '${templateID}' not found` });
+    const quota = this.quotas[key];
+    if (quota !== undefined && this.host.all().filter((s) => data(s).owner === key).length >= quota)
+      return sendJson(res, 429, {
+        code: 429,
+        message: `you have reached the maximum number of concurrent sandboxes (${quota})`,
+      });
     const id = `i${randomBytes(8).toString("hex")}`;
     const sbx = await this.host.create(id, body.envVars ?? {});
     const d: E2BData = {
-      templateID: body.templateID ?? "base",
+      templateID,
       metadata: body.metadata ?? {},
       startedAt: new Date(),
-      endAt: new Date(Date.now() + (body.timeout ?? 300) * 1000),
+      endAt: 0,
+      onTimeout: body.autoPause ? "pause" : "kill",
+      owner: key,
       ...(body.allow_internet_access === false ? { allowInternetAccess: false } : {}),
       ...(body.network ? { network: body.network } : {}),
       token: randomBytes(16).toString("hex"),
       processes: new Map(),
       contexts: new Map(),
+      defaults: new Map(),
+      watchers: new Map(),
       executions: 0,
     };
     Object.assign(sbx.data, d);
+    this.expireAt(sbx, Date.now() + (body.timeout ?? 300) * 1000);
     sendJson(res, 201, this.summary(sbx));
+  }
+
+  /** Arms the sandbox's timeout: when it passes, the sandbox is killed (or auto-paused). */
+  private expireAt(sbx: FakeSandbox, endAt: number): void {
+    const d = data(sbx);
+    clearTimeout(d.expiry);
+    d.endAt = endAt;
+    d.expiry = setTimeout(
+      () => {
+        if (sbx.state !== "running") return;
+        if (d.onTimeout === "pause") this.pause(sbx);
+        else void this.kill(sbx);
+      },
+      Math.max(0, endAt - Date.now()),
+    );
+    d.expiry.unref();
+  }
+
+  private pause(sbx: FakeSandbox): void {
+    this.stopWatching(sbx);
+    this.host.pause(sbx);
+  }
+
+  private async kill(sbx: FakeSandbox): Promise<void> {
+    this.stopWatching(sbx);
+    await this.host.kill(sbx);
+  }
+
+  /** Ends the sandbox's timeout and polled watchers (neither outlives a pause or a kill). */
+  private stopWatching(sbx: FakeSandbox): void {
+    const d = data(sbx);
+    clearTimeout(d.expiry);
+    for (const w of d.watchers.values()) w.watcher.close();
+    d.watchers.clear();
   }
 
   private summary(sbx: FakeSandbox) {
@@ -210,7 +287,7 @@ export class FakeE2B {
       ...this.summary(sbx),
       alias: d.templateID,
       startedAt: d.startedAt.toISOString(),
-      endAt: d.endAt.toISOString(),
+      endAt: new Date(d.endAt).toISOString(),
       ...(d.allowInternetAccess === false ? { allowInternetAccess: false } : {}),
       ...(d.network ? { network: d.network } : {}),
       cpuCount: 2,
@@ -221,6 +298,7 @@ export class FakeE2B {
     };
   }
 
+  /** GET /v2/sandboxes: filtered, oldest first, `limit` at a time with an x-next-token. */
   private list(res: ServerResponse, url: URL): void {
     // The SDK sends metadata as one query value holding `k=v&k2=v2`, each part URI-encoded.
     const wanted = new URLSearchParams(url.searchParams.get("metadata") ?? "");
@@ -233,8 +311,20 @@ export class FakeE2B {
           ([k, v]) => data(s).metadata[decodeURIComponent(k)] === decodeURIComponent(v),
         ),
       )
+      .sort((a, b) => data(a).startedAt.getTime() - data(b).startedAt.getTime())
       .map((s) => this.detail(s));
-    sendJson(res, 200, out);
+    // The token is the id of the first sandbox of the next page.
+    const token = url.searchParams.get("nextToken");
+    const from = token
+      ? Math.max(
+          0,
+          out.findIndex((s) => s.sandboxID === token),
+        )
+      : 0;
+    const limit = Number(url.searchParams.get("limit") ?? 100) || 100;
+    const page = out.slice(from, from + limit);
+    const next = out[from + limit];
+    sendJson(res, 200, page, next ? { "x-next-token": next.sandboxID } : {});
   }
 
   // ---- data plane ---------------------------------------------------------------------------
@@ -256,7 +346,8 @@ export class FakeE2B {
     }
     // The code interpreter is reached through the edge proxy without envd's access token.
     if (port === JUPYTER_PORT) return this.jupyter(sbx, req, res, url);
-    if (req.headers["x-access-token"] !== data(sbx).token)
+    const signed = url.pathname === "/files" && signatureValid(url, req.method, data(sbx).token);
+    if (req.headers["x-access-token"] !== data(sbx).token && !signed)
       return sendJson(res, 401, { code: 401, message: "invalid access token" });
     const p = url.pathname;
     if (p === "/health") return sendEmpty(res, 204);
@@ -317,7 +408,9 @@ export class FakeE2B {
       if ((await fs.stat(host).catch(() => null))?.isDirectory())
         return sendJson(res, 400, { code: 400, message: `path ${target} is a directory` });
       await fs.mkdir(dirname(host), { recursive: true });
-      const tmp = `${host}.fake-upload-${randomBytes(4).toString("hex")}`;
+      // Staged beside the sandbox's directories, not in them: the client's abort returns before
+      // the server sees it, and the half-written file must not show up in a listing meanwhile.
+      const tmp = join(sbx.root, `.fake-upload-${randomBytes(4).toString("hex")}`);
       try {
         await pipeline(req, createWriteStream(tmp));
         await fs.rename(tmp, host);
@@ -377,6 +470,18 @@ export class FakeE2B {
       });
       return { entry: entryJson((await statEntry(sbx, to))!) };
     }
+    if (service === "filesystem.Filesystem" && method === "GetWatcherEvents") {
+      const w = d.watchers.get(String(body.watcherId));
+      if (!w) throw new RpcError("not_found", 404, `watcher ${body.watcherId} not found`);
+      return { events: w.events.splice(0) };
+    }
+    if (service === "filesystem.Filesystem" && method === "RemoveWatcher") {
+      const w = d.watchers.get(String(body.watcherId));
+      if (!w) throw new RpcError("not_found", 404, `watcher ${body.watcherId} not found`);
+      w.watcher.close();
+      d.watchers.delete(String(body.watcherId));
+      return {};
+    }
     if (service === "filesystem.Filesystem") {
       const host = await this.resolve(sbx, typeof body.path === "string" ? body.path : null);
       switch (method) {
@@ -418,6 +523,16 @@ export class FakeE2B {
         case "Remove":
           await fs.rm(host, { recursive: true, force: true });
           return {};
+        case "CreateWatcher": {
+          const e = await statEntry(sbx, host);
+          if (e?.type !== "dir")
+            throw new RpcError("not_found", 404, `directory ${body.path} not found`);
+          const id = randomUUID();
+          const events: { name: string; type: string }[] = [];
+          const watcher = watchEvents(host, Boolean(body.recursive), (ev) => events.push(ev));
+          d.watchers.set(id, { watcher, events });
+          return { watcherId: id };
+        }
       }
     }
     if (service === "process.Process") {
@@ -530,8 +645,12 @@ export class FakeE2B {
     }
     data(sbx).processes.set(proc.pid, proc);
     this.follow(proc, res);
+    // envd ends a process when the deadline its Start call carries (Connect-Timeout-Ms) passes.
+    const deadline = Number(req.headers["connect-timeout-ms"] ?? 0);
+    const timer = deadline > 0 ? setTimeout(() => sbx.killGroup(proc.pid), deadline) : undefined;
     // A dropped client does not stop the process (envd keeps it; the SDK can reconnect).
     void exited.then(({ exitCode, signal }) => {
+      clearTimeout(timer);
       data(sbx).processes.delete(proc.pid);
       const status = signal
         ? `signal: ${GO_SIGNAL_TEXT[signal] ?? signal}`
@@ -604,24 +723,9 @@ export class FakeE2B {
       res.end();
       return;
     }
-    const known = new Set<string>();
-    const watcher = watch(host, { recursive: Boolean(msg.recursive) }, (kind, name) => {
-      if (!name) return;
-      const rel = name.toString();
-      void fs.lstat(join(host, rel)).then(
-        () => {
-          // inotify says "rename" for a name that appeared; envd reports that as a create.
-          const type =
-            kind === "rename" && !known.has(rel) ? "EVENT_TYPE_CREATE" : "EVENT_TYPE_WRITE";
-          known.add(rel);
-          res.write(envelope(0, { filesystem: { name: rel, type } }));
-        },
-        () => {
-          known.delete(rel);
-          res.write(envelope(0, { filesystem: { name: rel, type: "EVENT_TYPE_REMOVE" } }));
-        },
-      );
-    });
+    const watcher = watchEvents(host, Boolean(msg.recursive), (event) =>
+      res.write(envelope(0, { filesystem: event })),
+    );
     res.write(envelope(0, { start: {} }));
     res.once("close", () => watcher.close());
   }
@@ -672,10 +776,19 @@ export class FakeE2B {
       if (body.context_id && !ctx)
         return sendJson(res, 404, { code: 404, message: `context ${body.context_id} not found` });
       const language = ctx?.language ?? normaliseLanguage(body.language);
-      if (language !== "python" && language !== "typescript")
+      if (!["python", "javascript", "typescript"].includes(language))
         return sendJson(res, 400, { code: 400, message: `unsupported language ${language}` });
       if (ctx) return this.executeInKernel(sbx, ctx, body.code, body.env_vars ?? {}, res);
-      return this.execute(sbx, language, body.code, body.env_vars ?? {}, res);
+      if (language !== "python")
+        return this.execute(sbx, language as "javascript", body.code, body.env_vars ?? {}, res);
+      // Python without a context runs in the default context: its state, like any context's,
+      // lives on across cells.
+      let target = d.defaults.get(language);
+      if (!target) {
+        target = { id: `default-${language}`, language, cwd: HOME };
+        d.defaults.set(language, target);
+      }
+      return this.executeInKernel(sbx, target, body.code, body.env_vars ?? {}, res);
     }
     sendJson(res, 404, { code: 404, message: `no route ${p}` });
   }
@@ -839,12 +952,13 @@ export class FakeE2B {
   }
 
   /**
-   * Runs one cell with sandboxd's runners (read-only in the image) and streams NDJSON as the
-   * E2B code interpreter server does: stdout/stderr lines, then an error, then end_of_execution.
+   * Runs one JavaScript/TypeScript cell without a context with sandboxd's runner (read-only in
+   * the image) and streams NDJSON as the E2B code interpreter server does: stdout/stderr lines,
+   * then an error, then end_of_execution.
    */
   private async execute(
     sbx: FakeSandbox,
-    language: "python" | "typescript",
+    language: "javascript" | "typescript",
     code: string,
     envs: Record<string, string>,
     res: ServerResponse,
@@ -853,27 +967,22 @@ export class FakeE2B {
     const n = ++d.executions;
     const cells = `${HOME}/.fake-kernel`;
     const id = `cell${n}-${randomBytes(4).toString("hex")}`;
-    const codeFile = `${cells}/${id}.${language === "python" ? "py" : "mts"}`;
+    const codeFile = `${cells}/${id}.mts`;
     const errorFile = `${cells}/${id}.error.json`;
     await writeFileAtomic(
       join(sbx.homeDir, ".fake-kernel", posix.basename(codeFile)),
       Buffer.from(code),
     );
-    const argv =
-      language === "python"
-        ? ["python3", "-u", `${RUNNERS_MOUNT}/python_runner.py`, codeFile, errorFile]
-        : [
-            "node",
-            "--experimental-transform-types",
-            "--disable-warning=ExperimentalWarning",
-            "--import",
-            `file://${RUNNERS_MOUNT}/node_preload.mjs`,
-            codeFile,
-          ];
-    const env =
-      language === "typescript"
-        ? { ...envs, SANDPIT_ERROR_FILE: errorFile, SANDPIT_CODE_FILE: codeFile }
-        : envs;
+    // JavaScript is run as TypeScript (a superset once types are stripped).
+    const argv = [
+      "node",
+      "--experimental-transform-types",
+      "--disable-warning=ExperimentalWarning",
+      "--import",
+      `file://${RUNNERS_MOUNT}/node_preload.mjs`,
+      codeFile,
+    ];
+    const env = { ...envs, SANDPIT_ERROR_FILE: errorFile, SANDPIT_CODE_FILE: codeFile };
     const child = await sbx.spawn(argv, { cwd: HOME, env });
     child.stdin?.end();
     res.writeHead(200, { "content-type": "application/x-ndjson" });
@@ -970,6 +1079,35 @@ class RpcError extends Error {
   }
 }
 
+/** envd's FilesystemEvent (JSON form) for what fs.watch (inotify) reports under `host`. */
+function watchEvents(
+  host: string,
+  recursive: boolean,
+  onEvent: (event: { name: string; type: string }) => void,
+): FSWatcher {
+  const known = new Set<string>();
+  const watcher = watch(host, { recursive }, (kind, name) => {
+    if (!name) return;
+    const rel = name.toString();
+    void fs.lstat(join(host, rel)).then(
+      () => {
+        // inotify says "rename" for a name that appeared; envd reports that as a create.
+        const type =
+          kind === "rename" && !known.has(rel) ? "EVENT_TYPE_CREATE" : "EVENT_TYPE_WRITE";
+        known.add(rel);
+        onEvent({ name: rel, type });
+      },
+      () => {
+        known.delete(rel);
+        onEvent({ name: rel, type: "EVENT_TYPE_REMOVE" });
+      },
+    );
+  });
+  // The watched directory may be removed under it (sandbox killed): that ends the watch.
+  watcher.on("error", () => watcher.close());
+  return watcher;
+}
+
 /** Signals as Go's ProcessState.String() names them in envd's end event ("signal: killed"). */
 const GO_SIGNAL_TEXT: Record<string, string> = {
   SIGKILL: "killed",
@@ -988,7 +1126,23 @@ function signalName(n: number): string {
 function normaliseLanguage(l: string | undefined): string {
   if (!l || l === "py") return "python";
   if (l === "ts") return "typescript";
+  if (l === "js") return "javascript";
   return l;
+}
+
+/**
+ * envd's check of a signed /files URL: `v1_` + unpadded base64 of
+ * SHA-256("<path>:<read|write>:<username>:<access token>[:<expiry>]"), not past its expiry.
+ */
+function signatureValid(url: URL, method: string | undefined, token: string): boolean {
+  const q = url.searchParams;
+  const expiry = q.get("signature_expiration");
+  if (expiry !== null && Number(expiry) * 1000 < Date.now()) return false;
+  const op = method === "GET" ? "read" : "write";
+  const raw = `${q.get("path") ?? ""}:${op}:${q.get("username") ?? ""}:${token}${expiry !== null ? `:${expiry}` : ""}`;
+  const want = `v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`;
+  const got = Buffer.from(q.get("signature") ?? "");
+  return got.length === want.length && timingSafeEqual(got, Buffer.from(want));
 }
 
 function envelope(flags: number, obj: unknown): Buffer {
