@@ -14,7 +14,7 @@ export default defineConfig({
         test: {
           name: "core",
           sequence: { groupOrder: 0 },
-          include: ["{sandboxd,sdk,test,operator,provisioner}/**/*.test.ts"],
+          include: ["{sandboxd,sdk,cli,test,operator,provisioner}/**/*.test.ts"],
           exclude: [
             "**/node_modules/**",
             "test/docker/**",
