@@ -9,7 +9,7 @@ import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import type { SandpitConfig } from "@sandpit/sdk";
-import { CliError } from "./exit.ts";
+import { usageError } from "./exit.ts";
 
 export interface ResolvedConfig {
   config: SandpitConfig;
@@ -21,7 +21,7 @@ export function findConfigFile(explicit: string | undefined, cwd = process.cwd()
   const named = explicit ?? process.env.SANDPIT_CONFIG;
   if (named) {
     const path = resolve(cwd, named);
-    if (!existsSync(path)) throw new CliError(`config file ${named} does not exist`);
+    if (!existsSync(path)) throw usageError(`config file ${named} does not exist`);
     return path;
   }
   for (let dir = resolve(cwd); ; dir = dirname(dir)) {

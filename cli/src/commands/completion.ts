@@ -33,7 +33,8 @@ export function register(program: Command): void {
 }
 
 function specs(program: Command): Spec[] {
-  const globals = program.options.map(flag);
+  // --version belongs to the program alone.
+  const globals = program.options.filter((o) => o.long !== "--version").map(flag);
   return program.commands.map((c) => ({
     name: c.name(),
     description: c.description(),

@@ -6,9 +6,7 @@
  */
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import type { SandboxLanguage } from "@sandpit/sdk";
-import { oneLine } from "../exit.ts";
 import { openProvider } from "../provider.ts";
 import { VERSION } from "../version.ts";
 import { McpSession } from "./session.ts";
@@ -38,10 +36,4 @@ export async function serveMcp(options: McpOptions): Promise<void> {
   await closed;
   await session.close();
   await server.close().catch(() => undefined);
-}
-
-/** A tool's failure as the model should see it. */
-export function toolError(err: unknown): CallToolResult {
-  const message = err instanceof Error ? err.message : String(err);
-  return { isError: true, content: [{ type: "text", text: oneLine(message) }] };
 }

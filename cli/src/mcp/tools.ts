@@ -6,7 +6,7 @@ import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import type { CodeExecutionResult, SandboxCreateOptions } from "@sandpit/sdk";
 import { z } from "zod";
-import { toolError } from "./server.ts";
+import { oneLine } from "../exit.ts";
 import type { McpSession } from "./session.ts";
 
 const sandboxId = z
@@ -21,6 +21,12 @@ function text(value: unknown): CallToolResult {
   return {
     content: [{ type: "text", text: typeof value === "string" ? value : JSON.stringify(value, null, 2) }],
   };
+}
+
+/** A tool's failure as the model should see it: one line, flagged isError. */
+function toolError(err: unknown): CallToolResult {
+  const message = err instanceof Error ? err.message : String(err);
+  return { isError: true, content: [{ type: "text", text: oneLine(message) }] };
 }
 
 /** Wraps a tool body so any failure becomes an isError result instead of a protocol error. */
