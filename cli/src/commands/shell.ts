@@ -25,47 +25,65 @@ export function register(program: Command): void {
     .option("--cwd <dir>", "working directory")
     .option("-e, --env <KEY=VALUE>", "an environment variable (repeatable)", collectPair)
     .action(
-      action<[string, string[]], Options>(async ([id, argv], o) =>
-        withSandbox(o, id, async (sandbox) => {
-          const out = process.stdout;
-          const size = () => ({ cols: out.columns || 80, rows: out.rows || 24 });
-          const handle = await sandbox.pty.create({
-            ...size(),
-            onData: (data) => void out.write(data),
-            ...(argv.length ? { command: commandText(argv) } : {}),
-            ...(o.cwd ? { cwd: o.cwd } : {}),
-            ...(o.env ? { envs: o.env } : {}),
+      action<[string, string[]], Options>(async ([id, argv], o) => {
+        // Raw from the start: keys typed while the sandbox is reached (Ctrl-C included) are
+        // kept for its shell instead of being echoed or killing this process.
+        const keys = new Keyboard();
+        try {
+          return await withSandbox(o, id, async (sandbox) => {
+            const out = process.stdout;
+            const size = () => ({ cols: out.columns || 80, rows: out.rows || 24 });
+            const handle = await sandbox.pty.create({
+              ...size(),
+              onData: (data) => void out.write(data),
+              ...(argv.length ? { command: commandText(argv) } : {}),
+              ...(o.cwd ? { cwd: o.cwd } : {}),
+              ...(o.env ? { envs: o.env } : {}),
+            });
+            const onResize = () => void handle.resize(size()).catch(() => undefined);
+            process.on("SIGWINCH", onResize);
+            try {
+              keys.attach(handle);
+              const { exitCode } = await handle.wait();
+              if (o.json) printJson({ exitCode });
+              return processExitCode(exitCode);
+            } finally {
+              process.off("SIGWINCH", onResize);
+              await handle.disconnect().catch(() => undefined);
+            }
           });
-          const { exitCode } = await attach(handle, size);
-          if (o.json) printJson({ exitCode });
-          return processExitCode(exitCode);
-        }),
-      ),
+        } finally {
+          keys.restore();
+        }
+      }),
     );
 }
 
-async function attach(
-  handle: PtyHandle,
-  size: () => { cols: number; rows: number },
-): Promise<{ exitCode: number }> {
-  const stdin = process.stdin;
-  const raw = stdin.isTTY === true;
-  if (raw) stdin.setRawMode(true);
-  // Keystrokes in order: each waits for the one before it.
-  let queue = Promise.resolve();
-  const onInput = (chunk: Buffer) => {
-    queue = queue.then(() => handle.sendInput(chunk)).catch(() => undefined);
+/** This terminal's keys: raw mode, buffered until a terminal handle takes them, in order. */
+class Keyboard {
+  private readonly raw = process.stdin.isTTY === true;
+  private pending: Buffer[] = [];
+  private queue = Promise.resolve();
+  private handle: PtyHandle | undefined;
+  private readonly onInput = (chunk: Buffer) => {
+    const handle = this.handle;
+    if (!handle) return void this.pending.push(chunk);
+    this.queue = this.queue.then(() => handle.sendInput(chunk)).catch(() => undefined);
   };
-  const onResize = () => void handle.resize(size()).catch(() => undefined);
-  stdin.on("data", onInput);
-  process.on("SIGWINCH", onResize);
-  try {
-    return await handle.wait();
-  } finally {
-    stdin.off("data", onInput);
-    process.off("SIGWINCH", onResize);
-    if (raw) stdin.setRawMode(false);
-    stdin.pause();
-    await handle.disconnect().catch(() => undefined);
+
+  constructor() {
+    if (this.raw) process.stdin.setRawMode(true);
+    process.stdin.on("data", this.onInput);
+  }
+
+  attach(handle: PtyHandle): void {
+    this.handle = handle;
+    for (const chunk of this.pending.splice(0)) this.onInput(chunk);
+  }
+
+  restore(): void {
+    process.stdin.off("data", this.onInput);
+    if (this.raw) process.stdin.setRawMode(false);
+    process.stdin.pause();
   }
 }
