@@ -17,7 +17,10 @@ export interface ResolvedConfig {
   path: string | undefined;
 }
 
-export function findConfigFile(explicit: string | undefined, cwd = process.cwd()): string | undefined {
+export function findConfigFile(
+  explicit: string | undefined,
+  cwd = process.cwd(),
+): string | undefined {
   const named = explicit ?? process.env.SANDPIT_CONFIG;
   if (named) {
     const path = resolve(cwd, named);
@@ -30,7 +33,11 @@ export function findConfigFile(explicit: string | undefined, cwd = process.cwd()
     }
     if (dirname(dir) === dir) break;
   }
-  const user = join(process.env.XDG_CONFIG_HOME || join(homedir(), ".config"), "sandpit", "config.yaml");
+  const user = join(
+    process.env.XDG_CONFIG_HOME || join(homedir(), ".config"),
+    "sandpit",
+    "config.yaml",
+  );
   return existsSync(user) ? user : undefined;
 }
 
@@ -38,7 +45,9 @@ export async function resolveConfig(explicit: string | undefined): Promise<Resol
   const path = findConfigFile(explicit);
   const { loadConfigFile, parseConfig } = await import("@sandpit/sdk");
   const config = path ? await loadConfigFile(path) : { sandbox: { use: "local" } };
-  const chosen = process.env.SANDPIT_PROVIDER?.split(",").map((s) => s.trim()).filter(Boolean);
+  const chosen = process.env.SANDPIT_PROVIDER?.split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (!chosen?.length) return { config, path };
   // Validated again so an unknown name in SANDPIT_PROVIDER is reported like one in the file.
   return {

@@ -6,7 +6,8 @@ const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000,
 /** `90s`, `15m`, `2h`, `1d`, or plain milliseconds. */
 export function parseDuration(value: string): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(value.trim());
-  if (!m) throw usageError(`invalid duration ${JSON.stringify(value)}: use e.g. 500ms, 30s, 15m, 2h`);
+  if (!m)
+    throw usageError(`invalid duration ${JSON.stringify(value)}: use e.g. 500ms, 30s, 15m, 2h`);
   const ms = Math.round(Number(m[1]) * UNITS[m[2] ?? "ms"]!);
   if (ms <= 0) throw usageError(`duration ${JSON.stringify(value)} must be positive`);
   return ms;

@@ -18,8 +18,20 @@ import * as shell from "./commands/shell.ts";
 import * as up from "./commands/up.ts";
 import { VERSION } from "./version.ts";
 
-
-const COMMANDS = [create, ls, info, exec, shell, cp, processes, port, lifecycle, up, mcp, completion];
+const COMMANDS = [
+  create,
+  ls,
+  info,
+  exec,
+  shell,
+  cp,
+  processes,
+  port,
+  lifecycle,
+  up,
+  mcp,
+  completion,
+];
 
 export function buildProgram(): Command {
   const program = new Command("sandpit")

@@ -11,7 +11,8 @@ export interface Progress {
 }
 
 export function progress(total: number, label: string): Progress {
-  if (!process.stderr.isTTY || total < MIN_BYTES) return { add: () => undefined, done: () => undefined };
+  if (!process.stderr.isTTY || total < MIN_BYTES)
+    return { add: () => undefined, done: () => undefined };
   const started = Date.now();
   let sent = 0;
   let drawn = 0;

@@ -5,7 +5,6 @@
  */
 import type { SandboxInstance, SandboxProvider } from "@sandpit/sdk";
 import { resolveConfig } from "./config.ts";
-import { stderrLogger } from "./logger.ts";
 
 export interface GlobalOptions {
   config?: string;
@@ -15,7 +14,8 @@ export interface GlobalOptions {
 export async function openProvider(opts: GlobalOptions): Promise<SandboxProvider> {
   const { config } = await resolveConfig(opts.config);
   const { createProvider } = await import("@sandpit/sdk");
-  return createProvider(config, { logger: await stderrLogger() });
+  // The SDK's default logger writes only warnings and errors, to stderr: stdout stays results.
+  return createProvider(config);
 }
 
 /** Runs `fn` with a provider and closes it afterwards, whatever happened. */

@@ -32,8 +32,23 @@ describe("help and usage errors", () => {
     const r = await cli.run(["--help"]);
     expect(r.code).toBe(0);
     const commands = [
-      "create", "ls", "info", "exec", "shell", "cp", "ps", "logs", "kill", "port",
-      "pause", "resume", "rm", "timeout", "up", "mcp", "completion",
+      "create",
+      "ls",
+      "info",
+      "exec",
+      "shell",
+      "cp",
+      "ps",
+      "logs",
+      "kill",
+      "port",
+      "pause",
+      "resume",
+      "rm",
+      "timeout",
+      "up",
+      "mcp",
+      "completion",
     ];
     for (const c of commands) expect(r.stdout).toMatch(new RegExp(`^  ${c}\\b`, "m"));
     expect(r.stdout).not.toMatch(/^ {2}serve\b/m);
@@ -138,7 +153,15 @@ describe("exec", () => {
   });
 
   it("--json prints a result object (and still exits with the command's code)", async () => {
-    const r = await cli.run(["--json", "exec", id, "--", "sh", "-c", "echo out; echo err >&2; exit 5"]);
+    const r = await cli.run([
+      "--json",
+      "exec",
+      id,
+      "--",
+      "sh",
+      "-c",
+      "echo out; echo err >&2; exit 5",
+    ]);
     expect(r.code).toBe(5);
     const result = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(result).toMatchObject({ exitCode: 5, stdout: "out\n", stderr: "err\n" });
@@ -154,7 +177,20 @@ describe("exec", () => {
 
   it("--cwd and -e apply", async () => {
     await cli.ok(["exec", id, "--", "mkdir", "-p", "/mnt/user-data/cli-cwd"]);
-    const out = await cli.ok(["exec", id, "--cwd", "/mnt/user-data/cli-cwd", "-e", "A=1", "-e", "B=two", "--", "sh", "-c", "pwd; echo $A $B"]);
+    const out = await cli.ok([
+      "exec",
+      id,
+      "--cwd",
+      "/mnt/user-data/cli-cwd",
+      "-e",
+      "A=1",
+      "-e",
+      "B=two",
+      "--",
+      "sh",
+      "-c",
+      "pwd; echo $A $B",
+    ]);
     expect(out).toBe("/mnt/user-data/cli-cwd\n1 two\n");
   });
 
@@ -191,15 +227,27 @@ describe("cp", () => {
     const src = join(cli.cwd, "project");
     mkdirSync(join(src, "deep", "er"), { recursive: true });
     writeFileSync(join(src, "a.txt"), "alpha\n");
-    writeFileSync(join(src, "deep", "b.bin"), Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 7) % 256)));
+    writeFileSync(
+      join(src, "deep", "b.bin"),
+      Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 7) % 256)),
+    );
     writeFileSync(join(src, "deep", "er", "empty"), "");
     mkdirSync(join(src, "hollow"));
     // Into an existing directory: lands under the source's name.
-    const up = JSON.parse(await cli.ok(["--json", "cp", src, `${id}:/mnt/user-data/workspace`])) as Record<string, unknown>;
+    const up = JSON.parse(
+      await cli.ok(["--json", "cp", src, `${id}:/mnt/user-data/workspace`]),
+    ) as Record<string, unknown>;
     expect(up).toMatchObject({ to: "/mnt/user-data/workspace/project", files: 3, bytes: 300_006 });
-    expect(await cli.ok(["exec", id, "--", "sh", "-c", "cd /mnt/user-data/workspace/project && find . | sort"])).toBe(
-      ".\n./a.txt\n./deep\n./deep/b.bin\n./deep/er\n./deep/er/empty\n./hollow\n",
-    );
+    expect(
+      await cli.ok([
+        "exec",
+        id,
+        "--",
+        "sh",
+        "-c",
+        "cd /mnt/user-data/workspace/project && find . | sort",
+      ]),
+    ).toBe(".\n./a.txt\n./deep\n./deep/b.bin\n./deep/er\n./deep/er/empty\n./hollow\n");
     // Out to a new name (relative sandbox paths start at the workspace).
     const back = join(cli.cwd, "back");
     await cli.ok(["cp", `${id}:project`, back]);
@@ -212,9 +260,16 @@ describe("cp", () => {
     writeFileSync(file, "just one\n");
     await cli.ok(["cp", file, `${id}:/mnt/user-data/workspace/files/`]);
     await cli.ok(["cp", file, `${id}:files/renamed.txt`]);
-    expect(await cli.ok(["exec", id, "--", "cat", "/mnt/user-data/workspace/files/one.txt", "files/renamed.txt"])).toBe(
-      "just one\njust one\n",
-    );
+    expect(
+      await cli.ok([
+        "exec",
+        id,
+        "--",
+        "cat",
+        "/mnt/user-data/workspace/files/one.txt",
+        "files/renamed.txt",
+      ]),
+    ).toBe("just one\njust one\n");
     mkdirSync(join(cli.cwd, "into"));
     await cli.ok(["cp", `${id}:/mnt/user-data/workspace/files/renamed.txt`, join(cli.cwd, "into")]);
     expect(readFileSync(join(cli.cwd, "into", "renamed.txt"), "utf8")).toBe("just one\n");
@@ -234,10 +289,16 @@ describe("lifecycle", () => {
   it("pause keeps the files, exec resumes; rm deletes the sandbox", async () => {
     const other = (await cli.ok(["create"])).trim();
     await cli.ok(["exec", other, "--", "sh", "-c", "echo kept > /mnt/user-data/workspace/f"]);
-    expect(JSON.parse(await cli.ok(["--json", "pause", other]))).toEqual([{ sandboxId: other, paused: true }]);
-    expect(JSON.parse(await cli.ok(["--json", "resume", other]))).toEqual([{ sandboxId: other, resumed: true }]);
+    expect(JSON.parse(await cli.ok(["--json", "pause", other]))).toEqual([
+      { sandboxId: other, paused: true },
+    ]);
+    expect(JSON.parse(await cli.ok(["--json", "resume", other]))).toEqual([
+      { sandboxId: other, resumed: true },
+    ]);
     expect(await cli.ok(["exec", other, "--", "cat", "/mnt/user-data/workspace/f"])).toBe("kept\n");
-    expect(JSON.parse(await cli.ok(["--json", "rm", other]))).toEqual([{ sandboxId: other, removed: true }]);
+    expect(JSON.parse(await cli.ok(["--json", "rm", other]))).toEqual([
+      { sandboxId: other, removed: true },
+    ]);
     const r = await cli.run(["exec", other, "--", "true"]);
     expect(r.code).toBe(1);
     expectOneLine(r.stderr);
@@ -257,9 +318,14 @@ describe("completion", () => {
     }
     const bash = await cli.ok(["completion", "bash"]);
     execFileSync("bash", ["-n"], { input: bash });
-    const words = execFileSync("bash", ["-c", `${bash}\nCOMP_WORDS=(sandpit ex); COMP_CWORD=1; _sandpit; echo "\${COMPREPLY[@]}"`]).toString();
+    const words = execFileSync("bash", [
+      "-c",
+      `${bash}\nCOMP_WORDS=(sandpit ex); COMP_CWORD=1; _sandpit; echo "\${COMPREPLY[@]}"`,
+    ]).toString();
     expect(words.trim()).toBe("exec");
-    expect(JSON.parse(await cli.ok(["--json", "completion", "fish"]))).toMatchObject({ shell: "fish" });
+    expect(JSON.parse(await cli.ok(["--json", "completion", "fish"]))).toMatchObject({
+      shell: "fish",
+    });
   });
 });
 
@@ -280,7 +346,10 @@ describe("up", () => {
     );
     const r = await cli.run(["up", "--", "--kind", "x y"], { cwd: join(repo, "deep") });
     expect(r).toEqual({ code: 0, stdout: "up ran in checkout with --kind x y\n", stderr: "" });
-    writeFileSync(join(repo, "package.json"), JSON.stringify({ name: "sandpit", scripts: { up: "exit 6" } }));
+    writeFileSync(
+      join(repo, "package.json"),
+      JSON.stringify({ name: "sandpit", scripts: { up: "exit 6" } }),
+    );
     expect((await cli.run(["up"], { cwd: repo })).code).toBe(6);
   });
 });

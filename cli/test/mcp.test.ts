@@ -54,8 +54,15 @@ describe("sandpit mcp", () => {
     const { tools } = await client.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual(
       [
-        "create_sandbox", "get_url", "kill_sandbox", "list_files", "read_file", "run_code",
-        "run_command", "use_sandbox", "write_file",
+        "create_sandbox",
+        "get_url",
+        "kill_sandbox",
+        "list_files",
+        "read_file",
+        "run_code",
+        "run_command",
+        "use_sandbox",
+        "write_file",
       ].sort(),
     );
     const run = tools.find((t) => t.name === "run_command")!;
@@ -63,12 +70,16 @@ describe("sandpit mcp", () => {
   });
 
   it("creates a sandbox that later calls act on by default", async () => {
-    ({ sandboxId } = json<{ sandboxId: string }>(await call("create_sandbox", { envs: { WHO: "mcp" } })));
+    ({ sandboxId } = json<{ sandboxId: string }>(
+      await call("create_sandbox", { envs: { WHO: "mcp" } }),
+    ));
     expect(sandboxId).toMatch(/^default\./);
   });
 
   it("runs a command: exit code, stdout and stderr (a non-zero exit is a result)", async () => {
-    expect(json(await call("run_command", { command: "echo $WHO; echo oops >&2; exit 3" }))).toEqual({
+    expect(
+      json(await call("run_command", { command: "echo $WHO; echo oops >&2; exit 3" })),
+    ).toEqual({
       exitCode: 3,
       stdout: "mcp\n",
       stderr: "oops\n",
@@ -77,33 +88,62 @@ describe("sandpit mcp", () => {
 
   it("runs code cells that share variables (a context per session and language)", async () => {
     json(await call("run_code", { code: "x = 41\nimport math" }));
-    const r = json<{ success: boolean; stdout: string }>(await call("run_code", { code: "print(x + 1, math.floor(2.5))" }));
+    const r = json<{ success: boolean; stdout: string }>(
+      await call("run_code", { code: "print(x + 1, math.floor(2.5))" }),
+    );
     expect(r).toMatchObject({ success: true, stdout: "42 2\n" });
-    const ts = json<{ stdout: string }>(await call("run_code", { language: "typescript", code: "const y: number = 5;" }));
+    const ts = json<{ stdout: string }>(
+      await call("run_code", { language: "typescript", code: "const y: number = 5;" }),
+    );
     expect(ts).toBeDefined();
-    expect(json<{ stdout: string }>(await call("run_code", { language: "typescript", code: "console.log(y * 2)" })).stdout).toBe("10\n");
-    const fresh = json<{ success: boolean; error?: { name: string } }>(await call("run_code", { code: "print(x)", reset: true }));
+    expect(
+      json<{ stdout: string }>(
+        await call("run_code", { language: "typescript", code: "console.log(y * 2)" }),
+      ).stdout,
+    ).toBe("10\n");
+    const fresh = json<{ success: boolean; error?: { name: string } }>(
+      await call("run_code", { code: "print(x)", reset: true }),
+    );
     expect(fresh.success).toBe(false);
     expect(fresh.error?.name).toBe("NameError");
   });
 
   it("writes, reads and lists files", async () => {
-    expect(json(await call("write_file", { path: "notes/hello.txt", content: "héllo\n" }))).toEqual({
-      path: "notes/hello.txt",
-      bytes: 7,
-    });
+    expect(json(await call("write_file", { path: "notes/hello.txt", content: "héllo\n" }))).toEqual(
+      {
+        path: "notes/hello.txt",
+        bytes: 7,
+      },
+    );
     expect(textOf(await call("read_file", { path: "notes/hello.txt" }))).toBe("héllo\n");
-    const entries = json<Array<{ name: string; type: string; size: number }>>(await call("list_files", { path: "notes" }));
-    expect(entries).toEqual([expect.objectContaining({ name: "hello.txt", type: "file", size: 7 })]);
+    const entries = json<Array<{ name: string; type: string; size: number }>>(
+      await call("list_files", { path: "notes" }),
+    );
+    expect(entries).toEqual([
+      expect.objectContaining({ name: "hello.txt", type: "file", size: 7 }),
+    ]);
   });
 
   it("acts on another sandbox by ID and makes one current with use_sandbox", async () => {
     const { sandboxId: second } = json<{ sandboxId: string }>(await call("create_sandbox", {}));
-    expect(json<{ stdout: string }>(await call("run_command", { command: "cat notes/hello.txt", sandboxId })).stdout).toBe("héllo\n");
-    expect(json<{ stdout: string }>(await call("run_command", { command: "ls notes 2>&1 || true" })).stdout).toContain("No such file");
+    expect(
+      json<{ stdout: string }>(
+        await call("run_command", { command: "cat notes/hello.txt", sandboxId }),
+      ).stdout,
+    ).toBe("héllo\n");
+    expect(
+      json<{ stdout: string }>(await call("run_command", { command: "ls notes 2>&1 || true" }))
+        .stdout,
+    ).toContain("No such file");
     json(await call("use_sandbox", { sandboxId }));
-    expect(json<{ stdout: string }>(await call("run_command", { command: "cat notes/hello.txt" })).stdout).toBe("héllo\n");
-    expect(json(await call("kill_sandbox", { sandboxId: second }))).toEqual({ sandboxId: second, killed: true });
+    expect(
+      json<{ stdout: string }>(await call("run_command", { command: "cat notes/hello.txt" }))
+        .stdout,
+    ).toBe("héllo\n");
+    expect(json(await call("kill_sandbox", { sandboxId: second }))).toEqual({
+      sandboxId: second,
+      killed: true,
+    });
   });
 
   it("bad arguments and failures are tool errors (isError) with a clear message", async () => {

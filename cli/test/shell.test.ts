@@ -32,7 +32,8 @@ function terminal(args: string[]) {
   const waitFor = async (pattern: RegExp, ms = 30_000): Promise<string> => {
     const deadline = Date.now() + ms;
     while (!pattern.test(screen)) {
-      if (Date.now() > deadline) throw new Error(`no ${pattern} on screen: ${JSON.stringify(screen)}`);
+      if (Date.now() > deadline)
+        throw new Error(`no ${pattern} on screen: ${JSON.stringify(screen)}`);
       await new Promise((r) => setTimeout(r, 50));
     }
     return screen;

@@ -38,7 +38,11 @@ function specs(program: Command): Spec[] {
   return program.commands.map((c) => ({
     name: c.name(),
     description: c.description(),
-    flags: [...c.options.map(flag), ...globals, { long: "--help", short: "-h", description: "show help" }],
+    flags: [
+      ...c.options.map(flag),
+      ...globals,
+      { long: "--help", short: "-h", description: "show help" },
+    ],
   }));
 }
 
@@ -52,7 +56,10 @@ function flag(o: { long?: string | undefined; short?: string | undefined; descri
 
 function bash(cmds: Spec[]): string {
   const cases = cmds
-    .map((c) => `    ${c.name}) words="${c.flags.flatMap((f) => [f.long, f.short].filter(Boolean)).join(" ")}" ;;`)
+    .map(
+      (c) =>
+        `    ${c.name}) words="${c.flags.flatMap((f) => [f.long, f.short].filter(Boolean)).join(" ")}" ;;`,
+    )
     .join("\n");
   return `# sandpit completion for bash: source <(sandpit completion bash)
 _sandpit() {
@@ -81,7 +88,9 @@ function zsh(cmds: Spec[]): string {
   const cases = cmds
     .map((c) => {
       const args = c.flags
-        .flatMap((f) => [f.long, f.short].filter(Boolean).map((n) => `'${n}[${zq(f.description)}]'`))
+        .flatMap((f) =>
+          [f.long, f.short].filter(Boolean).map((n) => `'${n}[${zq(f.description)}]'`),
+        )
         .join(" ");
       return `    ${c.name}) _arguments ${args} '*:file:_files' ;;`;
     })
@@ -110,13 +119,21 @@ if [ "$funcstack[1]" = "_sandpit" ]; then _sandpit "$@"; else compdef _sandpit s
 
 function fish(cmds: Spec[]): string {
   const q = (t: string) => `'${t.replaceAll("\\", "\\\\").replaceAll("'", "\\'")}'`;
-  const lines = ["# sandpit completion for fish: sandpit completion fish > ~/.config/fish/completions/sandpit.fish"];
+  const lines = [
+    "# sandpit completion for fish: sandpit completion fish > ~/.config/fish/completions/sandpit.fish",
+  ];
   lines.push("complete -c sandpit -f -n __fish_use_subcommand -l help -d 'show help'");
   for (const c of cmds) {
-    lines.push(`complete -c sandpit -f -n __fish_use_subcommand -a ${c.name} -d ${q(c.description)}`);
+    lines.push(
+      `complete -c sandpit -f -n __fish_use_subcommand -a ${c.name} -d ${q(c.description)}`,
+    );
     for (const f of c.flags) {
-      const names = [f.long && `-l ${f.long.slice(2)}`, f.short && `-s ${f.short.slice(1)}`].filter(Boolean).join(" ");
-      lines.push(`complete -c sandpit -n '__fish_seen_subcommand_from ${c.name}' ${names} -d ${q(f.description)}`);
+      const names = [f.long && `-l ${f.long.slice(2)}`, f.short && `-s ${f.short.slice(1)}`]
+        .filter(Boolean)
+        .join(" ");
+      lines.push(
+        `complete -c sandpit -n '__fish_seen_subcommand_from ${c.name}' ${names} -d ${q(f.description)}`,
+      );
     }
   }
   return `${lines.join("\n")}\n`;

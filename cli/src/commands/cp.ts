@@ -52,7 +52,10 @@ export function register(program: Command): void {
     .description("copy files or directories into or out of a sandbox")
     .argument("<source>", "a local path, or ID:path in a sandbox")
     .argument("<destination>", "ID:path in a sandbox, or a local path")
-    .addHelpText("after", "\nExamples:\n  sandpit cp ./src ID:/mnt/user-data/workspace\n  sandpit cp ID:results ./results")
+    .addHelpText(
+      "after",
+      "\nExamples:\n  sandpit cp ./src ID:/mnt/user-data/workspace\n  sandpit cp ID:results ./results",
+    )
     .action(
       action<[string, string], object>(async ([source, destination], o) => {
         const from = parseSpec(source);
@@ -88,7 +91,10 @@ async function upload(fsys: SandboxFilesystem, local: string, remote: string): P
 
 async function download(fsys: SandboxFilesystem, remote: string, local: string): Promise<Summary> {
   const st = await fsys.stat(remote);
-  const into = await fs.stat(local).then((s) => s.isDirectory(), () => false);
+  const into = await fs.stat(local).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
   const target = into ? join(local, posix.basename(st.path)) : local;
   const plan: Plan = { dirs: [], files: [], skipped: [] };
   if (st.type === "dir") {
@@ -107,7 +113,11 @@ async function download(fsys: SandboxFilesystem, remote: string, local: string):
   const bar = progress(total(plan), "download");
   await pool(plan.files, async (f) => {
     const body = await fsys.readStream(f.from);
-    await pipeline(Readable.fromWeb(body as import("node:stream/web").ReadableStream), counting(bar), createWriteStream(f.to));
+    await pipeline(
+      Readable.fromWeb(body as import("node:stream/web").ReadableStream),
+      counting(bar),
+      createWriteStream(f.to),
+    );
   });
   bar.done();
   return summary(remote, target, plan);

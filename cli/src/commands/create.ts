@@ -29,16 +29,42 @@ export function register(program: Command): void {
         .choices(["python", "typescript"])
         .default("python"),
     )
-    .option("-p, --package <name>", "install a package (pip or npm; repeat or comma-separate)", collectList)
-    .option("-e, --env <KEY=VALUE>", "an environment variable of everything it runs (repeatable)", collectPair)
-    .option("--label <KEY=VALUE>", "a label to find it by with `sandpit ls --label` (repeatable)", collectPair)
-    .option("-t, --template <name>", "image (docker), pool (kubernetes), template (e2b) or snapshot (daytona)")
-    .option("--ttl <duration>", "lifetime from now, then it is stopped (e.g. 30m, 2h)", parseDuration)
-    .option("--idle-timeout <duration>", "pause (or stop) it after this long without activity", parseDuration)
+    .option(
+      "-p, --package <name>",
+      "install a package (pip or npm; repeat or comma-separate)",
+      collectList,
+    )
+    .option(
+      "-e, --env <KEY=VALUE>",
+      "an environment variable of everything it runs (repeatable)",
+      collectPair,
+    )
+    .option(
+      "--label <KEY=VALUE>",
+      "a label to find it by with `sandpit ls --label` (repeatable)",
+      collectPair,
+    )
+    .option(
+      "-t, --template <name>",
+      "image (docker), pool (kubernetes), template (e2b) or snapshot (daytona)",
+    )
+    .option(
+      "--ttl <duration>",
+      "lifetime from now, then it is stopped (e.g. 30m, 2h)",
+      parseDuration,
+    )
+    .option(
+      "--idle-timeout <duration>",
+      "pause (or stop) it after this long without activity",
+      parseDuration,
+    )
     .option("--cpu <cores>", "CPU cores (fractions allowed)", Number)
     .option("--memory <MiB>", "memory in MiB", Number)
     .option("--cwd <dir>", "default working directory of its commands")
-    .option("--thread <id>", "the conversation it belongs to: the same thread gets the same sandbox")
+    .option(
+      "--thread <id>",
+      "the conversation it belongs to: the same thread gets the same sandbox",
+    )
     .action(
       action<[], Options>(async (_args, o) => {
         const options: SandboxCreateOptions = { language: o.language };

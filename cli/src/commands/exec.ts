@@ -30,9 +30,16 @@ export function register(program: Command): void {
     .option("-d, --detach", "start it in the background and print its pid")
     .option("--cwd <dir>", "working directory")
     .option("-e, --env <KEY=VALUE>", "an environment variable (repeatable)", collectPair)
-    .option("--timeout <duration>", "kill it (with its process group) after this long", parseDuration)
+    .option(
+      "--timeout <duration>",
+      "kill it (with its process group) after this long",
+      parseDuration,
+    )
     .option("--tag <tag>", "with -d: a label shown by `sandpit ps`")
-    .addHelpText("after", "\nExamples:\n  sandpit exec ID -- ls -la\n  sandpit exec ID -- 'pip list | wc -l'\n  echo hi | sandpit exec -i ID -- cat")
+    .addHelpText(
+      "after",
+      "\nExamples:\n  sandpit exec ID -- ls -la\n  sandpit exec ID -- 'pip list | wc -l'\n  echo hi | sandpit exec -i ID -- cat",
+    )
     .action(
       action<[string, string[]], Options>(async ([id, argv], o) => {
         if (o.interactive && o.detach) throw usageError("-i and -d cannot be combined");

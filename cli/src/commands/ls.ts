@@ -11,7 +11,11 @@ export function register(program: Command): void {
     .command("ls")
     .alias("list")
     .description("list sandboxes")
-    .option("--label <KEY=VALUE>", "only sandboxes carrying this label (repeatable: all of them)", collectPair)
+    .option(
+      "--label <KEY=VALUE>",
+      "only sandboxes carrying this label (repeatable: all of them)",
+      collectPair,
+    )
     .action(
       action<[], { label?: Record<string, string> }>(async (_args, o) => {
         const list = await withProvider(o, (p) => p.list(o.label ? { labels: o.label } : {}));

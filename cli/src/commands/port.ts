@@ -18,8 +18,10 @@ export function register(program: Command): void {
     .description("print the URL of a port inside a sandbox, or forward a local port to it")
     .argument("<id>", "sandbox ID")
     .argument("<port>", "port inside the sandbox", parsePort)
-    .option("--forward <local>", "forward 127.0.0.1:<local> to it until Ctrl-C (0: any free port)", (v) =>
-      v === "0" ? 0 : parsePort(v),
+    .option(
+      "--forward <local>",
+      "forward 127.0.0.1:<local> to it until Ctrl-C (0: any free port)",
+      (v) => (v === "0" ? 0 : parsePort(v)),
     )
     .action(
       action<[string, number], { forward?: number }>(async ([id, port], o) =>
@@ -58,7 +60,9 @@ async function forward(sandbox: SandboxInstance, port: number, local: number, js
   const url = `http://127.0.0.1:${bound}`;
   if (json) printJson({ url, local: bound, port, target: `${host}:${remotePort}` });
   else printLine(url);
-  note(`sandpit: forwarding 127.0.0.1:${bound} to port ${port} of ${sandbox.sandboxId}; Ctrl-C stops`);
+  note(
+    `sandpit: forwarding 127.0.0.1:${bound} to port ${port} of ${sandbox.sandboxId}; Ctrl-C stops`,
+  );
   await new Promise<void>((resolve) => {
     const stop = () => {
       process.off("SIGINT", stop);

@@ -32,7 +32,9 @@ export function register(program: Command): void {
         process.on("SIGINT", ignore);
         try {
           return await new Promise<number>((resolve, reject) => {
-            child.once("error", (err) => reject(new CliError(`cannot run the up script: ${err.message}`)));
+            child.once("error", (err) =>
+              reject(new CliError(`cannot run the up script: ${err.message}`)),
+            );
             child.once("exit", (code, signal) =>
               resolve(code ?? (signal === "SIGINT" ? EXIT.INTERRUPTED : EXIT.RUNTIME)),
             );

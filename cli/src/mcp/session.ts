@@ -101,14 +101,21 @@ export class McpSession {
     const current = this.current;
     this.byId.delete(id);
     this.created.delete(id);
-    for (const key of [...this.contexts.keys()]) if (key.startsWith(`${id}\0`)) this.contexts.delete(key);
-    if (current) void current.then((s) => s.sandboxId === id && this.current === current && (this.current = undefined), () => undefined);
+    for (const key of [...this.contexts.keys()])
+      if (key.startsWith(`${id}\0`)) this.contexts.delete(key);
+    if (current)
+      void current.then(
+        (s) => s.sandboxId === id && this.current === current && (this.current = undefined),
+        () => undefined,
+      );
   }
 
   async close(): Promise<void> {
     if (!this.options.keep) {
       await Promise.all(
-        [...this.created].map(async (id) => (await this.byId.get(id))?.kill().catch(() => undefined)),
+        [...this.created].map(async (id) =>
+          (await this.byId.get(id))?.kill().catch(() => undefined),
+        ),
       );
     }
     await this.provider.close().catch(() => undefined);

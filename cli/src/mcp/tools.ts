@@ -19,7 +19,9 @@ const envs = z.record(z.string(), z.string());
 
 function text(value: unknown): CallToolResult {
   return {
-    content: [{ type: "text", text: typeof value === "string" ? value : JSON.stringify(value, null, 2) }],
+    content: [
+      { type: "text", text: typeof value === "string" ? value : JSON.stringify(value, null, 2) },
+    ],
   };
 }
 
@@ -69,7 +71,8 @@ export function registerTools(server: McpServer, session: McpSession): void {
   server.registerTool(
     "use_sandbox",
     {
-      description: "Make an existing sandbox (by ID) this session's sandbox, resuming it if paused.",
+      description:
+        "Make an existing sandbox (by ID) this session's sandbox, resuming it if paused.",
       inputSchema: { sandboxId: z.string().min(1) },
     },
     safe(async (a) => text({ sandboxId: (await session.use(a.sandboxId)).sandboxId })),
@@ -136,7 +139,8 @@ export function registerTools(server: McpServer, session: McpSession): void {
   server.registerTool(
     "write_file",
     {
-      description: "Write a text file in the sandbox, creating parent directories; replaces the file.",
+      description:
+        "Write a text file in the sandbox, creating parent directories; replaces the file.",
       inputSchema: { path: z.string().min(1), content: z.string(), sandboxId },
     },
     safe(async (a) => {
@@ -148,7 +152,8 @@ export function registerTools(server: McpServer, session: McpSession): void {
   server.registerTool(
     "list_files",
     {
-      description: "List a directory in the sandbox (default its workspace): name, path, type, size.",
+      description:
+        "List a directory in the sandbox (default its workspace): name, path, type, size.",
       inputSchema: {
         path: z.string().min(1).default("."),
         depth: z.number().int().min(1).max(32).optional().describe("levels to descend (default 1)"),
@@ -156,7 +161,9 @@ export function registerTools(server: McpServer, session: McpSession): void {
       },
     },
     safe(async (a) => {
-      const entries = await (await session.get(a.sandboxId)).filesystem.list(a.path, {
+      const entries = await (
+        await session.get(a.sandboxId)
+      ).filesystem.list(a.path, {
         ...(a.depth ? { depth: a.depth } : {}),
       });
       return text(entries.map(({ name, path, type, size }) => ({ name, path, type, size })));
