@@ -125,13 +125,15 @@ async function runWithStdin(
     // The command may exit (and its stdin go away) before our input ends; that is not an error.
     if (!exited) throw err;
   });
+  let result: SandboxExecutionResult;
   try {
-    const result = await Promise.race([handle.wait(), forward.then(() => handle.wait())]);
-    return result;
+    result = await Promise.race([handle.wait(), forward.then(() => handle.wait())]);
   } finally {
     exited = true;
     signal.removeEventListener("abort", kill);
     process.stdin.destroy();
-    if (signal.aborted) throw signal.reason;
   }
+  // Killed because of Ctrl-C: the caller reports the interruption, not the kill's exit code.
+  if (signal.aborted) throw signal.reason;
+  return result;
 }
