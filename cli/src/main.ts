@@ -1,4 +1,35 @@
 #!/usr/bin/env node
-// The sandpit command. Its commands arrive with the CLI work (see cli/README.md once written).
-console.error("sandpit: no commands yet");
-process.exit(2);
+/**
+ * The sandpit command: parses the command line, runs one command, exits with its code. Nothing
+ * but results goes to stdout; failures are one `sandpit: ...` line on stderr (exit.ts).
+ */
+import { CommanderError } from "commander";
+import { EXIT, oneLine, reportError } from "./exit.ts";
+import { buildProgram } from "./program.ts";
+
+async function main(argv: string[]): Promise<number> {
+  try {
+    await buildProgram().parseAsync(argv);
+    return Number(process.exitCode ?? EXIT.OK);
+  } catch (err) {
+    if (err instanceof CommanderError) return commanderExit(err);
+    return reportError(err);
+  }
+}
+
+/** Help and --version exit 0; every other commander error is a usage error. */
+function commanderExit(err: CommanderError): number {
+  if (err.exitCode === 0) return EXIT.OK;
+  // Help printed because a command was missing went to stderr already.
+  if (err.code !== "commander.help" && err.code !== "commander.helpDisplayed") {
+    let message = oneLine(err.message.replace(/^error: /, ""));
+    if (err.code === "commander.unknownOption") message += " (put the sandbox's command after --)";
+    process.stderr.write(`sandpit: ${message}\n`);
+  }
+  return EXIT.USAGE;
+}
+
+const code = await main(process.argv);
+// Stdout and stderr are synchronous for files and pipes on Linux, so nothing written is lost;
+// exiting here stops timers and sockets a provider may still hold.
+process.exit(code);
