@@ -47,7 +47,7 @@ async function main(): Promise<void> {
     done(`${err.error?.name}: ${err.error?.message}`);
   } finally {
     await sbx.kill();
-    await (provider as LocalProvider).close();
+    await provider.close();
   }
   console.log(
     "\nAll good. Next: `npm test` runs every suite; see README.md for the SDK and providers.",

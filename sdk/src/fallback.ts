@@ -4,7 +4,13 @@
  */
 import type { Logger } from "pino";
 import { SandboxError } from "./errors.ts";
-import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "./types.ts";
+import type {
+  SandboxCreateOptions,
+  SandboxInfo,
+  SandboxInstance,
+  SandboxListOptions,
+  SandboxProvider,
+} from "./types.ts";
 
 export interface NamedProvider {
   name: string;
@@ -34,11 +40,46 @@ export class FallbackProvider implements SandboxProvider {
     ]);
   }
 
-  private async firstThatAnswers(
+  /** One sandbox's info from the first provider that knows the ID. */
+  get(sandboxId: string): Promise<SandboxInfo> {
+    return this.firstThatAnswers("find", (p) => p.get(sandboxId), [
+      "CONNECTION_FAILED",
+      "NOT_FOUND",
+    ]);
+  }
+
+  /**
+   * Every provider's sandboxes; one that cannot be reached is logged and left out, unless none
+   * can be (then the error stands).
+   */
+  async list(options?: SandboxListOptions): Promise<SandboxInfo[]> {
+    const all = await Promise.allSettled(this.chain.map(({ provider }) => provider.list(options)));
+    const failed = all.flatMap((r, i) => (r.status === "rejected" ? [[i, r.reason] as const] : []));
+    for (const [i, reason] of failed) {
+      if (!(reason instanceof SandboxError) || reason.code !== "CONNECTION_FAILED") throw reason;
+      this.logger.warn(
+        { provider: this.chain[i]!.name, reason: reason.message },
+        `sandbox provider ${this.chain[i]!.name} could not be reached to list sandboxes`,
+      );
+    }
+    if (failed.length === all.length) throw failed[0]![1];
+    return all.flatMap((r) => (r.status === "fulfilled" ? r.value : []));
+  }
+
+  /** Every provider lets go of the ID (those that never held it have nothing to do). */
+  async release(sandboxId: string): Promise<void> {
+    await Promise.all(this.chain.map(({ provider }) => provider.release(sandboxId)));
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.chain.map(({ provider }) => provider.close()));
+  }
+
+  private async firstThatAnswers<T>(
     op: string,
-    call: (p: SandboxProvider) => Promise<SandboxInstance>,
+    call: (p: SandboxProvider) => Promise<T>,
     fallThroughOn: string[],
-  ): Promise<SandboxInstance> {
+  ): Promise<T> {
     const reasons: string[] = [];
     let last: SandboxError | undefined;
     for (const { name, provider } of this.chain) {

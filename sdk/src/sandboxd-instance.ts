@@ -20,10 +20,13 @@ import type {
   SandboxCommands,
   SandboxExecutionResult,
   SandboxFilesystem,
+  SandboxInfo,
   SandboxInstance,
   SandboxLanguage,
   SandboxPty,
+  SandboxUrl,
 } from "./types.ts";
+import { validateTimeout } from "./create-options.ts";
 
 export interface SandboxdLifecycle {
   /** A client for the running sandboxd, starting it again first if the sandbox was paused. */
@@ -31,6 +34,12 @@ export interface SandboxdLifecycle {
   pause(): Promise<void>;
   kill(): Promise<void>;
   getHost(port: number): Promise<string>;
+  /** A full URL for `port`; `http://` + getHost when the lifecycle has no URL of its own. */
+  getUrl?(port: number): Promise<SandboxUrl>;
+  /** Ends the sandbox `timeoutMs` from now (validated). */
+  setTimeout(timeoutMs: number): Promise<void>;
+  /** What the provider knows about the sandbox, read without side effects. */
+  info(): Promise<SandboxInfo>;
   /**
    * Explains a failure to reach sandboxd: e.g. NOT_FOUND when the container was removed from
    * outside. Without it, the CONNECTION_FAILED error stands.
@@ -175,6 +184,20 @@ export class SandboxdInstance implements SandboxInstance {
   async getHost(port: number): Promise<string> {
     checkPort(port);
     return this.lifecycle.getHost(port);
+  }
+
+  async getUrl(port: number): Promise<SandboxUrl> {
+    checkPort(port);
+    if (this.lifecycle.getUrl) return this.lifecycle.getUrl(port);
+    return { url: `http://${await this.lifecycle.getHost(port)}`, headers: {} };
+  }
+
+  setTimeout(timeoutMs: number): Promise<void> {
+    return this.lifecycle.setTimeout(validateTimeout(timeoutMs));
+  }
+
+  getInfo(): Promise<SandboxInfo> {
+    return this.lifecycle.info();
   }
 
   /** sandboxd's address and token, starting a paused sandbox first (./sandboxd-connection.ts). */

@@ -80,6 +80,11 @@ export class AppleContainerRuntime implements ContainerRuntime {
     ];
     for (const [k, v] of Object.entries(spec.env)) args.push("--env", `${k}=${v}`);
     for (const [k, v] of Object.entries(spec.labels)) args.push("--label", `${k}=${v}`);
+    if (spec.binds?.length)
+      throw new SandboxError(
+        "mounts is not supported by the docker provider on Apple's container runtime",
+        "NOT_SUPPORTED",
+      );
     if (spec.socketDir)
       throw new SandboxError(
         "network: false needs Docker; Apple's container runtime cannot run without a network",

@@ -56,6 +56,8 @@ export class DockerRuntime implements ContainerRuntime {
       { Type: "volume", Source: spec.volume, Target: DATA_MOUNT },
     ];
     if (spec.socketDir) mounts.push({ Type: "bind", Source: spec.socketDir, Target: SOCKET_MOUNT });
+    for (const b of spec.binds ?? [])
+      mounts.push({ Type: "bind", Source: b.source, Target: b.target, ReadOnly: !!b.readOnly });
     let container: Docker.Container;
     try {
       container = await this.call("create", () =>
@@ -223,5 +225,9 @@ function toInfo(c: Docker.ContainerInspectInfo): ContainerInfo {
     endpoint: c.State.Running ? endpoint : null,
     volume: c.Mounts.find((m) => m.Destination === DATA_MOUNT)?.Name ?? null,
     state: c.State.OOMKilled ? "OOMKilled" : c.State.Status,
+    image: c.Config.Image,
+    createdAt: new Date(c.Created),
+    ...(c.HostConfig.NanoCpus ? { cpus: c.HostConfig.NanoCpus / 1e9 } : {}),
+    ...(c.HostConfig.Memory ? { memoryBytes: c.HostConfig.Memory } : {}),
   };
 }

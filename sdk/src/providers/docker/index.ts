@@ -18,13 +18,22 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
 import { ID_PATTERN, VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
-import { validateCreate } from "../../create-options.ts";
+import { validateCreate, validateListLabels } from "../../create-options.ts";
+import { hasLabels, refuseUnsupported, userLabels } from "../../platform-options.ts";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { SandboxdClient } from "../../sandboxd-client.ts";
 import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
 import { PortForwarder } from "../../port-forward.ts";
-import type { SandboxCreateOptions, SandboxInstance, SandboxProvider } from "../../types.ts";
+import type {
+  SandboxCreateOptions,
+  SandboxInfo,
+  SandboxInstance,
+  SandboxListOptions,
+  SandboxProvider,
+  SandboxState,
+} from "../../types.ts";
+import { LIFETIME_LABEL, LifetimeOverrides } from "./lifetime.ts";
 import { detectRuntime } from "./detect.ts";
 import {
   NameConflictError,
@@ -51,6 +60,20 @@ const READY_POLL_MS = 10;
 const REFILL_DELAY_MS = 250;
 const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
 const PORT_ATTEMPTS = 10;
+/** How often the reaper looks when some sandbox has a lifetime or an idle timeout of its own. */
+const LIFETIME_REAP_MS = 1_000;
+
+/** What one container is made of, from the provider's defaults and the create options. */
+interface ContainerShape {
+  labels: Record<string, string>;
+  envs: Record<string, string>;
+  image: string;
+  cpus: number;
+  memoryBytes: number;
+  /** false: network "none", sandboxd on a unix socket. */
+  network: boolean;
+  binds: { source: string; target: string; readOnly?: boolean | undefined }[];
+}
 
 interface SandboxRecord {
   workingDirectory?: string | undefined;
@@ -62,7 +85,7 @@ class DockerSandbox implements SandboxdLifecycle {
   readonly name: string;
   private readonly provider: DockerProvider;
   private client: SandboxdClient | null = null;
-  private info: ContainerInfo;
+  private container: ContainerInfo;
   private connecting: Promise<SandboxdClient> | null = null;
   private readonly forwarder = new PortForwarder(() => this.connect());
   record: SandboxRecord = {};
@@ -70,7 +93,7 @@ class DockerSandbox implements SandboxdLifecycle {
   constructor(provider: DockerProvider, info: ContainerInfo) {
     this.provider = provider;
     this.name = info.name;
-    this.info = info;
+    this.container = info;
   }
 
   connect(): Promise<SandboxdClient> {
@@ -81,7 +104,7 @@ class DockerSandbox implements SandboxdLifecycle {
 
   /** Uses a container known to answer (a claimed warm one) without another inspect. */
   async connectReady(info: ContainerInfo): Promise<SandboxdClient> {
-    this.info = info;
+    this.container = info;
     this.client = await this.provider.waitReady(info);
     return this.client;
   }
@@ -96,7 +119,7 @@ class DockerSandbox implements SandboxdLifecycle {
         "NOT_FOUND",
       );
     if (!info.running) info = await rt.start(this.name);
-    this.info = info;
+    this.container = info;
     this.client = await this.provider.waitReady(info);
     return this.client;
   }
@@ -130,14 +153,25 @@ class DockerSandbox implements SandboxdLifecycle {
     await this.dropClient();
     const rt = await this.provider.runtime();
     const info = await rt.inspect(this.name);
-    await rt.remove(this.name, info?.volume ?? this.info.volume);
+    await rt.remove(this.name, info?.volume ?? this.container.volume);
     await this.provider.removeSocketDir(this.name);
+    await this.provider.lifetimes.remove(this.name);
     this.provider.forget(this.name);
   }
 
   /** Only sandboxd's port is published; other servers are reached through its tunnel. */
   async getHost(port: number): Promise<string> {
     return this.forwarder.forward(port);
+  }
+
+  async setTimeout(timeoutMs: number): Promise<void> {
+    await this.provider.get(this.name); // NOT_FOUND once the container is gone
+    await this.provider.lifetimes.set(this.name, Date.now() + timeoutMs);
+    this.provider.startReaper(true);
+  }
+
+  info(): Promise<SandboxInfo> {
+    return this.provider.get(this.name);
   }
 
   /** Reads the defaults create() stored in the sandbox (working directory, timeout). */
@@ -182,10 +216,13 @@ export class DockerProvider implements SandboxProvider {
   /** Warm containers this process started and nobody claimed yet (others are found by listing). */
   private readonly warmNames: string[] = [];
   private refill: NodeJS.Timeout | null = null;
+  private reapEveryMs = 0;
+  readonly lifetimes: LifetimeOverrides;
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
     this.logger = logger;
+    this.lifetimes = new LifetimeOverrides(this.options.stateDir);
   }
 
   /** The container engine, detected once; CONNECTION_FAILED when none answers. */
@@ -205,6 +242,26 @@ export class DockerProvider implements SandboxProvider {
 
   async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
     const o = validateCreate(options);
+    refuseUnsupported(
+      "docker",
+      o,
+      {
+        ttl: true,
+        idleTimeout: true,
+        cpu: true,
+        memory: true,
+        template: true,
+        labels: true,
+        networkDeny: true,
+        networkInternet: true,
+        mounts: true,
+        readOnlyMounts: true,
+      },
+      {
+        disk: "the data volume's driver has no size limit",
+        networkAllow: "Docker networks have no per-destination egress filter",
+      },
+    );
     const rt = await this.runtime();
     if (!this.imageChecked && !(this.imageChecked = await rt.imageExists(this.options.image))) {
       throw new SandboxError(
@@ -212,7 +269,12 @@ export class DockerProvider implements SandboxProvider {
         "EXECUTION_FAILED",
       );
     }
-    this.startReaper();
+    if (o.template && !(await rt.imageExists(o.template)))
+      throw new SandboxError(
+        `template: the image ${o.template} is not present on the engine (pull or build it first)`,
+        "INVALID_ARGUMENT",
+      );
+    this.startReaper(!!(o.lifetime?.ttlMs || o.lifetime?.idleTimeoutMs));
     const userId = o.userId ?? "default";
     const threadId = o.threadId ?? randomBytes(8).toString("hex");
     const name = this.containerName(userId, threadId);
@@ -221,13 +283,21 @@ export class DockerProvider implements SandboxProvider {
       this.sandboxes.get(name) ??
       (async () => {
         const existing = await rt.inspect(name);
-        if (existing) {
+        if (existing && (await this.isExpired(existing))) {
+          await this.removeContainer(existing);
+        } else if (existing) {
           const adopted = this.adopt(existing);
           await adopted.loadRecord();
           return adopted;
         }
         fresh = true;
-        return (await this.claimWarm(rt, name, o)) ?? this.startNew(rt, name, userId, threadId, o);
+        // A warm container was made blank: one with an image, limits, network, mounts or
+        // labels of its own is made for this create.
+        const plain = !o.template && !o.resources && !o.network && !o.mounts && !o.labels && !o.lifetime;
+        return (
+          (plain ? await this.claimWarm(rt, name, o) : null) ??
+          this.startNew(rt, name, userId, threadId, o)
+        );
       })();
     this.sandboxes.set(name, pending);
     let sandbox: DockerSandbox;
@@ -276,8 +346,15 @@ export class DockerProvider implements SandboxProvider {
     const rt = await this.runtime();
     let pending = this.sandboxes.get(sandboxId);
     if (!pending) {
-      pending = rt.inspect(sandboxId).then((info) => {
+      pending = rt.inspect(sandboxId).then(async (info) => {
         if (!info) throw new SandboxError(`no docker sandbox ${sandboxId}`, "NOT_FOUND");
+        if (await this.isExpired(info)) {
+          await this.removeContainer(info);
+          throw new SandboxError(
+            `docker sandbox ${sandboxId} reached the end of its lifetime`,
+            "NOT_FOUND",
+          );
+        }
         return this.adopt(info);
       });
       this.sandboxes.set(sandboxId, pending);
@@ -292,6 +369,66 @@ export class DockerProvider implements SandboxProvider {
     }
     await sandbox.loadRecord();
     return this.instance(sandbox);
+  }
+
+  /** This provider's sandboxes (running or stopped), from the engine alone: nothing is started. */
+  async list(options: SandboxListOptions = {}): Promise<SandboxInfo[]> {
+    const wanted = validateListLabels(options?.labels);
+    const rt = await this.runtime();
+    const warm = `${this.options.containerPrefix}-warm-`;
+    const out: SandboxInfo[] = [];
+    for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
+      if (c.name.startsWith(warm) || c.labels[LABEL.managed] !== "true") continue;
+      if (!hasLabels(c.labels, wanted)) continue;
+      out.push(await this.describe(c));
+    }
+    return out;
+  }
+
+  /** One container's info; a stopped one stays stopped. */
+  async get(sandboxId: string): Promise<SandboxInfo> {
+    const info =
+      typeof sandboxId === "string" && sandboxId.startsWith(`${this.options.containerPrefix}-`)
+        ? await (await this.runtime()).inspect(sandboxId)
+        : null;
+    if (!info || info.labels[LABEL.managed] !== "true")
+      throw new SandboxError(`no docker sandbox ${JSON.stringify(sandboxId)}`, "NOT_FOUND");
+    return this.describe(info);
+  }
+
+  private async describe(c: ContainerInfo): Promise<SandboxInfo> {
+    const expiresAt = await this.lifetimes.expiresAt(c.name, c.labels);
+    const user = c.labels[LABEL.user];
+    const thread = c.labels[LABEL.thread];
+    return {
+      sandboxId: c.name,
+      provider: "docker",
+      state: containerState(c),
+      labels: userLabels(c.labels),
+      ...(user ? { userId: user } : {}),
+      ...(thread ? { threadId: thread } : {}),
+      ...(c.image ? { template: c.image } : {}),
+      ...(c.createdAt ? { createdAt: c.createdAt } : {}),
+      ...(expiresAt ? { expiresAt: new Date(expiresAt) } : {}),
+      resources: {
+        ...(c.cpus ? { cpu: c.cpus } : {}),
+        ...(c.memoryBytes ? { memoryMiB: Math.round(c.memoryBytes / 1048576) } : {}),
+      },
+    };
+  }
+
+  private async isExpired(c: ContainerInfo): Promise<boolean> {
+    const at = await this.lifetimes.expiresAt(c.name, c.labels);
+    return at !== undefined && at <= Date.now();
+  }
+
+  /** Removes a container with its volume, socket directory and lifetime. */
+  private async removeContainer(c: ContainerInfo): Promise<void> {
+    const mine = await this.sandboxes.get(c.name)?.catch(() => undefined);
+    if (mine) return mine.kill();
+    await (await this.runtime()).remove(c.name, c.volume);
+    await this.removeSocketDir(c.name);
+    await this.lifetimes.remove(c.name);
   }
 
   /** Lets go of a sandbox without stopping it: it stays warm for its thread until the reaper. */
@@ -375,11 +512,31 @@ export class DockerProvider implements SandboxProvider {
     threadId: string,
     o: SandboxCreateOptions,
   ): Promise<DockerSandbox> {
-    const labels = { [LABEL.managed]: "true", [LABEL.user]: userId, [LABEL.thread]: threadId };
+    const shape: ContainerShape = {
+      ...this.defaultShape(),
+      labels: {
+        ...o.labels,
+        [LABEL.managed]: "true",
+        [LABEL.user]: userId,
+        [LABEL.thread]: threadId,
+        ...(o.lifetime?.ttlMs
+          ? { [LIFETIME_LABEL.expiresAt]: String(Date.now() + o.lifetime.ttlMs) }
+          : {}),
+        ...(o.lifetime?.idleTimeoutMs
+          ? { [LIFETIME_LABEL.idleTimeoutMs]: String(o.lifetime.idleTimeoutMs) }
+          : {}),
+      },
+      envs: o.envs ?? {},
+      ...(o.template ? { image: o.template } : {}),
+      ...(o.resources?.cpu ? { cpus: o.resources.cpu } : {}),
+      ...(o.resources?.memoryMiB ? { memoryBytes: o.resources.memoryMiB * 1048576 } : {}),
+      ...(o.network ? { network: o.network === "internet" } : {}),
+      binds: o.mounts ?? [],
+    };
     let conflict: unknown;
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
-        return this.adopt(await this.runWithPortRetry(rt, name, labels, o.envs ?? {}));
+        return this.adopt(await this.runWithPortRetry(rt, name, shape));
       } catch (err) {
         if (!(err instanceof NameConflictError)) throw err;
         conflict = err;
@@ -400,21 +557,34 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
+  /** A blank container as the provider's options describe it. */
+  private defaultShape(): ContainerShape {
+    return {
+      labels: {},
+      envs: {},
+      image: this.options.image,
+      cpus: this.options.cpus,
+      memoryBytes: this.options.memoryMb * 1024 * 1024,
+      network: this.options.network,
+      binds: [],
+    };
+  }
+
   private async runWithPortRetry(
     rt: ContainerRuntime,
     name: string,
-    labels: Record<string, string>,
-    envs: Record<string, string>,
+    shape: ContainerShape,
   ): Promise<ContainerInfo> {
+    const { labels, envs } = shape;
     const token = randomBytes(32).toString("hex");
     const tried: number[] = [];
     try {
       for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
-        const hostPort = this.options.network ? await this.freePort(rt, tried) : null;
-        const socketDir = this.options.network ? null : await this.socketDirFor(name);
+        const hostPort = shape.network ? await this.freePort(rt, tried) : null;
+        const socketDir = shape.network ? null : await this.socketDirFor(name);
         const spec: ContainerSpec = {
           name,
-          image: this.options.image,
+          image: shape.image,
           env: {
             SANDBOXD_TOKEN: token,
             // HOME on the volume: pip and npm caches survive pause/resume and a read-only root.
@@ -426,10 +596,11 @@ export class DockerProvider implements SandboxProvider {
           hostPort,
           bindHost: this.options.bindHost,
           socketDir,
-          cpus: this.options.cpus,
-          memoryBytes: this.options.memoryMb * 1024 * 1024,
+          cpus: shape.cpus,
+          memoryBytes: shape.memoryBytes,
           pids: this.options.pids,
           readOnlyRoot: this.options.readOnlyRoot,
+          binds: shape.binds,
         };
         try {
           return await rt.run(spec);
@@ -537,7 +708,9 @@ export class DockerProvider implements SandboxProvider {
       for (let i = have; i < this.options.warm; i++) {
         const name = `${prefix}${randomBytes(6).toString("hex")}`;
         const labels = { [LABEL.managed]: "true", [LABEL.warm]: "true" };
-        const client = await this.waitReady(await this.runWithPortRetry(rt, name, labels, {}));
+        const client = await this.waitReady(
+          await this.runWithPortRetry(rt, name, { ...this.defaultShape(), labels }),
+        );
         // A few commands first: a fresh sandboxd's first commands pay for JIT warm-up and
         // connection set-up; the claimer should not.
         for (let n = 0; n < 5; n++) await client.runCommand({ command: "true" });
@@ -550,9 +723,18 @@ export class DockerProvider implements SandboxProvider {
     return this.warmFill;
   }
 
-  private startReaper(): void {
-    if (this.reaper || this.options.idleTimeoutMs === 0) return;
-    const every = Math.max(1_000, Math.min(60_000, Math.floor(this.options.idleTimeoutMs / 2)));
+  /**
+   * Starts the reaper: at the idle timeout's pace, or every second once some sandbox has a
+   * lifetime or idle timeout of its own (`lifetimes`).
+   */
+  startReaper(lifetimes = false): void {
+    const every = lifetimes
+      ? LIFETIME_REAP_MS
+      : Math.max(1_000, Math.min(60_000, Math.floor(this.options.idleTimeoutMs / 2)));
+    if (!lifetimes && this.options.idleTimeoutMs === 0) return;
+    if (this.reaper && this.reapEveryMs <= every) return;
+    if (this.reaper) clearInterval(this.reaper);
+    this.reapEveryMs = every;
     this.reaper = setInterval(
       () =>
         void this.reapIdle().catch((err: unknown) =>
@@ -563,15 +745,27 @@ export class DockerProvider implements SandboxProvider {
     this.reaper.unref();
   }
 
-  /** Stops running sandboxes whose sandboxd has been idle past idleTimeoutMs; returns their names. */
+  /**
+   * Removes sandboxes past their lifetime (stopped ones too) and stops running ones whose
+   * sandboxd has been idle past their idle timeout (their own, else idleTimeoutMs); returns the
+   * names it acted on.
+   */
   async reapIdle(): Promise<string[]> {
     const rt = await this.runtime();
     const stopped: string[] = [];
     for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
-      if (!c.running || !c.endpoint || c.name.startsWith(`${this.options.containerPrefix}-warm-`))
+      if (c.name.startsWith(`${this.options.containerPrefix}-warm-`)) continue;
+      if (await this.isExpired(c)) {
+        this.logger?.info({ container: c.name }, "removing a sandbox at the end of its lifetime");
+        await this.removeContainer(c);
+        stopped.push(c.name);
         continue;
+      }
+      const idleTimeoutMs =
+        Number(c.labels[LIFETIME_LABEL.idleTimeoutMs]) || this.options.idleTimeoutMs;
+      if (!c.running || !c.endpoint || idleTimeoutMs === 0) continue;
       const health = await this.health(c);
-      if (health && health.idleMs >= this.options.idleTimeoutMs) {
+      if (health && health.idleMs >= idleTimeoutMs) {
         this.logger?.info({ container: c.name, idleMs: health.idleMs }, "stopping idle sandbox");
         const mine = await this.sandboxes.get(c.name)?.catch(() => undefined);
         await mine?.dropClient();
@@ -609,4 +803,12 @@ export class DockerProvider implements SandboxProvider {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
+}
+
+/** The contract's state of a container: stopped (by pause or the reaper) is paused. */
+function containerState(c: ContainerInfo): SandboxState {
+  if (c.running) return "running";
+  if (c.state === "created" || c.state === "restarting") return "starting";
+  if (c.state === "removing") return "stopping";
+  return "paused";
 }

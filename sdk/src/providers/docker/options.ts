@@ -1,5 +1,5 @@
 /** Docker provider options: apart from the provider so config validation does not load dockerode. */
-import { tmpdir } from "node:os";
+import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
 
@@ -25,6 +25,8 @@ export const DockerProviderOptions = z.strictObject({
   /** Host directory for the sockets of network-less sandboxes (must be local to the engine). */
   socketDir: z.string().default(join(tmpdir(), "sandpit-docker")),
   readOnlyRoot: z.boolean().default(true),
+  /** Host directory for lifetimes changed after create (setTimeout); shared by processes. */
+  stateDir: z.string().default(join(homedir(), ".local", "state", "sandpit", "docker")),
   /** Running containers idle this long are stopped (their data stays); 0 turns the reaper off. */
   idleTimeoutMs: z
     .number()

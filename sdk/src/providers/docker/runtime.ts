@@ -22,6 +22,8 @@ export interface ContainerSpec {
   memoryBytes: number;
   pids: number;
   readOnlyRoot: boolean;
+  /** Host paths bound into the container (the caller's `mounts`). */
+  binds?: { source: string; target: string; readOnly?: boolean | undefined }[];
 }
 
 export interface ContainerInfo {
@@ -36,6 +38,11 @@ export interface ContainerInfo {
   volume: string | null;
   /** Exit details when not running, e.g. "OOMKilled". */
   state: string;
+  image?: string;
+  createdAt?: Date;
+  /** The limits it runs with, where the engine reports them. */
+  cpus?: number;
+  memoryBytes?: number;
 }
 
 export interface ContainerSummary {

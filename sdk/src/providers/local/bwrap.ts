@@ -51,6 +51,8 @@ export interface BwrapOptions {
   network: boolean;
   /** Host directories mounted read-only at the same path: Node, Python, sandboxd's code. */
   readOnly: string[];
+  /** The caller's mounts: host paths at paths inside, after everything else. */
+  mounts?: { source: string; target: string; readOnly?: boolean | undefined }[];
 }
 
 /**
@@ -88,9 +90,9 @@ export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
     "--bind",
     o.runDir,
     o.runMount,
-    "--chdir",
-    o.virtualRoot,
   );
+  for (const m of o.mounts ?? []) args.push(m.readOnly ? "--ro-bind" : "--bind", m.source, m.target);
+  args.push("--chdir", o.virtualRoot);
   return args;
 }
 

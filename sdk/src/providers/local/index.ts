@@ -23,7 +23,8 @@ import { discoverInterpreters, scrubEnv, type Interpreters } from "@sandpit/sand
 import { ID_PATTERN, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
 import type { Logger } from "pino";
 import type { z } from "zod";
-import { validateCreate } from "../../create-options.ts";
+import { validateCreate, validateListLabels } from "../../create-options.ts";
+import { hasLabels, refuseUnsupported } from "../../platform-options.ts";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { PortForwarder } from "../../port-forward.ts";
@@ -31,16 +32,27 @@ import { SandboxdClient } from "../../sandboxd-client.ts";
 import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
 import type {
   SandboxCreateOptions,
+  SandboxInfo,
   SandboxInstance,
-  SandboxLanguage,
+  SandboxListOptions,
   SandboxProvider,
 } from "../../types.ts";
 import { bwrapArgs, bwrapAvailable } from "./bwrap.ts";
 import { LocalProviderOptions } from "./options.ts";
+import {
+  expired,
+  readRecord,
+  recordInfo,
+  sandboxDirs,
+  writeRecord,
+  type SandboxRecord,
+} from "./records.ts";
 
 const SANDBOXD_MAIN = fileURLToPath(import.meta.resolve("@sandpit/sandboxd/main"));
 /** Where sandboxd's socket is mounted inside bubblewrap. */
 const RUN_MOUNT = "/run/sandpit";
+/** How often the reaper looks at lifetimes and idleness. */
+const REAP_EVERY_MS = 1_000;
 
 /** Host directories sandboxd's code needs: its package and the node_modules its imports load from. */
 async function sandboxdCodeDirs(): Promise<string[]> {
@@ -52,16 +64,6 @@ async function sandboxdCodeDirs(): Promise<string[]> {
     if (i >= 0) dirs.add(real.slice(0, i + "/node_modules".length));
   }
   return [...dirs];
-}
-
-/** What is kept next to (not inside) the sandbox's data, so code in the sandbox cannot edit it. */
-interface SandboxRecord {
-  sandboxId: string;
-  language: SandboxLanguage;
-  envs: Record<string, string>;
-  workingDirectory?: string | undefined;
-  timeoutMs?: number | undefined;
-  createdAt: string;
 }
 
 type State =
@@ -144,9 +146,28 @@ class LocalSandbox implements SandboxdLifecycle {
   /** Same network: the port itself. In a private network namespace: a tunnel through sandboxd. */
   async getHost(port: number): Promise<string> {
     await this.connect();
-    if (this.provider.isolation === "bwrap" && !this.provider.options.network)
+    if (this.provider.isolation === "bwrap" && this.provider.networkOf(this.record) === "deny")
       return this.forwarder.forward(port);
     return `127.0.0.1:${port}`;
+  }
+
+  async setTimeout(timeoutMs: number): Promise<void> {
+    if (this.state.kind === "killed")
+      throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
+    this.record.expiresAt = new Date(Date.now() + timeoutMs).toISOString();
+    await writeRecord(this.dir, this.record);
+    this.provider.startReaper();
+  }
+
+  async info(): Promise<SandboxInfo> {
+    if (this.state.kind === "killed")
+      throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
+    return recordInfo(this.record, this.state.kind === "running" ? "running" : "paused");
+  }
+
+  /** Port forwards close; sandboxd keeps running (until close(), its lifetime or idleness). */
+  release(): Promise<void> {
+    return this.forwarder.close();
   }
 }
 
@@ -156,6 +177,7 @@ export class LocalProvider implements SandboxProvider {
   private readonly sandboxes = new Map<string, Promise<LocalSandbox>>();
   private interpreters: Promise<Interpreters> | null = null;
   private resolvedIsolation: Promise<"bwrap" | "none"> | null = null;
+  private reaper: NodeJS.Timeout | null = null;
   /** Known once the first sandbox started. */
   isolation: "bwrap" | "none" | undefined;
 
@@ -166,6 +188,37 @@ export class LocalProvider implements SandboxProvider {
 
   async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
     const o = validateCreate(options);
+    const bwrap = (await this.isolationMode()) === "bwrap";
+    const noBwrap = "needs bubblewrap isolation";
+    refuseUnsupported(
+      "local",
+      o,
+      {
+        ttl: true,
+        idleTimeout: true,
+        labels: true,
+        networkInternet: true,
+        networkDeny: bwrap,
+        mounts: bwrap,
+        readOnlyMounts: bwrap,
+      },
+      {
+        networkDeny: noBwrap,
+        mounts: noBwrap,
+        cpu: "no cgroup delegation for host processes",
+        memory: "no cgroup delegation for host processes",
+        disk: "the sandbox's directory is on the host's filesystem",
+        template: "sandboxes run on the host's system, there is no image to choose",
+        networkAllow: "bubblewrap has a network namespace or none, no per-destination filter",
+      },
+    );
+    for (const m of o.mounts ?? []) {
+      if (!m.source.startsWith("/") || !(await fs.stat(m.source).catch(() => null)))
+        throw new SandboxError(
+          `mount source ${JSON.stringify(m.source)} must be an existing absolute host path`,
+          "INVALID_ARGUMENT",
+        );
+    }
     const userId = o.userId ?? "default";
     const threadId = o.threadId ?? randomUUID();
     const sandboxId = `${userId}.${threadId}`;
@@ -184,9 +237,16 @@ export class LocalProvider implements SandboxProvider {
           workingDirectory: o.workingDirectory,
           timeoutMs: o.timeoutMs,
           createdAt: new Date().toISOString(),
+          ...(o.labels ? { labels: o.labels } : {}),
+          ...(o.lifetime?.ttlMs
+            ? { expiresAt: new Date(Date.now() + o.lifetime.ttlMs).toISOString() }
+            : {}),
+          ...(o.lifetime?.idleTimeoutMs ? { idleTimeoutMs: o.lifetime.idleTimeoutMs } : {}),
+          ...(typeof o.network === "string" ? { network: o.network } : {}),
+          ...(o.mounts?.length ? { mounts: o.mounts } : {}),
         };
         await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
-        await fs.writeFile(join(dir, "sandbox.json"), JSON.stringify(record, null, 2));
+        await writeRecord(dir, record);
         return new LocalSandbox(this, dir, record);
       })();
     this.sandboxes.set(sandboxId, pending);
@@ -207,10 +267,49 @@ export class LocalProvider implements SandboxProvider {
       if (fresh) await sandbox.kill().catch(() => undefined);
       throw err;
     }
+    if (sandbox.record.expiresAt || sandbox.record.idleTimeoutMs) this.startReaper();
     return this.instance(sandbox);
   }
 
   async resume(sandboxId: string): Promise<SandboxInstance> {
+    const sandbox = await this.known(sandboxId);
+    await sandbox.connect();
+    if (sandbox.record.expiresAt || sandbox.record.idleTimeoutMs) this.startReaper();
+    return this.instance(sandbox);
+  }
+
+  /** Every sandbox in the state directory (any process's), read from the records alone. */
+  async list(options: SandboxListOptions = {}): Promise<SandboxInfo[]> {
+    const wanted = validateListLabels(options?.labels);
+    const out: SandboxInfo[] = [];
+    for (const dir of await sandboxDirs(this.options.baseDir)) {
+      const record = await readRecord(dir).catch(() => null);
+      if (!record || !hasLabels(record.labels ?? {}, wanted)) continue;
+      if (expired(record)) {
+        await this.expire(record.sandboxId).catch(() => undefined);
+        continue;
+      }
+      out.push(recordInfo(record, await this.stateOf(record.sandboxId)));
+    }
+    return out;
+  }
+
+  async get(sandboxId: string): Promise<SandboxInfo> {
+    return (await this.known(sandboxId)).info();
+  }
+
+  async release(sandboxId: string): Promise<void> {
+    await (await this.sandboxes.get(sandboxId)?.catch(() => undefined))?.release();
+  }
+
+  /** Running when this process runs its sandboxd; otherwise its files wait for resume. */
+  private async stateOf(sandboxId: string): Promise<"running" | "paused"> {
+    const mine = await this.sandboxes.get(sandboxId)?.catch(() => undefined);
+    return mine?.state.kind === "running" ? "running" : "paused";
+  }
+
+  /** The sandbox of an ID, from memory or its record; NOT_FOUND (and deleted) when expired. */
+  private async known(sandboxId: string): Promise<LocalSandbox> {
     const [userId, threadId, ...rest] = typeof sandboxId === "string" ? sandboxId.split(".") : [];
     if (
       !userId ||
@@ -235,12 +334,68 @@ export class LocalProvider implements SandboxProvider {
       pending.catch(() => this.sandboxes.delete(sandboxId));
     }
     const sandbox = await pending;
-    await sandbox.connect();
-    return this.instance(sandbox);
+    if (expired(sandbox.record)) {
+      await this.expire(sandboxId);
+      throw new SandboxError(`local sandbox ${sandboxId} reached the end of its lifetime`, "NOT_FOUND");
+    }
+    return sandbox;
+  }
+
+  /** Deletes a sandbox whose lifetime ended. */
+  private async expire(sandboxId: string): Promise<void> {
+    const [userId, threadId] = sandboxId.split(".") as [string, string];
+    const dir = this.sandboxDir(userId, threadId);
+    const pending =
+      this.sandboxes.get(sandboxId) ??
+      readRecord(dir).then((r) => (r ? new LocalSandbox(this, dir, r) : null));
+    const sandbox = await pending.catch(() => null);
+    this.logger?.info({ sandboxId }, "deleting a sandbox at the end of its lifetime");
+    await sandbox?.kill();
+  }
+
+  /**
+   * Enforces lifetimes while this process runs: a sandbox past its end is deleted, one of this
+   * process's that sat idle past its idle timeout is stopped (files kept). Sandboxes no process
+   * runs are checked when listed, found or resumed.
+   */
+  startReaper(): void {
+    if (this.reaper) return;
+    this.reaper = setInterval(
+      () =>
+        void this.reap().catch((err: unknown) => this.logger?.warn({ err }, "local reaper failed")),
+      REAP_EVERY_MS,
+    );
+    this.reaper.unref();
+  }
+
+  /** One pass of the reaper; returns the IDs it deleted or stopped. */
+  async reap(): Promise<string[]> {
+    const acted: string[] = [];
+    const all = await Promise.allSettled(this.sandboxes.values());
+    for (const r of all) {
+      if (r.status !== "fulfilled") continue;
+      const sandbox = r.value;
+      const { record, state } = sandbox;
+      if (state.kind === "killed") continue;
+      if (expired(record)) {
+        await this.expire(record.sandboxId);
+        acted.push(record.sandboxId);
+      } else if (record.idleTimeoutMs && state.kind === "running") {
+        const health = await state.client.health(2_000).catch(() => null);
+        if (health && health.idleMs >= record.idleTimeoutMs) {
+          this.logger?.info({ sandboxId: record.sandboxId }, "stopping an idle sandbox");
+          await sandbox.pause();
+          acted.push(record.sandboxId);
+        }
+      }
+    }
+    return acted;
   }
 
   /** Stops every sandboxd this provider started; their files stay for resume(). */
   async close(): Promise<void> {
+    if (this.reaper) clearInterval(this.reaper);
+    this.reaper = null;
     const all = await Promise.allSettled(this.sandboxes.values());
     await Promise.all(
       all.map((s) =>
@@ -263,6 +418,16 @@ export class LocalProvider implements SandboxProvider {
 
   private sandboxDir(userId: string, threadId: string): string {
     return join(this.options.baseDir, "users", userId, "threads", threadId);
+  }
+
+  /** "deny" (a private network namespace) or "internet": the sandbox's own, else the provider's. */
+  networkOf(record: SandboxRecord): "deny" | "internet" {
+    return record.network ?? (this.options.network ? "internet" : "deny");
+  }
+
+  private isolationMode(): Promise<"bwrap" | "none"> {
+    this.resolvedIsolation ??= this.decideIsolation();
+    return this.resolvedIsolation;
   }
 
   private async decideIsolation(): Promise<"bwrap" | "none"> {
@@ -290,9 +455,8 @@ export class LocalProvider implements SandboxProvider {
   async spawnSandboxd(
     sandbox: LocalSandbox,
   ): Promise<{ child: ChildProcessWithoutNullStreams; socketPath: string; token: string }> {
-    this.resolvedIsolation ??= this.decideIsolation();
     this.interpreters ??= discoverInterpreters(process.env);
-    const [isolation, interp] = await Promise.all([this.resolvedIsolation, this.interpreters]);
+    const [isolation, interp] = await Promise.all([this.isolationMode(), this.interpreters]);
     this.isolation = isolation;
     const token = randomBytes(32).toString("hex");
     const key = createHash("sha256").update(`${sandbox.dataDir}`).digest("hex").slice(0, 16);
@@ -324,7 +488,8 @@ export class LocalProvider implements SandboxProvider {
             virtualRoot: VIRTUAL_ROOT,
             runDir,
             runMount: RUN_MOUNT,
-            network: this.options.network,
+            network: this.networkOf(sandbox.record) === "internet",
+            mounts: sandbox.record.mounts,
             readOnly: [
               dirname(dirname(interp.node)),
               interp.pythonPrefix,
@@ -379,13 +544,4 @@ async function stopChild(child: ChildProcessWithoutNullStreams): Promise<void> {
   await exited;
   clearTimeout(term);
   clearTimeout(kill);
-}
-
-async function readRecord(dir: string): Promise<SandboxRecord | null> {
-  try {
-    return JSON.parse(await fs.readFile(join(dir, "sandbox.json"), "utf8")) as SandboxRecord;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
-    throw new SandboxError(`the record of sandbox in ${dir} is unreadable`, "INTERNAL", err);
-  }
 }
