@@ -19,7 +19,6 @@ import type { Logger } from "pino";
 import {
   type SandboxCreateOptions,
   SandboxError,
-  type SandboxInfo,
   type SandboxInstance,
   type SandboxProvider,
   sandboxdConnection,
@@ -33,21 +32,21 @@ import {
   SandboxUnavailable,
 } from "../sandboxes.ts";
 import type { SandboxBackend } from "../store.ts";
+import { ApiError } from "../api/errors.ts";
 import { capabilityFor } from "./capability.ts";
+import { MAX_RECORD_BYTES, STATE_LABEL, recordLabels, recordOf } from "./record-labels.ts";
 import { resourcesOf } from "./resources.ts";
 
-/** On every sandbox of one serve state: its id, so two serve states never adopt each other's. */
-export const SERVE_LABEL = "sandpit.dev/serve";
-/** The record a restart rebuilds the sandbox from (JSON of StoredRecord). */
-export const RECORD_LABEL = "sandpit.dev/serve-record";
-
-/** What is kept on the sandbox: everything of its Sandbox record but the status and secrets. */
+/**
+ * What is kept on the sandbox (./record-labels.ts): its Sandbox record but the status, and of
+ * the spec not the environment (secrets, and the sandbox has it) nor the packages (installed).
+ */
 interface StoredRecord {
   name: string;
   tenant: string;
   labels: Record<string, string>;
   annotations: Record<string, string>;
-  spec: Sandbox["spec"];
+  spec: Omit<Sandbox["spec"], "env" | "packages">;
   createdAt: string;
 }
 
@@ -168,17 +167,29 @@ export class ProviderStore implements SandboxBackend {
         30,
       );
     }
+    const spec = {
+      ...(input.pool ? { poolRef: input.pool } : {}),
+      ...input.spec,
+    } as Sandbox["spec"];
+    const { env: _env, packages: _packages, ...kept } = spec;
     const stored: StoredRecord = {
       name,
       tenant: input.tenant,
       labels: { ...input.labels },
       annotations: { ...input.annotations },
-      spec: { ...(input.pool ? { poolRef: input.pool } : {}), ...input.spec } as Sandbox["spec"],
+      spec: kept,
       createdAt: new Date().toISOString(),
     };
+    const labels = recordLabels(this.#o.serveId, stored);
+    if (!labels)
+      throw new ApiError(
+        "INVALID_ARGUMENT",
+        `the sandbox's labels and ids are too long to keep on it (at most ${MAX_RECORD_BYTES} bytes as JSON)`,
+      );
     const entry = this.#entry(stored, { phase: "Pending" });
+    entry.sandbox.spec = spec;
     this.#entries.set(name, entry);
-    this.#serial(entry, () => this.#provision(entry, stored));
+    void this.#serial(entry, () => this.#provision(entry, spec, labels));
     return { sandbox: entry.sandbox, created: true };
   }
 
@@ -215,8 +226,12 @@ export class ProviderStore implements SandboxBackend {
   }
 
   /** Makes the sandbox with the provider; the record turns Ready or Failed. */
-  async #provision(entry: Entry, stored: StoredRecord): Promise<void> {
-    const { spec } = stored;
+  async #provision(
+    entry: Entry,
+    spec: Sandbox["spec"],
+    labels: Record<string, string>,
+  ): Promise<void> {
+    const name = entry.sandbox.metadata.name;
     const options: SandboxCreateOptions = {
       language: spec.language ?? "python",
       ...(spec.packages?.length
@@ -228,8 +243,8 @@ export class ProviderStore implements SandboxBackend {
       ...(spec.resources ? { resources: resourcesOf(spec.resources) } : {}),
       ...(spec.poolRef ? { template: spec.poolRef } : {}),
       userId: this.#o.serveId,
-      threadId: stored.name,
-      labels: { [SERVE_LABEL]: this.#o.serveId, [RECORD_LABEL]: JSON.stringify(stored) },
+      threadId: name,
+      labels,
     };
     this.#set(entry, { phase: "Starting" });
     try {
@@ -237,7 +252,7 @@ export class ProviderStore implements SandboxBackend {
       entry.providerId = instance.sandboxId;
       await this.#attach(entry, instance);
     } catch (err) {
-      this.#o.log.warn({ err, sandbox: stored.name }, "sandbox failed to start");
+      this.#o.log.warn({ err, sandbox: name }, "sandbox failed to start");
       this.#fail(entry, err);
     }
   }
@@ -407,9 +422,9 @@ export class ProviderStore implements SandboxBackend {
    * resume of a running sandbox only connects), paused ones stay paused until used.
    */
   async #load(): Promise<void> {
-    const infos = await this.#o.provider.list({ labels: { [SERVE_LABEL]: this.#o.serveId } });
+    const infos = await this.#o.provider.list({ labels: { [STATE_LABEL]: this.#o.serveId } });
     for (const info of infos) {
-      const stored = parseRecord(info);
+      const stored = recordOf(info.labels) as StoredRecord | undefined;
       if (!stored || this.#entries.has(stored.name)) continue;
       const running = info.state === "running" || info.state === "starting";
       const entry = this.#entry(
@@ -452,15 +467,5 @@ export class ProviderStore implements SandboxBackend {
         this.#o.log.warn({ err, sandbox: name }, "could not end or pause sandbox");
       }
     }
-  }
-}
-
-/** The stored record on a sandbox, or undefined for one this serve state did not make. */
-function parseRecord(info: SandboxInfo): StoredRecord | undefined {
-  try {
-    const r = JSON.parse(info.labels[RECORD_LABEL] ?? "") as StoredRecord;
-    return typeof r.name === "string" && typeof r.tenant === "string" ? r : undefined;
-  } catch {
-    return undefined;
   }
 }
