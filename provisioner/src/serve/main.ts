@@ -163,7 +163,9 @@ async function openBackend(
     secret: state.secret,
     log,
     idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_IDLE_MS,
-    ...(o.reapIntervalMs ? { reapIntervalMs: o.reapIntervalMs } : {}),
+    // Often enough that a sandbox is paused within a few seconds of its idle timeout.
+    reapIntervalMs:
+      o.reapIntervalMs ?? Math.min(5_000, Math.max(500, (o.idleTimeoutMs ?? DEFAULT_IDLE_MS) / 4)),
   });
   return { backend, store, close: () => store.close() };
 }
