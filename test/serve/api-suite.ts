@@ -18,6 +18,8 @@ export interface ServeTarget {
   args: string[];
   /** What of serve state `stateId`'s sandboxes the backend still holds (names, for a message). */
   leftovers: (stateDir: string, stateId: string) => Promise<string[]>;
+  /** Environment serve needs on this backend (DOCKER_HOST, say). */
+  env?: Record<string, string>;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -44,6 +46,7 @@ export function serveApiSuite(backend: string, target: ServeTarget): void {
       { key: KEYS.deerflow, tenant: "deerflow", maxSandboxes: 20 },
     ]),
     SANDPIT_MAX_BODY_BYTES: "65536",
+    ...target.env,
   };
   const start = async () => {
     serve = await startServe(["--state-dir", stateDir, ...target.args], env);

@@ -8,13 +8,21 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
 import { contractSuite } from "../contract/suite.ts";
-import { KEYS, startServe } from "./harness.ts";
+import { KEYS, KEY_LIST, startServe } from "./harness.ts";
 
 contractSuite("kubernetes provider → sandpit serve (local)", async () => {
   const stateDir = await mkdtemp(join(tmpdir(), "sandpit-serve-contract-"));
-  const serve = await startServe(["--backend", "local", "--state-dir", stateDir]);
+  // Package installs (pandas, matplotlib) on a cold pip cache take minutes.
+  const serve = await startServe(["--backend", "local", "--state-dir", stateDir], {
+    SANDPIT_API_KEYS: JSON.stringify(KEY_LIST),
+    SANDPIT_READY_TIMEOUT_MS: "600000",
+  });
   return {
-    provider: new KubernetesProvider({ provisionerUrl: serve.url, apiKey: KEYS.a }),
+    provider: new KubernetesProvider({
+      provisionerUrl: serve.url,
+      apiKey: KEYS.a,
+      readyTimeoutMs: 600_000,
+    }),
     streamBytes: 256 * 1024 * 1024,
     teardown: async () => {
       await serve.stop();
