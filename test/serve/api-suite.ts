@@ -25,7 +25,11 @@ export interface ServeTarget {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Polls `probe` until it returns something truthy; bounded in time. */
-async function until<T>(what: string, ms: number, probe: () => Promise<T>): Promise<T> {
+async function until<T>(
+  what: string,
+  ms: number,
+  probe: () => Promise<T | undefined | false>,
+): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await probe().catch(() => undefined);
