@@ -25,6 +25,7 @@ export default defineConfig({
             "test/chart/**",
             "test/operator/**",
             "test/deerflow/**",
+            "test/serve/docker*.test.ts",
           ],
         },
       },
@@ -33,7 +34,11 @@ export default defineConfig({
         test: {
           name: "docker",
           sequence: { groupOrder: 0 },
-          include: ["test/docker/**/*.test.ts", "test/contract/docker.test.ts"],
+          include: [
+            "test/docker/**/*.test.ts",
+            "test/contract/docker.test.ts",
+            "test/serve/docker*.test.ts",
+          ],
           globalSetup: ["test/docker/global-setup.ts"],
           // Image builds and container starts are slow; the cold first build takes minutes.
           hookTimeout: 900_000,

@@ -14,6 +14,7 @@ import * as ls from "./commands/ls.ts";
 import * as mcp from "./commands/mcp.ts";
 import * as port from "./commands/port.ts";
 import * as processes from "./commands/processes.ts";
+import * as serve from "./commands/serve.ts";
 import * as shell from "./commands/shell.ts";
 import * as up from "./commands/up.ts";
 import { VERSION } from "./version.ts";
@@ -29,6 +30,7 @@ const COMMANDS = [
   port,
   lifecycle,
   up,
+  serve,
   mcp,
   completion,
 ];

@@ -23,8 +23,14 @@ import { ApiError, endSocket, writeError } from "./api/errors.ts";
 export interface Target {
   host: string;
   port: number;
+  /** sandboxd listens on this unix socket instead (host and port then only fill Host). */
+  socketPath?: string | undefined;
   token: string;
 }
+
+/** A connection to the target's sandboxd, over TCP or its unix socket. */
+const connectTo = (target: Target): Socket =>
+  target.socketPath ? connect(target.socketPath) : connect(target.port, target.host);
 
 /** Where a request goes: sandboxd itself, or port `port` inside the sandbox (a tunnel). */
 export type Destination = { kind: "sandboxd" } | { kind: "port"; port: number };
@@ -76,7 +82,7 @@ const unreachable = (message: string, status?: number) =>
  */
 function openTunnel(target: Target, port: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
-    const socket = connect(target.port, target.host);
+    const socket = connectTo(target);
     let buffered = Buffer.alloc(0);
     const fail = (err: Error) => {
       socket.destroy();
@@ -134,7 +140,9 @@ export function proxyRequest(
       path,
       headers: forwardHeaders(req, target, to),
       ...(to.kind === "sandboxd"
-        ? { host: target.host, port: target.port }
+        ? target.socketPath
+          ? { socketPath: target.socketPath }
+          : { host: target.host, port: target.port }
         : {
             // The request goes over a tunnel opened first; Node waits for `done`.
             createConnection: (_o: unknown, done: (err: Error | null, s: Duplex) => void) => {
@@ -229,7 +237,7 @@ export function proxyUpgrade(
     );
     return;
   }
-  const socket: Socket = connect(target.port, target.host);
+  const socket = connectTo(target);
   socket.once("connect", () => splice(socket));
   socket.once("error", (err) => {
     if (client.writable && !socket.bytesRead)

@@ -26,6 +26,7 @@ import {
   isAlreadyExists,
   isNotFound,
 } from "@sandpit/operator/kube/client";
+import type { SandboxBackend } from "./store.ts";
 
 // The provisioner's routes see the Sandbox API through this module.
 export { LABEL, type Sandbox };
@@ -108,7 +109,7 @@ export function identity(
   };
 }
 
-export class SandboxStore {
+export class SandboxStore implements SandboxBackend {
   readonly namespace: string;
   readonly #kube: Kube;
   readonly #informer: Informer<Sandbox>;

@@ -2,7 +2,7 @@
  * The provisioner's HTTP server, wired: the native API, the DeerFlow- and E2B-compatible APIs
  * (./api/e2b/, ahead of the rest: it routes by host and header too), upgrades
  * (WebSocket, TCP tunnels) on the proxy paths, and the service's own routes. State lives in the
- * Sandbox resources only; every route that sends a sandbox traffic goes through one Transport.
+ * store (./store.ts) only; every route that sends a sandbox traffic goes through one Transport.
  */
 import { createServer, type Server } from "node:http";
 import express, { type Request } from "express";
@@ -16,7 +16,7 @@ import { nativeRouter, nativeUpgrade } from "./api/native.ts";
 import { opsRouter } from "./api/ops.ts";
 import type { ProvisionerConfig } from "./config.ts";
 import { httpMetrics } from "./metrics.ts";
-import type { SandboxStore } from "./sandboxes.ts";
+import type { SandboxBackend } from "./store.ts";
 import { Transport } from "./transport.ts";
 
 export interface App {
@@ -26,7 +26,7 @@ export interface App {
   beginShutdown: () => void;
 }
 
-export function createApp(cfg: ProvisionerConfig, store: SandboxStore, log: Logger): App {
+export function createApp(cfg: ProvisionerConfig, store: SandboxBackend, log: Logger): App {
   const { registry, middleware: metrics } = httpMetrics();
   const deps = {
     cfg,

@@ -8,13 +8,14 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Request } from "express";
 import { type Destination, type Target, proxyRequest, proxyUpgrade } from "./proxy.ts";
-import type { Sandbox, SandboxStore } from "./sandboxes.ts";
+import type { Sandbox } from "./sandboxes.ts";
+import type { SandboxBackend } from "./store.ts";
 
 export class Transport {
-  readonly #store: SandboxStore;
+  readonly #store: SandboxBackend;
   readonly #readyTimeoutMs: number;
 
-  constructor(store: SandboxStore, readyTimeoutMs: number) {
+  constructor(store: SandboxBackend, readyTimeoutMs: number) {
     this.#store = store;
     this.#readyTimeoutMs = readyTimeoutMs;
   }
@@ -85,7 +86,10 @@ export function abortedBy(req: IncomingMessage): AbortSignal {
   return ac.signal;
 }
 
-function splitEndpoint(endpoint: string): { host: string; port: number } {
+/** `host:port`, or `unix:<path>` for a sandboxd on a unix socket (the local backend of serve). */
+function splitEndpoint(endpoint: string): { host: string; port: number; socketPath?: string } {
+  if (endpoint.startsWith("unix:"))
+    return { host: "sandboxd", port: 80, socketPath: endpoint.slice("unix:".length) };
   const i = endpoint.lastIndexOf(":");
   return { host: endpoint.slice(0, i), port: Number(endpoint.slice(i + 1)) };
 }

@@ -21,6 +21,7 @@ import type { Duplex, Readable } from "node:stream";
 import { Agent, WebSocket, type Dispatcher } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
+import type { SandboxdConnection } from "./sandboxd-connection.ts";
 
 export interface SandboxdClientOptions {
   /** e.g. http://127.0.0.1:41234, or a proxy prefix such as https://host/v1/sandboxes/x/proxy */
@@ -63,6 +64,8 @@ export class SandboxdClient {
   private readonly requestTimeoutMs: number;
   /** One keep-alive connection pool per sandbox. */
   private readonly dispatcher: Agent;
+  /** Where this client connects, and with which token (see ./sandboxd-connection.ts). */
+  readonly connection: SandboxdConnection;
 
   constructor(opts: SandboxdClientOptions) {
     this.base = opts.baseUrl.replace(/\/+$/, "");
@@ -75,6 +78,11 @@ export class SandboxdClient {
       ...(opts.socketPath ? { connect: { socketPath: opts.socketPath } } : {}),
     });
     this.headers = { ...opts.headers, authorization: `Bearer ${opts.token}` };
+    this.connection = {
+      baseUrl: this.base,
+      ...(opts.socketPath ? { socketPath: opts.socketPath } : {}),
+      token: opts.token,
+    };
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
   }
 

@@ -8,6 +8,7 @@ import { SandboxdCommands } from "./sandboxd/processes.ts";
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient } from "./sandboxd-client.ts";
+import type { SandboxdConnection } from "./sandboxd-connection.ts";
 import { SandboxdPty } from "./sandboxd/pty.ts";
 import { checkPort } from "./validate.ts";
 import type {
@@ -197,6 +198,11 @@ export class SandboxdInstance implements SandboxInstance {
 
   getInfo(): Promise<SandboxInfo> {
     return this.lifecycle.info();
+  }
+
+  /** sandboxd's address and token, starting a paused sandbox first (./sandboxd-connection.ts). */
+  sandboxdConnection(): Promise<SandboxdConnection> {
+    return withClient(this.lifecycle, (client) => Promise.resolve(client.connection));
   }
 }
 

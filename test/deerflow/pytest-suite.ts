@@ -67,11 +67,14 @@ export interface PytestSuite {
 
 /**
  * Makes the suite's venv, collects its tests, and returns what registers every pytest test under
- * a title; `env` is read when each one runs.
+ * a title; `env` is read when each one runs. `skip` names tests a backend cannot pass by design,
+ * each with the reason reported.
  */
 export async function loadPytest(
   o: PytestSuite,
-): Promise<(title: string, env: () => Record<string, string>) => void> {
+): Promise<
+  (title: string, env: () => Record<string, string>, skip?: Record<string, string>) => void
+> {
   const timeoutMs = o.timeoutMs ?? PYTEST_TIMEOUT_MS;
   const python = await ensureVenv(
     (line) => process.stderr.write(`[${o.label}] ${line}\n`),
@@ -82,10 +85,11 @@ export async function loadPytest(
   if (collected.code !== 0 || nodeIds.length === 0) {
     throw new Error(`pytest collected nothing (exit ${collected.code}):\n${collected.output}`);
   }
-  return (title, env) =>
+  return (title, env, skip = {}) =>
     describe(title, () => {
       for (const id of nodeIds) {
         test(id, { timeout: timeoutMs }, async (ctx) => {
+          if (skip[id]) ctx.skip(skip[id]);
           const r = await pytest(python, o.dir, timeoutMs, ["-q", "--tb=short", id], env());
           const summary = r.output.trim().split("\n").at(-1) ?? "";
           if (r.code === 0 && /\b1 skipped\b/.test(summary)) {
@@ -100,7 +104,11 @@ export async function loadPytest(
 }
 
 /** Registers every test of DeerFlow's suite under `title`; `urls` is read when each one runs. */
-export async function agentSandboxSuite(title: string, urls: () => SuiteUrls): Promise<void> {
+export async function agentSandboxSuite(
+  title: string,
+  urls: () => SuiteUrls,
+  skip: Record<string, string> = {},
+): Promise<void> {
   const register = await loadPytest({ dir: HERE, requirements: REQUIREMENTS, label: "deerflow" });
-  register(title, () => ({ ...urls() }));
+  register(title, () => ({ ...urls() }), skip);
 }

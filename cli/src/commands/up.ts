@@ -20,7 +20,7 @@ export function register(program: Command): void {
         const found = findCheckout(process.cwd());
         if (!found) {
           throw new CliError(
-            "sandpit up runs from a checkout of the Sandpit repository (it builds a local Kubernetes cluster): clone the repository and run it inside; for sandboxes on this machine without Kubernetes, use `sandpit create` with the local or docker provider",
+            "sandpit up runs from a checkout of the Sandpit repository (it builds a local Kubernetes cluster): clone the repository and run it inside; for the same APIs on this machine without Kubernetes, run `sandpit serve`",
           );
         }
         const child = spawn("sh", ["-c", `${found.script} "$@"`, "sandpit-up", ...args], {

@@ -19,11 +19,12 @@ import {
   externalSandboxName,
   identity,
 } from "../sandboxes.ts";
+import type { SandboxBackend } from "../store.ts";
 import type { Transport } from "../transport.ts";
 
 export interface DeerFlowDeps {
   cfg: ProvisionerConfig;
-  store: SandboxStore;
+  store: SandboxBackend;
   keys: KeyRing;
   transport: Transport;
   baseUrl: (req: Request) => string;
@@ -203,7 +204,7 @@ const madeHere = (s: Sandbox, id: string) =>
   s.metadata.annotations?.[EXTERNAL_ID_ANNOTATION] === id;
 
 /** The sandbox a capability URL names, or 404 (the same answer for a wrong capability). */
-function findByCapability(store: SandboxStore, req: Request): Sandbox {
+function findByCapability(store: SandboxBackend, req: Request): Sandbox {
   const s = store.getAnyTenant(String(req.params.name));
   if (
     !s ||

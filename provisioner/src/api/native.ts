@@ -16,18 +16,18 @@ import type { Destination } from "../proxy.ts";
 import {
   LABEL,
   type Sandbox,
-  type SandboxStore,
   SandboxUnavailable,
   identity,
   labelSafe,
   threadSandboxName,
 } from "../sandboxes.ts";
 import { MAX_LIFETIME_S, lifetimePatch, livedSeconds } from "../lifetime.ts";
+import type { SandboxBackend } from "../store.ts";
 import { type Transport, abortedBy } from "../transport.ts";
 
 export interface NativeDeps {
   cfg: ProvisionerConfig;
-  store: SandboxStore;
+  store: SandboxBackend;
   keys: KeyRing;
   transport: Transport;
   baseUrl: (req: Request) => string;

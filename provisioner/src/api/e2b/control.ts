@@ -12,7 +12,8 @@ import { type KeyRing, requireKey } from "../auth.ts";
 import { MAX_LIFETIME_S, lifetimePatch, livedSeconds } from "../../lifetime.ts";
 import { ApiError, parse } from "../errors.ts";
 import type { ApiKey, ProvisionerConfig } from "../../config.ts";
-import { type Sandbox, type SandboxStore, SandboxUnavailable } from "../../sandboxes.ts";
+import { type Sandbox, SandboxUnavailable } from "../../sandboxes.ts";
+import type { SandboxBackend } from "../../store.ts";
 import { type Transport, abortedBy } from "../../transport.ts";
 import { ENVD_VERSION } from "./envd/index.ts";
 import { sandboxNotFound } from "./errors.ts";
@@ -55,7 +56,7 @@ const POOL_CACHE_MS = 10_000;
 /** What the E2B API works with (./index.ts builds it). */
 export interface E2bDeps {
   cfg: ProvisionerConfig;
-  store: SandboxStore;
+  store: SandboxBackend;
   keys: KeyRing;
   transport: Transport;
   tokens: EnvdTokens;

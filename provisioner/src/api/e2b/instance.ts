@@ -13,7 +13,8 @@ import type { SandboxInfo, SandboxInstance } from "@sandpit/sdk";
 import { SandboxError } from "@sandpit/sdk/errors";
 import { SandboxdClient } from "@sandpit/sdk/sandboxd-client";
 import { SandboxdInstance, type SandboxdLifecycle } from "@sandpit/sdk/sandboxd-instance";
-import type { Sandbox, SandboxStore } from "../../sandboxes.ts";
+import type { Sandbox } from "../../sandboxes.ts";
+import type { SandboxBackend } from "../../store.ts";
 import { MAX_LIFETIME_S, lifetimePatch, livedSeconds } from "../../lifetime.ts";
 import type { Transport } from "../../transport.ts";
 import { autoResumes, endAt, metadataOf, startedAt, stateOf, templateOf } from "./records.ts";
@@ -22,7 +23,7 @@ import { autoResumes, endAt, metadataOf, startedAt, stateOf, templateOf } from "
 const IDLE_MS = 5 * 60_000;
 
 export interface InstanceDeps {
-  store: SandboxStore;
+  store: SandboxBackend;
   transport: Transport;
   /** The public host of a port of a sandbox (`<port>-<id>.<domain>`), when a domain is set. */
   hostOf: ((sandboxId: string, port: number) => string) | undefined;

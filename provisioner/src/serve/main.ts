@@ -1,0 +1,273 @@
+/**
+ * `sandpit serve`: the provisioner's APIs (native and DeerFlow-compatible) on one port, without
+ * Kubernetes: sandboxes come from an SDK provider, Docker when an engine answers, else local
+ * (bubblewrap); or from a cluster's Sandpit operator with `--backend kubernetes`. docs/serve.md.
+ *
+ *   node provisioner/src/serve/main.ts [--backend auto|docker|local|kubernetes] [--port 8080]
+ *
+ * The same routes, keys, quotas, errors and proxy as the provisioner (../server.ts); the store
+ * behind them is ./provider-store.ts, or ../sandboxes.ts for kubernetes.
+ */
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { pino, type Logger } from "pino";
+import { LocalProvider, type SandboxProvider } from "@sandpit/sdk";
+import { DockerProvider } from "@sandpit/sdk/docker";
+import { Kube, loadKubeConfig } from "@sandpit/operator/kube/client";
+import { type ProvisionerConfig, readConfig } from "../config.ts";
+import { SandboxStore } from "../sandboxes.ts";
+import { createApp } from "../server.ts";
+import type { SandboxBackend } from "../store.ts";
+import { ProviderStore } from "./provider-store.ts";
+import { defaultStateDir, generatedKeysFile, openState } from "./state.ts";
+
+export type ServeBackend = "auto" | "docker" | "local" | "kubernetes";
+
+export interface ServeOptions {
+  backend?: ServeBackend;
+  /** Default 127.0.0.1: the APIs run code; expose them on purpose (`--host 0.0.0.0`). */
+  host?: string;
+  /** Default 8080; 0 picks a free port (the URL printed says which). */
+  port?: number;
+  /** Default: defaultStateDir (./state.ts). */
+  stateDir?: string;
+  /** Docker: blank containers kept running so a create skips the cold start. Default 1. */
+  warm?: number;
+  /** Docker: the sandbox image. */
+  image?: string;
+  /** Pause a sandbox after this long without traffic (unless it names its own); 0: never. */
+  idleTimeoutMs?: number;
+  /** How often TTLs and idle timeouts are checked. */
+  reapIntervalMs?: number;
+  /** kubernetes: the kubeconfig (default: the usual lookup) and the sandboxes' namespace. */
+  kubeconfig?: string;
+  namespace?: string;
+  /**
+   * SANDPIT_* settings as the provisioner reads them (../config.ts): SANDPIT_API_KEYS or
+   * SANDPIT_API_KEYS_FILE, SANDPIT_MAX_BODY_BYTES, SANDPIT_READY_TIMEOUT_MS, ... Without keys,
+   * one is generated into the state directory.
+   */
+  env?: NodeJS.ProcessEnv;
+  log?: Logger;
+}
+
+export interface Serving {
+  url: string;
+  backend: Exclude<ServeBackend, "auto">;
+  stateDir: string;
+  /** The key generated into the state directory; undefined when keys were given. */
+  generatedKey: string | undefined;
+  /** Stops serving and lets go of the backend; sandboxes stay (local ones paused). */
+  close(): Promise<void>;
+}
+
+const DEFAULT_IDLE_MS = 15 * 60_000;
+
+export async function startServe(o: ServeOptions = {}): Promise<Serving> {
+  const env = o.env ?? process.env;
+  const log = o.log ?? pino({ level: env.SANDPIT_LOG_LEVEL ?? "warn" }, pino.destination(2));
+  const state = await openState(o.stateDir ?? defaultStateDir(env));
+  const generated =
+    env.SANDPIT_API_KEYS || env.SANDPIT_API_KEYS_FILE
+      ? undefined
+      : await generatedKeysFile(state.dir);
+  const cfg: ProvisionerConfig = {
+    ...readConfig({ ...env, ...(generated ? { SANDPIT_API_KEYS_FILE: generated.path } : {}) }),
+    listen: { host: o.host ?? "127.0.0.1", port: o.port ?? 8080 },
+    ...(o.namespace ? { namespace: o.namespace } : {}),
+  };
+  const { backend, store, close } = await openBackend(o, cfg, state, log);
+  store.start();
+  try {
+    await store.synced;
+  } catch (err) {
+    await close();
+    throw err;
+  }
+  const { server, beginShutdown } = createApp(cfg, store, log);
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(cfg.listen.port, cfg.listen.host, () => resolve());
+  }).catch(async (err: unknown) => {
+    await close();
+    throw err;
+  });
+  const a = server.address() as AddressInfo;
+  const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
+  return {
+    url: `http://${host}:${a.port}`,
+    backend,
+    stateDir: state.dir,
+    generatedKey: generated?.firstKey,
+    close: async () => {
+      beginShutdown();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      await close();
+    },
+  };
+}
+
+async function openBackend(
+  o: ServeOptions,
+  cfg: ProvisionerConfig,
+  state: { dir: string; id: string; secret: Buffer },
+  log: Logger,
+): Promise<{
+  backend: Exclude<ServeBackend, "auto">;
+  store: SandboxBackend;
+  close: () => Promise<void>;
+}> {
+  const wanted = o.backend ?? "auto";
+  if (wanted === "kubernetes") {
+    const store = new SandboxStore(
+      new Kube(loadKubeConfig(o.kubeconfig ?? cfg.kubeconfig), { fieldManager: "sandpit-serve" }),
+      cfg.namespace,
+      log,
+      cfg.activityIntervalMs,
+    );
+    return { backend: "kubernetes", store, close: () => Promise.resolve(store.stop()) };
+  }
+  let provider: SandboxProvider | undefined;
+  let backend: "docker" | "local" = "local";
+  if (wanted !== "local") {
+    const docker = new DockerProvider(
+      {
+        warm: o.warm ?? 1,
+        // serve pauses idle sandboxes itself (it knows their traffic): no second reaper.
+        idleTimeoutMs: 0,
+        ...(o.image ? { image: o.image } : {}),
+      },
+      log.child({ provider: "docker" }),
+    );
+    try {
+      await docker.runtime();
+      provider = docker;
+      backend = "docker";
+      void docker.fillWarmPool();
+    } catch (err) {
+      if (wanted === "docker") throw err;
+      log.info({ err }, "no container engine answers: using the local backend");
+    }
+  }
+  provider ??= new LocalProvider(
+    { baseDir: join(state.dir, "sandboxes") },
+    log.child({ provider: "local" }),
+  );
+  const store = new ProviderStore({
+    provider,
+    serveId: state.id,
+    secret: state.secret,
+    log,
+    idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_IDLE_MS,
+    // Often enough that a sandbox is paused within a few seconds of its idle timeout.
+    reapIntervalMs:
+      o.reapIntervalMs ?? Math.min(5_000, Math.max(500, (o.idleTimeoutMs ?? DEFAULT_IDLE_MS) / 4)),
+  });
+  return { backend, store, close: () => store.close() };
+}
+
+const USAGE = `usage: sandpit serve [options]
+
+The provisioner's APIs (native, DeerFlow-compatible) on one port, on Docker or local sandboxes.
+
+  --backend <b>       auto (Docker if an engine answers, else local), docker, local, kubernetes
+  --host <addr>       listen address (default 127.0.0.1)
+  --port <n>          listen port (default 8080; 0 picks a free one)
+  --state-dir <dir>   keys, secret and local sandboxes (default ~/.local/state/sandpit/serve)
+  --warm <n>          docker: blank containers kept ready (default 1)
+  --image <ref>       docker: the sandbox image (default sandpit-sandbox:latest)
+  --idle-timeout <s>  pause sandboxes idle this many seconds (default 900; 0: never)
+  --kubeconfig <p>    kubernetes: the cluster (its Sandpit operator runs the sandboxes)
+  --namespace <ns>    kubernetes: where sandboxes live (default sandpit-sandboxes)
+
+API keys: SANDPIT_API_KEYS (JSON list of {key, tenant, maxSandboxes}) or SANDPIT_API_KEYS_FILE;
+without either, a key is generated into the state directory and printed.
+Prints SANDPIT_URL=... (and SANDPIT_API_KEY=...) on stdout once serving; logs go to stderr.`;
+
+/** The command line form: parses `argv`, serves until SIGTERM or SIGINT. */
+export async function serveCli(argv: string[]): Promise<void> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      options: {
+        backend: { type: "string" },
+        host: { type: "string" },
+        port: { type: "string" },
+        "state-dir": { type: "string" },
+        warm: { type: "string" },
+        image: { type: "string" },
+        "idle-timeout": { type: "string" },
+        kubeconfig: { type: "string" },
+        namespace: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (err) {
+    fail(`${(err as Error).message}\n\n${USAGE}`);
+  }
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  const int = (name: string, raw: string | undefined, max: number): number | undefined => {
+    if (raw === undefined) return undefined;
+    if (!/^\d+$/.test(raw) || Number(raw) > max)
+      fail(`--${name}: expected a whole number from 0 to ${max}, not "${raw}"`);
+    return Number(raw);
+  };
+  const backend = values.backend ?? "auto";
+  if (!["auto", "docker", "local", "kubernetes"].includes(backend))
+    fail(`--backend: one of auto, docker, local, kubernetes; not "${backend}"`);
+  const idleS = int("idle-timeout", values["idle-timeout"], 30 * 24 * 3600);
+  const opts: ServeOptions = {
+    backend: backend as ServeBackend,
+    ...defined({
+      host: values.host,
+      port: int("port", values.port, 65535),
+      stateDir: values["state-dir"],
+      warm: int("warm", values.warm, 100),
+      image: values.image,
+      idleTimeoutMs: idleS === undefined ? undefined : idleS * 1000,
+      kubeconfig: values.kubeconfig,
+      namespace: values.namespace,
+    }),
+  };
+  let serving: Serving;
+  try {
+    serving = await startServe(opts);
+  } catch (err) {
+    fail((err as Error).message);
+  }
+  process.stderr.write(
+    `sandpit serve: ${serving.url} (${serving.backend} backend, state in ${serving.stateDir})\n` +
+      `  native API: ${serving.url}/v1/sandboxes (Authorization: Bearer <key>)\n` +
+      `  DeerFlow provisioner_url: ${serving.url} (X-API-Key: <key>)\n`,
+  );
+  process.stdout.write(
+    `SANDPIT_URL=${serving.url}\n` +
+      (serving.generatedKey ? `SANDPIT_API_KEY=${serving.generatedKey}\n` : ""),
+  );
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    process.once(signal, () => {
+      setTimeout(() => process.exit(0), 20_000).unref();
+      void serving.close().finally(() => process.exit(0));
+    });
+  }
+}
+
+function fail(message: string): never {
+  process.stderr.write(`sandpit serve: ${message}\n`);
+  process.exit(2);
+}
+
+function defined<T extends Record<string, unknown>>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+if (import.meta.main) await serveCli(process.argv.slice(2));

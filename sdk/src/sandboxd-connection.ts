@@ -1,0 +1,32 @@
+/**
+ * How to reach a sandboxd-backed sandbox's sandboxd directly: its address (a URL, or a unix
+ * socket) and its bearer token. For a server that forwards requests to the sandbox itself
+ * (`sandpit serve` proxies sandboxd's native API, streams and upgrades included) instead of
+ * going through the SDK's client. The token grants everything sandboxd serves: keep it on the
+ * server side.
+ */
+import { SandboxError } from "./errors.ts";
+import { SandboxdInstance } from "./sandboxd-instance.ts";
+import type { SandboxInstance } from "./types.ts";
+
+export interface SandboxdConnection {
+  /** e.g. http://127.0.0.1:28080; with `socketPath`, only the scheme and path prefix count. */
+  baseUrl: string;
+  /** The unix socket sandboxd listens on (the local provider; Docker without a network). */
+  socketPath?: string;
+  /** Sent as `Authorization: Bearer <token>`. */
+  token: string;
+}
+
+/**
+ * The instance's sandboxd connection, starting the sandbox first if it was paused (as any call
+ * on it would). NOT_SUPPORTED for instances not served by sandboxd (E2B, Daytona).
+ */
+export function sandboxdConnection(instance: SandboxInstance): Promise<SandboxdConnection> {
+  if (!(instance instanceof SandboxdInstance))
+    throw new SandboxError(
+      `sandbox ${instance.sandboxId} is not served by sandboxd: no direct connection`,
+      "NOT_SUPPORTED",
+    );
+  return instance.sandboxdConnection();
+}

@@ -1,0 +1,111 @@
+/**
+ * `sandpit serve` as a child process, as a user runs it: `node provisioner/src/serve/main.ts`
+ * with flags, its URL read from the SANDPIT_URL line it prints. Stopped (or SIGKILLed) by PID.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+
+const MAIN = new URL("../../provisioner/src/serve/main.ts", import.meta.url).pathname;
+
+export interface ServeProcess {
+  url: string;
+  /** The key serve generated, when no SANDPIT_API_KEYS was given. */
+  generatedKey: string | undefined;
+  child: ChildProcess;
+  /** What it wrote on stderr so far. */
+  stderr: () => string;
+  /** SIGTERM, and waits for the exit. */
+  stop: () => Promise<void>;
+  /** SIGKILL, and waits for the exit: nothing of serve gets to clean up. */
+  kill: () => Promise<void>;
+}
+
+export const KEYS = {
+  a: "serve-tenant-a-key-0123456789abcdef",
+  b: "serve-tenant-b-key-0123456789abcdef",
+  small: "serve-tenant-s-key-0123456789abcdef",
+  deerflow: "serve-deerflow-key-0123456789abcdef",
+};
+
+export const KEY_LIST = [
+  { key: KEYS.a, tenant: "a", maxSandboxes: 50 },
+  { key: KEYS.b, tenant: "b", maxSandboxes: 50 },
+  { key: KEYS.small, tenant: "small", maxSandboxes: 1 },
+  { key: KEYS.deerflow, tenant: "deerflow", maxSandboxes: 20 },
+];
+
+export async function startServe(
+  args: string[],
+  env: Record<string, string> = { SANDPIT_API_KEYS: JSON.stringify(KEY_LIST) },
+): Promise<ServeProcess> {
+  const child = spawn(process.execPath, [MAIN, "--port", "0", ...args], {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  child.stderr!.on("data", (c: Buffer) => (stderr = (stderr + c.toString()).slice(-20_000)));
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const lines: Record<string, string> = {};
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`serve did not start:\n${stderr}`)), 60_000);
+    void exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`serve exited (${child.exitCode}):\n${stderr}`));
+    });
+    createInterface({ input: child.stdout! }).on("line", (line) => {
+      const [k, ...v] = line.split("=");
+      lines[k!] = v.join("=");
+      if (k === "SANDPIT_URL") {
+        clearTimeout(timer);
+        // The key line, if any, follows in the same write.
+        setImmediate(resolve);
+      }
+    });
+  });
+  const signal = async (sig: NodeJS.Signals) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(sig);
+    await exited;
+  };
+  return {
+    url: lines.SANDPIT_URL!,
+    generatedKey: lines.SANDPIT_API_KEY,
+    child,
+    stderr: () => stderr,
+    stop: () => signal("SIGTERM"),
+    kill: () => signal("SIGKILL"),
+  };
+}
+
+export interface Answer {
+  status: number;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  json: any;
+  headers: Headers;
+}
+
+/** One API call: a JSON body (or a raw string), the key as Bearer or X-API-Key. */
+export async function call(
+  base: string,
+  method: string,
+  path: string,
+  key?: { bearer?: string; apiKey?: string },
+  body?: unknown,
+): Promise<Answer> {
+  const headers: Record<string, string> = {};
+  if (key?.bearer) headers.authorization = `Bearer ${key.bearer}`;
+  if (key?.apiKey) headers["x-api-key"] = key.apiKey;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers,
+    ...(body !== undefined ? { body: typeof body === "string" ? body : JSON.stringify(body) } : {}),
+  });
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = text;
+  }
+  return { status: res.status, json, headers: res.headers };
+}
