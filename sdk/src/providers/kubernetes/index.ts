@@ -331,15 +331,24 @@ class ProvisionedSandbox implements SandboxdLifecycle {
     };
   }
 
+  /**
+   * Resolves once the sandbox's info shows the new end (the operator writes it into the status a
+   * moment after the provisioner changed the spec), so a getInfo() that follows sees it.
+   */
   async setTimeout(timeoutMs: number): Promise<void> {
-    await this.provider.call(
+    const what = `setting the timeout of sandbox ${this.id}`;
+    const set = await this.provider.call<SandboxView>(
       "POST",
       `/v1/sandboxes/${this.id}/timeout`,
-      `setting the timeout of sandbox ${this.id}`,
-      {
-        timeoutSeconds: seconds(timeoutMs),
-      },
+      what,
+      { timeoutSeconds: seconds(timeoutMs) },
     );
+    const target = Date.parse(set.expiresAt ?? "");
+    for (let i = 0; i < SETTLE_POLLS && Number.isFinite(target); i++) {
+      const now = await this.provider.get(this.id);
+      if (Math.abs((now.expiresAt?.getTime() ?? 0) - target) < 2_000) return;
+      await new Promise((r) => setTimeout(r, 200));
+    }
   }
 
   info(): Promise<SandboxInfo> {
@@ -364,6 +373,8 @@ class ProvisionedSandbox implements SandboxdLifecycle {
 }
 
 const CONNECT_ATTEMPTS = 3;
+/** How many times (200 ms apart) setTimeout looks for the new end in the sandbox's status. */
+const SETTLE_POLLS = 75;
 
 function toInfo(v: SandboxView): SandboxInfo {
   const r = v.resources;
