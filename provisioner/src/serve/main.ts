@@ -170,7 +170,7 @@ async function openBackend(
   return { backend, store, close: () => store.close() };
 }
 
-const USAGE = `usage: sandpit serve [options]
+const USAGE = `Usage: sandpit serve [options]
 
 The provisioner's APIs (native, DeerFlow-compatible) on one port, on Docker or local sandboxes.
 
