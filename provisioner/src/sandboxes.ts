@@ -26,7 +26,9 @@ import {
   isAlreadyExists,
   isNotFound,
 } from "@sandpit/operator/kube/client";
-import type { SandboxBackend } from "./store.ts";
+import type { CreateInput, SandboxBackend } from "./store.ts";
+
+export type { CreateInput };
 
 // The provisioner's routes see the Sandbox API through this module.
 export { LABEL, type Sandbox };
@@ -52,18 +54,6 @@ export class SandboxUnavailable extends Error {
     this.kind = kind;
     this.retryAfterS = retryAfterS;
   }
-}
-
-export interface CreateInput {
-  tenant: string;
-  /** How many sandboxes the tenant may hold; a create past it is refused (kind "quota"). */
-  quota?: number;
-  /** A stable name for idempotent creates; random when undefined. */
-  name?: string;
-  pool?: string | undefined;
-  spec: Omit<SandboxSpec, "poolRef">;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
 }
 
 const hash = (...parts: string[]) => createHash("sha256").update(parts.join("\0")).digest("hex");

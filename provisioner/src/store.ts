@@ -8,8 +8,19 @@
  * Reads are synchronous (each store keeps what it knows in memory: an informer cache, or the
  * records serve rebuilt from the backend at start); writes and waits are not.
  */
-import type { SandboxPool } from "@sandpit/operator/api";
-import type { CreateInput, Sandbox } from "./sandboxes.ts";
+import type { Sandbox, SandboxPool, SandboxSpec } from "@sandpit/operator/api";
+
+export interface CreateInput {
+  tenant: string;
+  /** How many sandboxes the tenant may hold; a create past it is refused (kind "quota"). */
+  quota?: number;
+  /** A stable name for idempotent creates; random when undefined. */
+  name?: string;
+  pool?: string | undefined;
+  spec: Omit<SandboxSpec, "poolRef">;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
 
 export interface SandboxBackend {
   /** Whether the store knows every sandbox yet (/readyz answers 503 until it does). */

@@ -21,7 +21,16 @@ import type { Duplex, Readable } from "node:stream";
 import { Agent, WebSocket, type Dispatcher } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
-import type { SandboxdConnection } from "./sandboxd-connection.ts";
+
+/** How to reach a sandboxd directly: its address and its bearer token (./sandboxd-connection.ts). */
+export interface SandboxdConnection {
+  /** e.g. http://127.0.0.1:28080; with `socketPath`, only the scheme and path prefix count. */
+  baseUrl: string;
+  /** The unix socket sandboxd listens on (the local provider; Docker without a network). */
+  socketPath?: string;
+  /** Sent as `Authorization: Bearer <token>`. */
+  token: string;
+}
 
 export interface SandboxdClientOptions {
   /** e.g. http://127.0.0.1:41234, or a proxy prefix such as https://host/v1/sandboxes/x/proxy */

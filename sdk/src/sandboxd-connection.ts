@@ -7,16 +7,10 @@
  */
 import { SandboxError } from "./errors.ts";
 import { SandboxdInstance } from "./sandboxd-instance.ts";
+import type { SandboxdConnection } from "./sandboxd-client.ts";
 import type { SandboxInstance } from "./types.ts";
 
-export interface SandboxdConnection {
-  /** e.g. http://127.0.0.1:28080; with `socketPath`, only the scheme and path prefix count. */
-  baseUrl: string;
-  /** The unix socket sandboxd listens on (the local provider; Docker without a network). */
-  socketPath?: string;
-  /** Sent as `Authorization: Bearer <token>`. */
-  token: string;
-}
+export type { SandboxdConnection };
 
 /**
  * The instance's sandboxd connection, starting the sandbox first if it was paused (as any call

@@ -7,8 +7,7 @@ import { SandboxdFilesystem } from "./sandboxd/filesystem.ts";
 import { SandboxdCommands } from "./sandboxd/processes.ts";
 import { LANGUAGES } from "@sandpit/sandboxd/protocol";
 import { SandboxError } from "./errors.ts";
-import type { SandboxdClient } from "./sandboxd-client.ts";
-import type { SandboxdConnection } from "./sandboxd-connection.ts";
+import type { SandboxdClient, SandboxdConnection } from "./sandboxd-client.ts";
 import { SandboxdPty } from "./sandboxd/pty.ts";
 import { checkPort } from "./validate.ts";
 import type {
