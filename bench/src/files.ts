@@ -2,8 +2,10 @@
  * Streamed-transfer benchmark on the local provider: a 1 GiB file written with
  * `filesystem.writeStream` from a generator and read back with `filesystem.readStream`, against
  * plain fs streams (createWriteStream fed by the same generator, createReadStream) on the same
- * disk, in the same run, interleaved run by run (which side goes first alternates). The client's
- * peak RSS growth is reported too: a streamed transfer must not hold the file.
+ * disk, in the same run, interleaved run by run (which side goes first alternates). A third side,
+ * curl moving the same bytes over the same socket to the same sandboxd routes, shows what the
+ * HTTP hop itself allows with no JavaScript on the client. The client's peak RSS growth is
+ * reported too: a streamed transfer must not hold the file.
  * Prints a Markdown table on stdout (progress on stderr) and writes bench/results/files.json.
  *
  *   node bench/src/files.ts        (from the repository root)
@@ -15,7 +17,9 @@ import { dirname, join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { fileURLToPath } from "node:url";
-import { LocalProvider } from "@sandpit/sdk";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { LocalProvider, sandboxdConnection } from "@sandpit/sdk";
 import { commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { summarize, type Summary } from "./stats.ts";
 
@@ -54,6 +58,8 @@ interface Side {
   readMs: number[];
 }
 
+const run = promisify(execFile);
+
 async function main() {
   const baseDir = await fs.mkdtemp(join(tmpdir(), "sandpit-bench-files-"));
   const plainDir = await fs.mkdtemp(join(tmpdir(), "sandpit-bench-plain-"));
@@ -64,6 +70,40 @@ async function main() {
     const sbx = await provider.create({ language: "python" });
     const ours: Side = { writeMs: [], readMs: [] };
     const plain: Side = { writeMs: [], readMs: [] };
+    // The transport's own floor: curl (no JavaScript on the client side) moving the same bytes
+    // over the same socket to the same sandboxd routes, from and to the page cache.
+    const http: Side = { writeMs: [], readMs: [] };
+    const conn = await sandboxdConnection(sbx);
+    const source = join(plainDir, "source.bin");
+    await pipeline(Readable.from(content(), { objectMode: false }), createWriteStream(source));
+    const curl = (...args: string[]) =>
+      run("curl", [
+        "-sSf",
+        ...(conn.socketPath ? ["--unix-socket", conn.socketPath] : []),
+        "-H",
+        `authorization: Bearer ${conn.token}`,
+        ...args,
+      ]);
+    const url = `${conn.socketPath ? "http://sandboxd" : conn.baseUrl}/v1/files?path=${encodeURIComponent(SANDBOX_FILE)}`;
+    const runCurl = async () => {
+      let t = now();
+      await curl(
+        "-X",
+        "PUT",
+        "-H",
+        "content-type: application/octet-stream",
+        "-T",
+        source,
+        url,
+        "-o",
+        "/dev/null",
+      );
+      http.writeMs.push(now() - t);
+      t = now();
+      await curl(url, "-o", "/dev/null");
+      http.readMs.push(now() - t);
+      await sbx.filesystem.remove(SANDBOX_FILE);
+    };
     const runOurs = async () => {
       let t = now();
       await sbx.filesystem.writeStream(SANDBOX_FILE, content());
@@ -90,7 +130,8 @@ async function main() {
     // One unrecorded round each: first-use costs (allocations, JIT, a cold page cache).
     await runOurs();
     await runPlain();
-    ours.writeMs.length = ours.readMs.length = plain.writeMs.length = plain.readMs.length = 0;
+    await runCurl();
+    for (const side of [ours, plain, http]) side.writeMs.length = side.readMs.length = 0;
     peakRss = 0;
     for (let i = 0; i < RUNS; i++) {
       log(`run ${i + 1}/${RUNS}`);
@@ -101,9 +142,10 @@ async function main() {
         await runPlain();
         await runOurs();
       }
+      await runCurl();
     }
     await sbx.kill();
-    report(ours, plain, Date.now() - started);
+    report(ours, plain, http, Date.now() - started);
   } finally {
     clearInterval(sampler);
     await provider.close();
@@ -114,13 +156,13 @@ async function main() {
 
 const mbps = (ms: number) => SIZE / 1e6 / (ms / 1000);
 
-function report(ours: Side, plain: Side, elapsedMs: number) {
+function report(ours: Side, plain: Side, http: Side, elapsedMs: number) {
   const s = (xs: number[]): Summary => summarize(xs);
   const total = (side: Side) => side.writeMs.map((w, i) => w + side.readMs[i]!);
   const rows = {
-    write: { ours: s(ours.writeMs), plain: s(plain.writeMs) },
-    read: { ours: s(ours.readMs), plain: s(plain.readMs) },
-    total: { ours: s(total(ours)), plain: s(total(plain)) },
+    write: { ours: s(ours.writeMs), plain: s(plain.writeMs), http: s(http.writeMs) },
+    read: { ours: s(ours.readMs), plain: s(plain.readMs), http: s(http.readMs) },
+    total: { ours: s(total(ours)), plain: s(total(plain)), http: s(total(http)) },
   };
   // Throughput ratio at the medians: plain time / our time.
   const ratio = (k: keyof typeof rows) => rows[k].plain.p50 / rows[k].ours.p50;
@@ -134,6 +176,12 @@ function report(ours: Side, plain: Side, elapsedMs: number) {
     elapsedMs,
     ms: rows,
     ratio: { write: ratio("write"), read: ratio("read"), total: ratio("total") },
+    // What the HTTP hop alone allows: curl over the same socket against plain fs.
+    httpFloorRatio: {
+      write: rows.write.plain.p50 / rows.write.http.p50,
+      read: rows.read.plain.p50 / rows.read.http.p50,
+      total: rows.total.plain.p50 / rows.total.http.p50,
+    },
     peakClientRssGrowthBytes: peakRss,
     goalRatio: GOAL_RATIO,
   };
@@ -141,13 +189,16 @@ function report(ours: Side, plain: Side, elapsedMs: number) {
   const line = (label: string, k: keyof typeof rows) => {
     const o = rows[k].ours;
     const p = rows[k].plain;
+    const h = rows[k].http;
     const r = ratio(k);
-    return `| ${label} | ${o.p50.toFixed(0)} / ${o.max.toFixed(0)} (${mbps(k === "total" ? o.p50 / 2 : o.p50).toFixed(0)} MB/s) | ${p.p50.toFixed(0)} / ${p.max.toFixed(0)} (${mbps(k === "total" ? p.p50 / 2 : p.p50).toFixed(0)} MB/s) | ${r.toFixed(2)}x${k === "total" ? (r >= GOAL_RATIO ? " (met)" : " (**missed**)") : ""} |`;
+    const cell = (x: Summary) =>
+      `${x.p50.toFixed(0)} / ${x.max.toFixed(0)} (${mbps(k === "total" ? x.p50 / 2 : x.p50).toFixed(0)} MB/s)`;
+    return `| ${label} | ${cell(o)} | ${cell(p)} | ${cell(h)} | ${r.toFixed(2)}x${k === "total" ? (r >= GOAL_RATIO ? " (met)" : " (**missed**)") : ""} | ${(p.p50 / h.p50).toFixed(2)}x |`;
   };
   console.log(
-    `| 1 GiB, ${CHUNK / MiB} MiB chunks, N=${RUNS} | SDK stream, p50 / max (ms) | plain fs stream, p50 / max (ms) | SDK / plain |`,
+    `| 1 GiB, ${CHUNK / MiB} MiB chunks, N=${RUNS} | SDK stream, p50 / max (ms) | plain fs stream, p50 / max (ms) | curl, same socket, p50 / max (ms) | SDK / plain | curl / plain |`,
   );
-  console.log("| --- | ---: | ---: | ---: |");
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: |");
   console.log(line("writeStream", "write"));
   console.log(line("readStream", "read"));
   console.log(line("write + read", "total"));
