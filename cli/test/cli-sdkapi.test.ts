@@ -17,7 +17,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await cli.run(["rm", id]);
-  cli.cleanup();
+  await cli.cleanup();
 });
 
 describe("ls, info, timeout, port", () => {
