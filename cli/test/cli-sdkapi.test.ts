@@ -17,7 +17,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await cli.run(["rm", id]);
-  cli.cleanup();
+  await cli.cleanup();
 });
 
 describe("ls, info, timeout, port", () => {
@@ -101,6 +101,47 @@ describe("background processes across invocations", () => {
     expect(await cli.ok(["logs", "--offset", "7", id, String(pid)])).toBe(
       "tick 2\ntick 3\ntick 4\n",
     );
+  });
+
+  it("a background process outlives the CLI process that started it: a later one lists, reads and kills it", async () => {
+    const fresh = (await cli.ok(["create"])).trim();
+    try {
+      const pid = Number(
+        (
+          await cli.ok([
+            "exec",
+            "-d",
+            fresh,
+            "--",
+            "i=0; while true; do i=$((i+1)); echo n$i; sleep 0.2; done",
+          ])
+        ).trim(),
+      );
+      // Every command below is a new process; the loop keeps printing in between.
+      await new Promise((r) => setTimeout(r, 1_000));
+      const running = JSON.parse(await cli.ok(["--json", "ps", fresh])) as Array<{
+        pid: number;
+        exitCode?: number;
+      }>;
+      expect(running.find((p) => p.pid === pid)).toMatchObject({ pid });
+      expect(running.find((p) => p.pid === pid)?.exitCode).toBeUndefined();
+      const first = await cli.ok(["logs", fresh, String(pid)]);
+      expect(first).toMatch(/^n1\nn2\n/);
+      await new Promise((r) => setTimeout(r, 600));
+      const later = await cli.ok(["logs", fresh, String(pid)]);
+      expect(later.length).toBeGreaterThan(first.length);
+      expect(JSON.parse(await cli.ok(["--json", "kill", fresh, String(pid)]))).toMatchObject({
+        pid,
+        delivered: true,
+      });
+      const ps = JSON.parse(await cli.ok(["--json", "ps", fresh])) as Array<{
+        pid: number;
+        exitCode?: number;
+      }>;
+      expect(ps.find((p) => p.pid === pid)?.exitCode).toBe(137);
+    } finally {
+      await cli.ok(["rm", fresh]);
+    }
   });
 
   it("kill signals a process group; ps shows it exited", async () => {

@@ -18,7 +18,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await cli.run(["rm", id]);
-  cli.cleanup();
+  await cli.cleanup();
 });
 
 /** One line on stderr, starting `sandpit: `, and no stack trace. */

@@ -7,6 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { LocalProvider } from "@sandpit/sdk";
 
 export const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url));
 
@@ -66,7 +67,12 @@ export class CliHarness {
     return r.stdout;
   }
 
-  cleanup(): void {
+  /** Local sandboxes keep running after the CLI exits: the ones left are killed first. */
+  async cleanup(): Promise<void> {
+    const provider = new LocalProvider({ baseDir: join(this.dir, "state") });
+    for (const s of await provider.list())
+      await (await provider.resume(s.sandboxId)).kill().catch(() => undefined);
+    await provider.close();
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -29,7 +29,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await client.close();
-  cli.cleanup();
+  await cli.cleanup();
 });
 
 async function call(name: string, args: Record<string, unknown> = {}): Promise<CallToolResult> {

@@ -15,7 +15,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await cli.run(["rm", id]);
-  cli.cleanup();
+  await cli.cleanup();
 });
 
 /** The CLI on a terminal, with its screen output collected and its exit awaited. */

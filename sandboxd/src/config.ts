@@ -21,8 +21,12 @@ const Settings = z.object({
   SANDBOXD_ROOT: z.string().startsWith("/", "must be an absolute path").default(VIRTUAL_ROOT),
   SANDBOXD_TOKEN: z.string().min(32, "the token must be at least 32 characters").optional(),
   SANDBOXD_TOKEN_FILE: z.string().optional(),
-  /** "1": read the token from the first line of stdin and exit when stdin closes (parent gone). */
-  SANDBOXD_TOKEN_STDIN: z.enum(["0", "1"]).default("0"),
+  /**
+   * "1": read the token from the first line of stdin and exit when stdin closes (parent gone).
+   * "detached": read it the same way but outlive the parent (the local provider's sandboxes
+   * keep running between the processes that use them; a signal stops them).
+   */
+  SANDBOXD_TOKEN_STDIN: z.enum(["0", "1", "detached"]).default("0"),
   SANDBOXD_OUTPUT_CAP_BYTES: z.coerce.number().int().positive().default(DEFAULT_OUTPUT_CAP_BYTES),
   /** JSON object of variables every process in this sandbox gets. */
   SANDBOXD_ENV: z

@@ -13,7 +13,7 @@ async function readToken(settings: ReturnType<typeof readSettings>): Promise<str
   if (settings.SANDBOXD_TOKEN) return settings.SANDBOXD_TOKEN;
   if (settings.SANDBOXD_TOKEN_FILE)
     return (await readFile(settings.SANDBOXD_TOKEN_FILE, "utf8")).trim();
-  if (settings.SANDBOXD_TOKEN_STDIN === "1") {
+  if (settings.SANDBOXD_TOKEN_STDIN !== "0") {
     const lines = createInterface({ input: process.stdin });
     for await (const line of lines) return line.trim();
   }

@@ -100,6 +100,14 @@ export class SandboxdClient {
     await this.dispatcher.close();
   }
 
+  /**
+   * Drops every connection at once, streams still open included (a background process's
+   * output, a watch): letting go of a sandboxd that keeps running without this process.
+   */
+  async destroy(): Promise<void> {
+    await this.dispatcher.destroy();
+  }
+
   health(timeoutMs = 5_000): Promise<HealthResponse> {
     return this.json("GET", "/healthz", undefined, timeoutMs);
   }

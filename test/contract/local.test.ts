@@ -23,6 +23,9 @@ for (const isolation of ["none", "bwrap"] as const) {
         provider,
         streamBytes: 1024 * 1024 * 1024,
         teardown: async () => {
+          // Sandboxes outlive close(): what the suite left is killed before its directory goes.
+          for (const s of await provider.list())
+            await (await provider.resume(s.sandboxId)).kill().catch(() => undefined);
           await provider.close();
           await rm(baseDir, { recursive: true, force: true });
         },

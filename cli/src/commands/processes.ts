@@ -12,6 +12,11 @@ import { withSandbox } from "../provider.ts";
  * this long: sandboxd's stream has no end-of-replay marker for a process that is still running.
  */
 const REPLAY_QUIET_MS = 300;
+/**
+ * ...or, for a process that never goes quiet that long (a loop printing every 200 ms), once
+ * this long has passed since connecting: the replay itself arrives in one burst well within it.
+ */
+const REPLAY_MAX_MS = 1_000;
 
 const SIGNALS = ["SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"];
 
@@ -65,9 +70,11 @@ export function register(program: Command): void {
             onStderr: write(process.stderr),
           });
           arm();
+          const cap = o.follow ? undefined : setTimeout(settle, REPLAY_MAX_MS);
           const exited = handle.wait().then((r) => r.exitCode);
           const first = await Promise.race([exited, settled.then(() => undefined)]);
           clearTimeout(quiet);
+          clearTimeout(cap);
           await handle.disconnect();
           if (o.json)
             printJson({

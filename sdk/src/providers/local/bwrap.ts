@@ -79,8 +79,12 @@ export async function systemMounts(readOnly: string[]): Promise<string[]> {
   return args;
 }
 
+/**
+ * No --die-with-parent: the sandbox outlives the process that started it (./detached.ts stops
+ * it). --new-session keeps it off the starter's terminal and out of its process group.
+ */
 export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
-  const args = ["--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"];
+  const args = ["--new-session", "--unshare-all", "--cap-drop", "ALL"];
   if (o.network) args.push("--share-net");
   args.push(...(await systemMounts(o.readOnly)));
   args.push("--bind", o.dataDir, o.virtualRoot, "--bind", o.runDir, o.runMount);

@@ -1,16 +1,18 @@
 /**
- * The local provider: each sandbox is a sandboxd child process, reached over a unix socket,
+ * The local provider: each sandbox is a sandboxd process, reached over a unix socket,
  * serving one directory, `<baseDir>/users/<user>/threads/<thread>/user-data`, which agents see
  * as /mnt/user-data. With bubblewrap, sandboxd and everything it runs live in their own mount,
  * PID, IPC, UTS (and optionally network) namespaces where that directory is the only writable
  * place; without it, commands are plain host processes and the virtual prefix in command text
- * is rewritten to the real directory (the file API is jailed to it either way).
+ * is rewritten to the real directory (the file API is jailed to it either way). sandboxd runs
+ * detached from the process that started it, so a sandbox keeps running (background processes,
+ * servers) between the processes that use it, as a container does; see ./detached.ts.
  *
  * Why a sandboxd child rather than spawning commands in-process: the docker and kubernetes
  * providers talk to sandboxd too, so every provider shares one data plane (path jail, output
  * caps, process-group kill, code runners) and one contract suite. bench/RESULTS.md has the cost.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn } from "node:child_process";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs/promises";
 import { createRequire } from "node:module";
@@ -38,6 +40,16 @@ import type {
   SandboxProvider,
 } from "../../types.ts";
 import { bwrapArgs, bwrapAvailable } from "./bwrap.ts";
+import {
+  isAlive,
+  readRun,
+  removeRun,
+  startTimeOf,
+  stopDetached,
+  withStartLock,
+  writeRun,
+  type RunRecord,
+} from "./detached.ts";
 import { LocalProviderOptions } from "./options.ts";
 import {
   expired,
@@ -78,12 +90,7 @@ async function sandboxdCodeDirs(): Promise<string[]> {
 }
 
 type State =
-  | {
-      kind: "running";
-      child: ChildProcessWithoutNullStreams;
-      client: SandboxdClient;
-      socketPath: string;
-    }
+  | { kind: "running"; client: SandboxdClient; run: RunRecord }
   | { kind: "stopped" }
   | { kind: "killed" };
 
@@ -93,7 +100,7 @@ class LocalSandbox implements SandboxdLifecycle {
   private starting: Promise<SandboxdClient> | null = null;
   private readonly forwarder = new PortForwarder(() => this.connect());
   readonly record: SandboxRecord;
-  private readonly dir: string;
+  readonly dir: string;
   private readonly provider: LocalProvider;
 
   constructor(provider: LocalProvider, dir: string, record: SandboxRecord) {
@@ -106,44 +113,77 @@ class LocalSandbox implements SandboxdLifecycle {
     return join(this.dir, "user-data");
   }
 
-  connect(): Promise<SandboxdClient> {
-    if (this.state.kind === "running") return Promise.resolve(this.state.client);
-    if (this.state.kind === "killed") {
-      return Promise.reject(
-        new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND"),
-      );
-    }
-    // Paused (or never started in this process): start sandboxd on the same directory.
-    this.starting ??= this.start().finally(() => (this.starting = null));
+  /** sandboxd's socket directory: short, as unix socket paths are limited to 107 bytes. */
+  get runDir(): string {
+    const key = createHash("sha256").update(this.dataDir).digest("hex").slice(0, 16);
+    return join(tmpdir(), `sandpit-${process.getuid?.() ?? "u"}`, key);
+  }
+
+  async connect(): Promise<SandboxdClient> {
+    // Another process may have paused or killed it since: the pid check is one small read.
+    if (this.state.kind === "running" && (await isAlive(this.state.run))) return this.state.client;
+    if (this.state.kind === "killed")
+      throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
+    if (this.state.kind === "running") await this.detach();
+    // Running in another process's wake: attach. Paused (or never started): start sandboxd.
+    this.starting ??= withStartLock(this.dir, this.provider.options.startTimeoutMs, () =>
+      this.attachOrStart(),
+    ).finally(() => (this.starting = null));
     return this.starting;
   }
 
-  private async start(): Promise<SandboxdClient> {
-    const { child, socketPath, token } = await this.provider.spawnSandboxd(this);
-    const client = new SandboxdClient({ baseUrl: "http://sandboxd", socketPath, token });
-    this.state = { kind: "running", child, client, socketPath };
-    child.once("exit", () => {
-      if (this.state.kind === "running" && this.state.child === child)
-        this.state = { kind: "stopped" };
+  private async attachOrStart(): Promise<SandboxdClient> {
+    let run = await readRun(this.dir);
+    if (!run || !(await isAlive(run))) {
+      if (!(await fs.stat(this.dir).catch(() => null)))
+        throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
+      if (run) await this.cleanUp(run);
+      run = await this.provider.spawnSandboxd(this);
+      await writeRun(this.dir, run);
+    }
+    const client = new SandboxdClient({
+      baseUrl: "http://sandboxd",
+      socketPath: run.socketPath,
+      token: run.token,
     });
+    this.state = { kind: "running", client, run };
     return client;
   }
 
-  async pause(): Promise<void> {
+  /** Lets go of sandboxd in this process (connections, forwards); sandboxd keeps running. */
+  async detach(): Promise<void> {
     await this.starting?.catch(() => undefined);
-    if (this.state.kind !== "running") {
-      if (this.state.kind === "killed")
-        throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
-      return;
-    }
-    const { child, client, socketPath } = this.state;
-    this.state = { kind: "stopped" };
     await this.forwarder.close();
-    await client.close();
-    await stopChild(child);
-    // The socket's directory goes with the process that listened in it (a crashed sandboxd
-    // leaves it, and the next start on this sandbox reuses the same path).
-    await fs.rm(dirname(socketPath), { recursive: true, force: true });
+    if (this.state.kind !== "running") return;
+    const { client } = this.state;
+    this.state = { kind: "stopped" };
+    await client.destroy();
+  }
+
+  /** Whether a sandboxd serves this sandbox now, started by this process or any other. */
+  async running(): Promise<boolean> {
+    if (this.state.kind === "running" && (await isAlive(this.state.run))) return true;
+    const run = await readRun(this.dir);
+    return run !== null && (await isAlive(run));
+  }
+
+  async pause(): Promise<void> {
+    if (this.state.kind === "killed")
+      throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
+    await this.detach();
+    // Whichever process started it, the run file names it.
+    await withStartLock(this.dir, this.provider.options.startTimeoutMs, async () => {
+      const run = await readRun(this.dir);
+      if (run) await this.cleanUp(run);
+    });
+  }
+
+  /** Stops the run file's sandboxd (if still that process) and removes what it left. */
+  private async cleanUp(run: RunRecord): Promise<void> {
+    await stopDetached(run);
+    await removeRun(this.dir);
+    // The socket's directory goes with the process that listened in it.
+    await fs.rm(this.runDir, { recursive: true, force: true });
   }
 
   async kill(): Promise<void> {
@@ -173,12 +213,7 @@ class LocalSandbox implements SandboxdLifecycle {
   async info(): Promise<SandboxInfo> {
     if (this.state.kind === "killed")
       throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
-    return recordInfo(this.record, this.state.kind === "running" ? "running" : "paused");
-  }
-
-  /** Port forwards close; sandboxd keeps running (until close(), its lifetime or idleness). */
-  release(): Promise<void> {
-    return this.forwarder.close();
+    return recordInfo(this.record, (await this.running()) ? "running" : "paused");
   }
 }
 
@@ -278,20 +313,21 @@ export class LocalProvider implements SandboxProvider {
       if (fresh) await sandbox.kill().catch(() => undefined);
       throw err;
     }
-    if (sandbox.record.expiresAt || sandbox.record.idleTimeoutMs) this.startReaper();
+    this.startReaper();
     return this.instance(sandbox);
   }
 
   async resume(sandboxId: string): Promise<SandboxInstance> {
+    this.startReaper();
     const sandbox = await this.known(sandboxId);
     await sandbox.connect();
-    if (sandbox.record.expiresAt || sandbox.record.idleTimeoutMs) this.startReaper();
     return this.instance(sandbox);
   }
 
   /** Every sandbox in the state directory (any process's), read from the records alone. */
   async list(options: SandboxListOptions = {}): Promise<SandboxInfo[]> {
     const wanted = validateListLabels(options?.labels);
+    this.startReaper();
     const out: SandboxInfo[] = [];
     for (const dir of await sandboxDirs(this.options.baseDir)) {
       const record = await readRecord(dir).catch(() => null);
@@ -300,23 +336,20 @@ export class LocalProvider implements SandboxProvider {
         await this.expire(record.sandboxId).catch(() => undefined);
         continue;
       }
-      out.push(recordInfo(record, await this.stateOf(record.sandboxId)));
+      const run = await readRun(dir);
+      out.push(recordInfo(record, run && (await isAlive(run)) ? "running" : "paused"));
     }
     return out;
   }
 
   async get(sandboxId: string): Promise<SandboxInfo> {
+    this.startReaper();
     return (await this.known(sandboxId)).info();
   }
 
+  /** This process lets go of the sandbox (connections, port forwards); it keeps running. */
   async release(sandboxId: string): Promise<void> {
-    await (await this.sandboxes.get(sandboxId)?.catch(() => undefined))?.release();
-  }
-
-  /** Running when this process runs its sandboxd; otherwise its files wait for resume. */
-  private async stateOf(sandboxId: string): Promise<"running" | "paused"> {
-    const mine = await this.sandboxes.get(sandboxId)?.catch(() => undefined);
-    return mine?.state.kind === "running" ? "running" : "paused";
+    await (await this.sandboxes.get(sandboxId)?.catch(() => undefined))?.detach();
   }
 
   /** The sandbox of an ID, from memory or its record; NOT_FOUND (and deleted) when expired. */
@@ -368,9 +401,10 @@ export class LocalProvider implements SandboxProvider {
   }
 
   /**
-   * Enforces lifetimes while this process runs: a sandbox past its end is deleted, one of this
-   * process's that sat idle past its idle timeout is stopped (files kept). Sandboxes no process
-   * runs are checked when listed, found or resumed.
+   * Enforces lifetimes while this process uses the provider: a sandbox past its end is deleted,
+   * a running one idle past its idle timeout is stopped (files kept), whichever process started
+   * it. The state directory is the shared truth, so any later process does this for sandboxes
+   * that outlived the one that made them; lookups and lists check lifetimes on their own too.
    */
   startReaper(): void {
     if (this.reaper) return;
@@ -382,38 +416,47 @@ export class LocalProvider implements SandboxProvider {
     this.reaper.unref();
   }
 
-  /** One pass of the reaper; returns the IDs it deleted or stopped. */
+  /** One pass of the reaper over the state directory; returns the IDs it deleted or stopped. */
   async reap(): Promise<string[]> {
     const acted: string[] = [];
-    const all = await Promise.allSettled(this.sandboxes.values());
-    for (const r of all) {
-      if (r.status !== "fulfilled") continue;
-      const sandbox = r.value;
-      const { record, state } = sandbox;
-      if (state.kind === "killed") continue;
+    for (const dir of await sandboxDirs(this.options.baseDir)) {
+      const record = await readRecord(dir).catch(() => null);
+      if (!record) continue;
       if (expired(record)) {
         await this.expire(record.sandboxId);
         acted.push(record.sandboxId);
-      } else if (record.idleTimeoutMs && state.kind === "running") {
-        const health = await state.client.health(2_000).catch(() => null);
-        if (health && health.idleMs >= record.idleTimeoutMs) {
-          this.logger?.info({ sandboxId: record.sandboxId }, "stopping an idle sandbox");
-          await sandbox.pause();
-          acted.push(record.sandboxId);
-        }
+        continue;
+      }
+      if (!record.idleTimeoutMs) continue;
+      const run = await readRun(dir);
+      if (!run || !(await isAlive(run))) continue;
+      const client = new SandboxdClient({
+        baseUrl: "http://sandboxd",
+        socketPath: run.socketPath,
+        token: run.token,
+      });
+      const health = await client.health(2_000).catch(() => null);
+      await client.close();
+      if (health && health.idleMs >= record.idleTimeoutMs) {
+        this.logger?.info({ sandboxId: record.sandboxId }, "stopping an idle sandbox");
+        await (await this.known(record.sandboxId)).pause();
+        acted.push(record.sandboxId);
       }
     }
     return acted;
   }
 
-  /** Stops every sandboxd this provider started; their files stay for resume(). */
+  /**
+   * Lets go of every sandbox this process reached: connections and port forwards close, the
+   * reaper stops; sandboxds keep running for later processes (`pause()` or `kill()` stop one).
+   */
   async close(): Promise<void> {
     if (this.reaper) clearInterval(this.reaper);
     this.reaper = null;
     const all = await Promise.allSettled(this.sandboxes.values());
     await Promise.all(
       all.map((s) =>
-        s.status === "fulfilled" ? s.value.pause().catch(() => undefined) : undefined,
+        s.status === "fulfilled" ? s.value.detach().catch(() => undefined) : undefined,
       ),
     );
   }
@@ -462,26 +505,25 @@ export class LocalProvider implements SandboxProvider {
   }
 
   /**
-   * Starts sandboxd for one sandbox (inside bubblewrap when isolating) and waits for its ready
-   * line. The socket lives in a short per-sandbox directory: unix socket paths are limited to
-   * 107 bytes, which a deep baseDir would exceed.
+   * Starts sandboxd for one sandbox (inside bubblewrap when isolating), detached: its own session
+   * and process group, the token handed over on stdin which then closes, its log in
+   * `sandboxd.log` beside the record. Waits for the ready line. The socket lives in a short
+   * per-sandbox directory: unix socket paths are limited to 107 bytes, which a deep baseDir
+   * would exceed.
    */
-  async spawnSandboxd(
-    sandbox: LocalSandbox,
-  ): Promise<{ child: ChildProcessWithoutNullStreams; socketPath: string; token: string }> {
+  async spawnSandboxd(sandbox: LocalSandbox): Promise<RunRecord> {
     this.interpreters ??= discoverInterpreters(process.env);
     const [isolation, interp] = await Promise.all([this.isolationMode(), this.interpreters]);
     this.isolation = isolation;
     const token = randomBytes(32).toString("hex");
-    const key = createHash("sha256").update(`${sandbox.dataDir}`).digest("hex").slice(0, 16);
-    const runDir = join(tmpdir(), `sandpit-${process.getuid?.() ?? "u"}`, key);
+    const runDir = sandbox.runDir;
     await fs.mkdir(runDir, { recursive: true, mode: 0o700 });
     const bwrap = isolation === "bwrap";
     const env = {
       ...scrubEnv(process.env),
       SANDBOXD_LISTEN: `unix:${bwrap ? RUN_MOUNT : runDir}/sandboxd.sock`,
       SANDBOXD_ROOT: bwrap ? VIRTUAL_ROOT : sandbox.dataDir,
-      SANDBOXD_TOKEN_STDIN: "1",
+      SANDBOXD_TOKEN_STDIN: "detached",
       SANDBOXD_ENV: JSON.stringify({
         HOME: `${bwrap ? VIRTUAL_ROOT : sandbox.dataDir}/.sandpit/home`,
         ...sandbox.record.envs,
@@ -514,22 +556,30 @@ export class LocalProvider implements SandboxProvider {
           ...argv,
         ]
       : argv;
-    const child = spawn(file!, args, { env, stdio: ["pipe", "pipe", "pipe"] });
-    child.stdin.write(token + "\n");
-    let stderr = "";
-    child.stderr.on("data", (c: Buffer) => {
-      stderr = (stderr + c.toString()).slice(-4000);
-      this.logger?.debug({ sandboxId: sandbox.record.sandboxId }, c.toString().trim());
+    const logPath = join(sandbox.dir, "sandboxd.log");
+    const log = await fs.open(logPath, "w", 0o600);
+    const child = spawn(file!, args, {
+      env,
+      detached: true,
+      stdio: ["pipe", "pipe", log.fd],
     });
+    await log.close();
+    const stdout = child.stdout!;
+    child.stdin!.end(token + "\n");
     await new Promise<void>((resolve, reject) => {
       const fail = (why: string) => {
         child.kill("SIGKILL");
-        reject(
-          new SandboxError(
-            `sandboxd for ${sandbox.record.sandboxId} did not start: ${why}${stderr ? `\n${stderr}` : ""}`,
-            "CONNECTION_FAILED",
-          ),
-        );
+        void fs
+          .readFile(logPath, "utf8")
+          .catch(() => "")
+          .then((stderr) =>
+            reject(
+              new SandboxError(
+                `sandboxd for ${sandbox.record.sandboxId} did not start: ${why}${stderr ? `\n${stderr.slice(-4000)}` : ""}`,
+                "CONNECTION_FAILED",
+              ),
+            ),
+          );
       };
       const timer = setTimeout(
         () => fail(`no ready line within ${this.options.startTimeoutMs} ms`),
@@ -537,25 +587,29 @@ export class LocalProvider implements SandboxProvider {
       );
       child.once("error", (e) => fail(e.message));
       child.once("exit", (code) => fail(`exited with code ${code}`));
-      createInterface({ input: child.stdout }).once("line", (line) => {
+      createInterface({ input: stdout }).once("line", (line) => {
         clearTimeout(timer);
         child.removeAllListeners("exit");
         if (line.includes('"ready":true')) return resolve();
         fail(`unexpected first line ${JSON.stringify(line.slice(0, 200))}`);
       });
     });
-    return { child, socketPath: join(runDir, "sandboxd.sock"), token };
+    // sandboxd writes nothing after its ready line: this process may now exit without it.
+    stdout.destroy();
+    child.unref();
+    const startTime = await startTimeOf(child.pid!);
+    if (!startTime) {
+      throw new SandboxError(
+        `sandboxd for ${sandbox.record.sandboxId} exited right after starting`,
+        "CONNECTION_FAILED",
+      );
+    }
+    return {
+      pid: child.pid!,
+      startTime,
+      isolation,
+      socketPath: join(runDir, "sandboxd.sock"),
+      token,
+    };
   }
-}
-
-/** Closing stdin asks sandboxd to stop (and to kill what it started); signals are the fallback. */
-async function stopChild(child: ChildProcessWithoutNullStreams): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.stdin.end();
-  const term = setTimeout(() => child.kill("SIGTERM"), 3_000);
-  const kill = setTimeout(() => child.kill("SIGKILL"), 6_000);
-  await exited;
-  clearTimeout(term);
-  clearTimeout(kill);
 }
