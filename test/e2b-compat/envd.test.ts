@@ -150,12 +150,29 @@ describe("files", () => {
     expect(deep.map((e) => e.name).sort()).toEqual(["a", "b", "c.txt"]);
     expect(await sbx.files.exists("tree/a/b/c.txt")).toBe(true);
     const moved = await sbx.files.rename("tree/a/b/c.txt", "tree/d.txt");
-    expect(moved.path).toBe("/mnt/user-data/workspace/tree/d.txt");
+    // E2B's home is the workspace: reported under /home/user (docs/e2b.md, "Paths").
+    expect(moved.path).toBe("/home/user/tree/d.txt");
     expect(await sbx.files.exists("tree/a/b/c.txt")).toBe(false);
     await sbx.files.remove("tree");
     expect(await sbx.files.exists("tree")).toBe(false);
     await expect(sbx.files.list("no-such-dir")).rejects.toBeInstanceOf(NotFoundError);
     await expect(sbx.files.read("no-such-file")).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it("names the workspace /home/user and ~, and reports a file's mode", async () => {
+    await sbx.files.write("/home/user/home.txt", "home");
+    expect(await sbx.files.read("~/home.txt")).toBe("home");
+    expect(await sbx.files.read("/mnt/user-data/workspace/home.txt")).toBe("home");
+    expect((await sbx.files.list("/home/user")).map((e) => e.path)).toContain(
+      "/home/user/home.txt",
+    );
+    await sbx.commands.run("chmod 640 home.txt");
+    expect(await sbx.files.getInfo("home.txt")).toMatchObject({
+      path: "/home/user/home.txt",
+      mode: 0o640,
+      permissions: "-rw-r-----",
+    });
+    expect((await sbx.files.getInfo("~")).permissions).toMatch(/^d/);
   });
 
   it("watches a directory (streamed), recursively", async () => {

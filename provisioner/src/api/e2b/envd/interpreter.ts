@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { CodeResult, SandboxInstance, SandboxLanguage } from "@sandpit/sdk";
 import { isSandboxError } from "@sandpit/sdk/errors";
 import { RestError } from "./files.ts";
+import { E2B_HOME, toE2b, toSandbox } from "./home.ts";
 import { stateOf, type InterpreterContext, type SandboxState } from "./state.ts";
 
 const MAX_REQUEST_BYTES = 8 * 1024 * 1024;
@@ -105,12 +106,15 @@ async function makeContext(
 ): Promise<{ id: string; ctx: InterpreterContext }> {
   const kernel = kernelOf(language);
   if (kernel === "bash") {
-    const ctx = { language, cwd: cwd ?? "", target: undefined };
+    const ctx = { language, cwd: cwd ? toSandbox(cwd) : "", target: undefined };
     const id = randomUUID();
     state.contexts.set(id, ctx);
     return { id, ctx };
   }
-  const made = await instance.createCodeContext({ language: kernel, ...(cwd ? { cwd } : {}) });
+  const made = await instance.createCodeContext({
+    language: kernel,
+    ...(cwd ? { cwd: toSandbox(cwd) } : {}),
+  });
   const ctx = { language, cwd: made.cwd, target: made.id };
   state.contexts.set(made.id, ctx);
   return { id: made.id, ctx };
@@ -122,9 +126,9 @@ async function listContexts(instance: SandboxInstance, state: SandboxState) {
   const targets = new Set([...state.contexts.values()].map((c) => c.target));
   const out = [...state.contexts.entries()]
     .filter(([, c]) => c.target === undefined || live.some((l) => l.id === c.target))
-    .map(([id, c]) => ({ id, language: c.language, cwd: c.cwd }));
+    .map(([id, c]) => ({ id, language: c.language, cwd: toE2b(c.cwd || E2B_HOME) }));
   for (const l of live)
-    if (!targets.has(l.id)) out.push({ id: l.id, language: l.language, cwd: l.cwd });
+    if (!targets.has(l.id)) out.push({ id: l.id, language: l.language, cwd: toE2b(l.cwd) });
   return out;
 }
 
@@ -158,7 +162,7 @@ export async function serveInterpreter(
         normalise(optionalString(body, "language")),
         optionalString(body, "cwd"),
       );
-      return sendJson(res, 200, { id, language: ctx.language, cwd: ctx.cwd });
+      return sendJson(res, 200, { id, language: ctx.language, cwd: toE2b(ctx.cwd || E2B_HOME) });
     }
     if (pathname === "/contexts" && req.method === "GET")
       return sendJson(res, 200, await listContexts(instance, state));

@@ -19,6 +19,7 @@ import {
   decode,
   type CallShape,
 } from "./connect.ts";
+import { E2B_HOME, startDir, toE2b } from "./home.ts";
 import { messageDesc } from "./proto.ts";
 import { stateOf, type ProcessConfig, type SandboxState } from "./state.ts";
 
@@ -114,7 +115,11 @@ async function list(instance: SandboxInstance, state: SandboxState) {
   return create(d("ListResponse"), {
     processes: running.map((p) => ({
       pid: p.pid,
-      config: state.configs.get(p.pid) ?? { cmd: "/bin/sh", args: ["-c", p.command], cwd: p.cwd },
+      config: state.configs.get(p.pid) ?? {
+        cmd: "/bin/sh",
+        args: ["-c", p.command],
+        cwd: toE2b(p.cwd),
+      },
       ...(p.tag === undefined ? {} : { tag: p.tag }),
     })),
   }) as MessageShape<DescMessage>;
@@ -183,23 +188,24 @@ async function stream(
       const config = msg.process;
       if (!config?.cmd) throw new RpcError("invalid_argument", "process.cmd is required");
       const command = ["exec", ...[config.cmd, ...config.args].map(quote)].join(" ");
-      const cwd = config.cwd || undefined;
-      const envs = Object.keys(config.envs).length ? config.envs : undefined;
+      const { cwd, pwd } = startDir(config.cwd);
+      // The caller's envs win, PWD included.
+      const envs = { PWD: pwd, ...config.envs };
       isPty = msg.pty !== undefined;
       if (msg.pty) {
         handle = await instance.pty.create({
           cols: msg.pty.size?.cols || 80,
           rows: msg.pty.size?.rows || 24,
           command,
-          ...(cwd === undefined ? {} : { cwd }),
-          ...(envs === undefined ? {} : { envs }),
+          cwd,
+          envs,
           onData: output("pty"),
         });
       } else {
         handle = await instance.commands.run(command, {
           background: true,
-          ...(cwd === undefined ? {} : { cwd }),
-          ...(envs === undefined ? {} : { envs }),
+          cwd,
+          envs,
           ...(msg.tag === undefined ? {} : { tag: msg.tag }),
           onStdout: output("stdout"),
           onStderr: output("stderr"),
@@ -211,7 +217,7 @@ async function stream(
         cmd: config.cmd,
         args: config.args,
         envs: config.envs,
-        ...(cwd === undefined ? {} : { cwd }),
+        cwd: config.cwd || E2B_HOME,
       });
     } else {
       const target = await pidOf(instance, msg.process);
