@@ -163,6 +163,10 @@ describe("files", () => {
     await sbx.files.write("/home/user/home.txt", "home");
     expect(await sbx.files.read("~/home.txt")).toBe("home");
     expect(await sbx.files.read("/mnt/user-data/workspace/home.txt")).toBe("home");
+    // A path is reported the way the caller spelled the one it asked about.
+    expect((await sbx.files.getInfo("/mnt/user-data/workspace/home.txt")).path).toBe(
+      "/mnt/user-data/workspace/home.txt",
+    );
     expect((await sbx.files.list("/home/user")).map((e) => e.path)).toContain(
       "/home/user/home.txt",
     );

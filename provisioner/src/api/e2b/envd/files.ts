@@ -12,7 +12,7 @@ import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
 import { isSandboxError } from "@sandpit/sdk/errors";
 import type { SandboxInstance } from "@sandpit/sdk";
-import { toE2b, toSandbox } from "./home.ts";
+import { reportAs, toSandbox } from "./home.ts";
 import { boundaryOf, MultipartError, readParts } from "./multipart.ts";
 
 /** envd's REST errors: `{code, message}` with the HTTP status as code. */
@@ -171,12 +171,12 @@ async function upload(
   res.once("close", () => {
     if (!res.writableFinished) abort.abort();
   });
-  const written: string[] = [];
+  const written: string[] = []; // as the caller named them
   const write = async (path: string, data: AsyncIterable<Uint8Array>) => {
     const existing = await instance.filesystem.stat(toSandbox(path)).catch(() => undefined);
     if (existing?.type === "dir") throw new RestError(400, `path '${path}' is a directory`);
     await instance.filesystem.writeStream(toSandbox(path), data, { signal: abort.signal });
-    written.push(toSandbox(path));
+    written.push(path);
   };
   if (type.startsWith("multipart/form-data")) {
     for await (const part of readParts(body, boundaryOf(type))) {
@@ -193,8 +193,8 @@ async function upload(
   }
   const out = [];
   for (const path of written) {
-    const info = await instance.filesystem.stat(path);
-    out.push({ name: info.name, type: "file", path: toE2b(info.path) });
+    const info = await instance.filesystem.stat(toSandbox(path));
+    out.push({ name: info.name, type: "file", path: reportAs(path)(info.path) });
   }
   const json = JSON.stringify(out);
   res.writeHead(200, {

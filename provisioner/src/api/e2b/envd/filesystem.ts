@@ -21,7 +21,7 @@ import {
   type CallShape,
 } from "./connect.ts";
 import { messageDesc } from "./proto.ts";
-import { toE2b, toSandbox } from "./home.ts";
+import { reportAs, toSandbox } from "./home.ts";
 import { stateOf, type PolledWatcher } from "./state.ts";
 
 const d = (name: string) => messageDesc(`filesystem.${name}`);
@@ -44,11 +44,11 @@ function permissions(type: SandboxFileInfo["type"], mode: number): string {
  * envd's EntryInfo. sandboxd's stat does not report owner or group: those stay empty (docs/e2b.md,
  * "Data plane").
  */
-function entry(e: SandboxFileInfo) {
+function entry(e: SandboxFileInfo, asked: string) {
   return {
     name: e.name,
     type: FILE_TYPE[e.type],
-    path: toE2b(e.path),
+    path: reportAs(asked)(e.path),
     size: BigInt(e.size),
     ...(e.mode === undefined
       ? {}
@@ -86,12 +86,12 @@ const UNARY: Record<string, Handler> = {
   Stat: async ({ path }: { path: string }, instance) => {
     const info = await stat(instance, path);
     if (!info) throw new RpcError("not_found", `file '${path}' does not exist`);
-    return { entry: entry(info) };
+    return { entry: entry(info, path) };
   },
   ListDir: async ({ path, depth }: { path: string; depth: number }, instance) => {
     await directory(instance, path);
     const entries = await instance.filesystem.list(toSandbox(path), { depth: Math.max(1, depth) });
-    return { entries: entries.map(entry) };
+    return { entries: entries.map((e) => entry(e, path)) };
   },
   MakeDir: async ({ path }: { path: string }, instance) => {
     if (!path) throw new RpcError("invalid_argument", "path is required");
@@ -101,7 +101,7 @@ const UNARY: Record<string, Handler> = {
     if (existing)
       throw new RpcError("invalid_argument", `path '${path}' exists and is not a directory`);
     await instance.filesystem.mkdir(toSandbox(path));
-    return { entry: entry(await instance.filesystem.stat(toSandbox(path))) };
+    return { entry: entry(await instance.filesystem.stat(toSandbox(path)), path) };
   },
   Move: async ({ source, destination }: { source: string; destination: string }, instance) => {
     if (!source || !destination)
@@ -109,7 +109,7 @@ const UNARY: Record<string, Handler> = {
     if (!(await stat(instance, source)))
       throw new RpcError("not_found", `file '${source}' does not exist`);
     await instance.filesystem.rename(toSandbox(source), toSandbox(destination));
-    return { entry: entry(await instance.filesystem.stat(toSandbox(destination))) };
+    return { entry: entry(await instance.filesystem.stat(toSandbox(destination)), destination) };
   },
   Remove: async ({ path }: { path: string }, instance) => {
     if (!path) throw new RpcError("invalid_argument", "path is required");

@@ -1,10 +1,12 @@
 /**
  * E2B's home directory onto sandboxd's workspace. E2B programs write to `/home/user/...` (and
- * `~/...`), and expect commands to start there; sandboxd's jail is `/mnt/user-data`, whose
- * workspace is where relative paths and commands already start. So `/home/user` and `~` name the
- * workspace on the way in, and paths under the workspace are reported under `/home/user` on the
- * way out: a program sees one home, whichever way it names it. The sandbox image links
- * `/home/user` to the workspace, so the same paths work inside commands too (docs/e2b.md).
+ * `~/...`, or relative paths), and expect commands to start there; sandboxd's jail is
+ * `/mnt/user-data`, whose workspace is where relative paths and commands already start. So
+ * `/home/user` and `~` name the workspace on the way in. On the way out a path is spelled the
+ * way the caller spelled the one it asked about: under `/home/user` for a caller that named the
+ * home (or a relative path), under `/mnt/user-data` for one that named sandboxd's paths (our own
+ * SDK's e2b provider does). The sandbox image links `/home/user` to the workspace and makes it
+ * HOME, so the same paths work inside commands too (docs/e2b.md, "Paths").
  */
 import { VIRTUAL_WORKSPACE } from "@sandpit/sandboxd/protocol";
 
@@ -17,28 +19,31 @@ function swapPrefix(path: string, from: string, to: string): string | undefined 
   return undefined;
 }
 
-/** An E2B path as sandboxd names it (`~`, `/home/user` → the workspace; others unchanged). */
-export function toSandbox(path: string): string {
-  return (
-    swapPrefix(path, "~", VIRTUAL_WORKSPACE) ??
-    swapPrefix(path, E2B_HOME, VIRTUAL_WORKSPACE) ??
-    path
-  );
+/** `~` and relative paths as E2B resolves them: from the home. */
+function absolute(path: string): string {
+  if (path.startsWith("/")) return path;
+  return swapPrefix(path, "~", E2B_HOME) ?? `${E2B_HOME}/${path}`;
 }
 
-/** A sandboxd path as an E2B program expects it (the workspace → `/home/user`). */
-export function toE2b(path: string): string {
-  return swapPrefix(path, VIRTUAL_WORKSPACE, E2B_HOME) ?? path;
+/** An E2B path as sandboxd names it (`~`, `/home/user` → the workspace; others unchanged). */
+export function toSandbox(path: string): string {
+  if (!path) return path;
+  const abs = absolute(path);
+  return swapPrefix(abs, E2B_HOME, VIRTUAL_WORKSPACE) ?? abs;
+}
+
+/** How paths are reported to a caller who asked about `asked`: in the same spelling. */
+export function reportAs(asked: string): (sandboxPath: string) => string {
+  const home = swapPrefix(absolute(asked || "~"), E2B_HOME, "") !== undefined;
+  return home ? (p) => swapPrefix(p, VIRTUAL_WORKSPACE, E2B_HOME) ?? p : (p) => p;
 }
 
 /**
- * Where a process starts: sandboxd's directory, and the `PWD` it is told (E2B's name for it,
- * `/home/user` by default). Through the image's link both name the same directory, so a shell
- * keeps the E2B name and `pwd` prints it, as on E2B.
+ * Where a process starts: sandboxd's directory, and the `PWD` it is told (the caller's name for
+ * it, `/home/user` by default). Through the image's link both name the same directory, so a
+ * shell keeps the caller's name and `pwd` prints it, as on E2B.
  */
 export function startDir(cwd: string | undefined): { cwd: string; pwd: string } {
-  const given = cwd || E2B_HOME;
-  const absolute = given.startsWith("/") || given === "~" || given.startsWith("~/");
-  const logical = toE2b(toSandbox(absolute ? given : `${E2B_HOME}/${given}`));
-  return { cwd: toSandbox(logical), pwd: logical };
+  const pwd = absolute(cwd || E2B_HOME);
+  return { cwd: toSandbox(pwd), pwd };
 }

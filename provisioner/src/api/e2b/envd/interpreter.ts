@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { CodeResult, SandboxInstance, SandboxLanguage } from "@sandpit/sdk";
 import { isSandboxError } from "@sandpit/sdk/errors";
 import { RestError } from "./files.ts";
-import { E2B_HOME, toE2b, toSandbox } from "./home.ts";
+import { E2B_HOME, startDir, toSandbox } from "./home.ts";
 import { stateOf, type InterpreterContext, type SandboxState } from "./state.ts";
 
 const MAX_REQUEST_BYTES = 8 * 1024 * 1024;
@@ -106,7 +106,7 @@ async function makeContext(
 ): Promise<{ id: string; ctx: InterpreterContext }> {
   const kernel = kernelOf(language);
   if (kernel === "bash") {
-    const ctx = { language, cwd: cwd ? toSandbox(cwd) : "", target: undefined };
+    const ctx = { language, cwd: cwd || E2B_HOME, target: undefined };
     const id = randomUUID();
     state.contexts.set(id, ctx);
     return { id, ctx };
@@ -115,7 +115,8 @@ async function makeContext(
     language: kernel,
     ...(cwd ? { cwd: toSandbox(cwd) } : {}),
   });
-  const ctx = { language, cwd: made.cwd, target: made.id };
+  // The directory as the caller named it (made.cwd is sandboxd's name for it).
+  const ctx = { language, cwd: cwd || E2B_HOME, target: made.id };
   state.contexts.set(made.id, ctx);
   return { id: made.id, ctx };
 }
@@ -126,9 +127,9 @@ async function listContexts(instance: SandboxInstance, state: SandboxState) {
   const targets = new Set([...state.contexts.values()].map((c) => c.target));
   const out = [...state.contexts.entries()]
     .filter(([, c]) => c.target === undefined || live.some((l) => l.id === c.target))
-    .map(([id, c]) => ({ id, language: c.language, cwd: toE2b(c.cwd || E2B_HOME) }));
+    .map(([id, c]) => ({ id, language: c.language, cwd: c.cwd }));
   for (const l of live)
-    if (!targets.has(l.id)) out.push({ id: l.id, language: l.language, cwd: toE2b(l.cwd) });
+    if (!targets.has(l.id)) out.push({ id: l.id, language: l.language, cwd: l.cwd });
   return out;
 }
 
@@ -162,7 +163,7 @@ export async function serveInterpreter(
         normalise(optionalString(body, "language")),
         optionalString(body, "cwd"),
       );
-      return sendJson(res, 200, { id, language: ctx.language, cwd: toE2b(ctx.cwd || E2B_HOME) });
+      return sendJson(res, 200, { id, language: ctx.language, cwd: ctx.cwd });
     }
     if (pathname === "/contexts" && req.method === "GET")
       return sendJson(res, 200, await listContexts(instance, state));
@@ -181,7 +182,10 @@ export async function serveInterpreter(
         // sandboxd has no restart: a fresh interpreter with the same language and directory
         // takes the context's place under the same E2B id.
         const kernel = kernelOf(ctx.language) as SandboxLanguage;
-        const made = await instance.createCodeContext({ language: kernel, cwd: ctx.cwd });
+        const made = await instance.createCodeContext({
+          language: kernel,
+          cwd: toSandbox(ctx.cwd),
+        });
         state.contexts.set(id, { ...ctx, target: made.id });
         state.executions.delete(id);
       }
@@ -245,9 +249,10 @@ async function execute(
   res.flushHeaders();
   try {
     if (ctx.target === undefined) {
+      const { cwd, pwd } = startDir(ctx.cwd);
       const r = await instance.commands.run(`exec bash -c ${shellQuote(code)}`, {
-        ...(ctx.cwd ? { cwd: ctx.cwd } : {}),
-        ...(envs ? { envs } : {}),
+        cwd,
+        envs: { PWD: pwd, ...envs },
         onStdout,
         onStderr,
         signal: abort.signal,

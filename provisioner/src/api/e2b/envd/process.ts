@@ -19,7 +19,7 @@ import {
   decode,
   type CallShape,
 } from "./connect.ts";
-import { E2B_HOME, startDir, toE2b } from "./home.ts";
+import { startDir } from "./home.ts";
 import { messageDesc } from "./proto.ts";
 import { stateOf, type ProcessConfig, type SandboxState } from "./state.ts";
 
@@ -118,7 +118,7 @@ async function list(instance: SandboxInstance, state: SandboxState) {
       config: state.configs.get(p.pid) ?? {
         cmd: "/bin/sh",
         args: ["-c", p.command],
-        cwd: toE2b(p.cwd),
+        cwd: p.cwd,
       },
       ...(p.tag === undefined ? {} : { tag: p.tag }),
     })),
@@ -217,7 +217,7 @@ async function stream(
         cmd: config.cmd,
         args: config.args,
         envs: config.envs,
-        cwd: config.cwd || E2B_HOME,
+        cwd: pwd,
       });
     } else {
       const target = await pidOf(instance, msg.process);
