@@ -107,6 +107,21 @@ describe("commands", () => {
     const err = await sbx.commands.run("sleep 30", { timeoutMs: 500 }).catch((e: unknown) => e);
     expect((err as Error).name).toBe("TimeoutError");
   });
+
+  it("kills a command at its deadline even when its client gave up first", async () => {
+    const rpc = await connectRpc("json");
+    const gaveUp = AbortSignal.timeout(200);
+    const events = rpc.proc.start(
+      { process: { cmd: "/bin/bash", args: ["-c", "sleep 2; touch late-marker"] } },
+      { timeoutMs: 800, signal: gaveUp },
+    );
+    await (async () => {
+      for await (const _ of events);
+    })().catch(() => undefined);
+    expect(gaveUp.aborted).toBe(true);
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect(await sbx.files.exists("late-marker")).toBe(false);
+  });
 });
 
 describe("pty", () => {
@@ -355,6 +370,7 @@ interface ProcessClient {
   list(req: object): Promise<{ processes: { pid: number }[] }>;
   start(
     req: object,
+    options?: { timeoutMs?: number; signal?: AbortSignal },
   ): AsyncIterable<{ event?: { event: { case: string; value: Record<string, unknown> } } }>;
 }
 interface FsClient {

@@ -301,9 +301,13 @@ function resultLine(r: CodeResult) {
   return {
     type: "result",
     ...formats,
-    // A table's structure rides along under its own MIME type (E2B shows a DataFrame as text
-    // and html, which sandboxd also gives).
-    ...(table ? { "application/vnd.sandpit.table+json": table } : {}),
+    // A DataFrame's values are the SDKs' `data` (E2B gives it with text and html): column name
+    // to that column's values, as pandas' to_dict(orient="list").
+    ...(table
+      ? {
+          data: Object.fromEntries(table.columns.map((c, i) => [c, table.rows.map((r) => r[i])])),
+        }
+      : {}),
     ...extra,
     is_main_result: isMainResult,
   };

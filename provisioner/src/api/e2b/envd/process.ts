@@ -155,6 +155,8 @@ async function stream(
   if (!shape.streaming)
     throw new RpcError("invalid_argument", `process.Process/${method} is a server stream`, 415);
   const deadline = deadlineMs(req);
+  // Counted from the request's arrival: the client gives up then too.
+  const deadlineAt = deadline === undefined ? undefined : Date.now() + deadline;
   const msg = (await readStreamRequest(req, shape, d(`${method}Request`))) as {
     process?: ProcessConfig & Selector;
     pty?: { size?: { cols: number; rows: number } };
@@ -248,21 +250,26 @@ async function stream(
   );
 
   // The client's deadline bounds the process itself, as envd's does (E2B's `timeoutMs`, 0 for
-  // none): past it, the process group is killed and the stream ends with deadline_exceeded.
+  // none): past it, the process group is killed and the stream ends with deadline_exceeded. The
+  // client gives up at the same moment and may be gone first: the kill happens all the same.
   let timedOut = false;
+  let exited = false;
   const timer =
-    method === "Start" && deadline !== undefined
+    method === "Start" && deadlineAt !== undefined
       ? setTimeout(() => {
+          if (exited) return;
           timedOut = true;
           void (isPty ? instance.pty.kill(pid) : instance.commands.kill(pid, "SIGKILL")).catch(
             () => undefined,
           );
-        }, deadline)
+        }, deadlineAt - Date.now())
       : undefined;
   // A client that goes away stops following; the process keeps running (Connect reattaches).
   out.closed.addEventListener("abort", () => void handle.disconnect().catch(() => undefined));
   try {
     const { exitCode } = await handle.wait();
+    exited = true;
+    clearTimeout(timer);
     await chain;
     if (timedOut) {
       out.end(
@@ -280,7 +287,6 @@ async function stream(
     // wait() rejects once disconnect() ran: the client is gone, nothing to tell it.
     out.end(out.closed.aborted ? undefined : err);
   } finally {
-    clearTimeout(timer);
     state.signalled.delete(pid);
     if (method === "Start") state.configs.delete(pid);
   }
