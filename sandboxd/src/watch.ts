@@ -112,6 +112,8 @@ export async function watchDirectory(
         if (before === undefined) {
           remember(entry);
           out.push({ type: sawRename ? "create" : "write", path });
+          // Made and then written within one window: both happened (fsnotify says both).
+          if (sawRename && changed && entry.type === "file") out.push({ type: "write", path });
           if (sawRename) appeared.push({ path, sig });
           if (recursive && entry.type === "dir") await listNew(entry, out);
         } else if (before !== sig || !sawRename) {

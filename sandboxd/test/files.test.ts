@@ -274,6 +274,19 @@ describe("watch", () => {
     w.stop();
   });
 
+  it("reports a write to a file written right after it appeared (within one burst window)", async () => {
+    await mkdir(host(`${W}/wn`), { recursive: true });
+    const w = await open(`${W}/wn`);
+    await put(`${W}/wn/n.txt`, "1");
+    await appendFile(host(`${W}/wn/n.txt`), "more");
+    await until(() => w.events.length >= 2, "create and write");
+    expect(w.events).toEqual([
+      { type: "create", path: `${W}/wn/n.txt` },
+      { type: "write", path: `${W}/wn/n.txt` },
+    ]);
+    w.stop();
+  });
+
   it("sees nested files only when recursive, including in directories made in a burst", async () => {
     await mkdir(host(`${W}/wr`), { recursive: true });
     const flat = await open(`${W}/wr`);

@@ -108,6 +108,11 @@ describe("commands", () => {
     expect((err as Error).name).toBe("TimeoutError");
   });
 
+  it("starts a command outside the jail where asked (the shell changes there)", async () => {
+    const r = await sbx.commands.run("pwd", { cwd: "/tmp" });
+    expect(r.stdout).toBe("/tmp\n");
+  });
+
   it("kills a command at its deadline even when its client gave up first", async () => {
     const rpc = await connectRpc("json");
     const gaveUp = AbortSignal.timeout(200);

@@ -8,7 +8,7 @@
  * SDK's e2b provider does). The sandbox image links `/home/user` to the workspace and makes it
  * HOME, so the same paths work inside commands too (docs/e2b.md, "Paths").
  */
-import { VIRTUAL_WORKSPACE } from "@sandpit/sandboxd/protocol";
+import { VIRTUAL_ROOT, VIRTUAL_WORKSPACE } from "@sandpit/sandboxd/protocol";
 
 export const E2B_HOME = "/home/user";
 
@@ -43,7 +43,14 @@ export function reportAs(asked: string): (sandboxPath: string) => string {
  * it, `/home/user` by default). Through the image's link both name the same directory, so a
  * shell keeps the caller's name and `pwd` prints it, as on E2B.
  */
-export function startDir(cwd: string | undefined): { cwd: string; pwd: string } {
+export function startDir(cwd: string | undefined): {
+  cwd: string | undefined;
+  pwd: string;
+} {
   const pwd = absolute(cwd || E2B_HOME);
-  return { cwd: toSandbox(pwd), pwd };
+  const dir = toSandbox(pwd);
+  // A directory outside the jail (E2B programs may start in `/` or `/tmp`): sandboxd starts the
+  // process in the workspace and the shell changes there (cwd undefined), as the command itself
+  // could; the jail bounds the file API, not where a process may go.
+  return { cwd: dir === VIRTUAL_ROOT || dir.startsWith(`${VIRTUAL_ROOT}/`) ? dir : undefined, pwd };
 }

@@ -250,8 +250,9 @@ async function execute(
   try {
     if (ctx.target === undefined) {
       const { cwd, pwd } = startDir(ctx.cwd);
-      const r = await instance.commands.run(`exec bash -c ${shellQuote(code)}`, {
-        cwd,
+      const cd = cwd === undefined ? `cd ${shellQuote(pwd)} && ` : "";
+      const r = await instance.commands.run(`${cd}exec bash -c ${shellQuote(code)}`, {
+        ...(cwd === undefined ? {} : { cwd }),
         envs: { PWD: pwd, ...envs },
         onStdout,
         onStderr,

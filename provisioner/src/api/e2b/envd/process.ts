@@ -189,8 +189,12 @@ async function stream(
     if (method === "Start") {
       const config = msg.process;
       if (!config?.cmd) throw new RpcError("invalid_argument", "process.cmd is required");
-      const command = ["exec", ...[config.cmd, ...config.args].map(quote)].join(" ");
       const { cwd, pwd } = startDir(config.cwd);
+      const command = [
+        ...(cwd === undefined ? ["cd", quote(pwd), "&&"] : []),
+        "exec",
+        ...[config.cmd, ...config.args].map(quote),
+      ].join(" ");
       // The caller's envs win, PWD included.
       const envs = { PWD: pwd, ...config.envs };
       isPty = msg.pty !== undefined;
@@ -199,14 +203,14 @@ async function stream(
           cols: msg.pty.size?.cols || 80,
           rows: msg.pty.size?.rows || 24,
           command,
-          cwd,
+          ...(cwd === undefined ? {} : { cwd }),
           envs,
           onData: output("pty"),
         });
       } else {
         handle = await instance.commands.run(command, {
           background: true,
-          cwd,
+          ...(cwd === undefined ? {} : { cwd }),
           envs,
           ...(msg.tag === undefined ? {} : { tag: msg.tag }),
           onStdout: output("stdout"),
