@@ -254,7 +254,9 @@ function dockerfileText(baseTag: string, withCa: boolean): string {
     // uid 1000 owns the workspace; a named volume mounted there starts as a copy, with this owner.
     "RUN useradd --uid 1000 --user-group --create-home --home-dir /home/sandpit --shell /bin/bash sandpit \\",
     " && mkdir -p /mnt/user-data/workspace /mnt/user-data/uploads /mnt/user-data/outputs \\",
-    " && chown -R 1000:1000 /mnt/user-data",
+    " && chown -R 1000:1000 /mnt/user-data \\",
+    // E2B programs live in /home/user: it names the workspace (docs/e2b.md, "Paths").
+    " && ln -s /mnt/user-data/workspace /home/user",
     `COPY node/ ${OPT}/node/`,
     `COPY sandboxd/ ${OPT}/sandboxd/`,
     ...(withCa
@@ -266,7 +268,9 @@ function dockerfileText(baseTag: string, withCa: boolean): string {
         ]
       : []),
     `ENV PATH=${OPT}/node/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\`,
-    "    HOME=/home/sandpit USER=sandpit LOGNAME=sandpit LANG=C.UTF-8 \\",
+    // HOME is /home/user, the link to the workspace: writable on a read-only root (pip --user,
+    // dotfiles), kept across suspension, and what `~` means to the E2B API too (docs/e2b.md).
+    "    HOME=/home/user USER=sandpit LOGNAME=sandpit LANG=C.UTF-8 \\",
     "    SANDBOXD_LISTEN=0.0.0.0:8080 SANDBOXD_PYTHON=/usr/bin/python3 SANDBOXD_PYTHON_PREFIX=/usr \\",
     // A container: AIO file routes reach what bash in it can (sandboxd/src/config.ts).
     "    SANDBOXD_AIO_PATHS=any \\",

@@ -428,6 +428,7 @@ export class PathJail {
       type,
       size: st.size,
       modifiedMs: Math.floor(st.mtimeMs),
+      mode: st.mode & 0o7777,
     };
   }
 

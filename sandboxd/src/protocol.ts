@@ -215,6 +215,8 @@ export interface FileEntry {
   type: FileType;
   size: number;
   modifiedMs: number;
+  /** Permission bits (st_mode & 0o7777); absent from sandboxd versions before it was reported. */
+  mode?: number;
 }
 
 export const InitRequest = z.strictObject({

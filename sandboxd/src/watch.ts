@@ -50,6 +50,12 @@ export class WatchLimit {
   }
 }
 
+/** The fs.watch events seen for one path within a burst window. */
+interface Seen {
+  renamed: boolean;
+  changed: boolean;
+}
+
 /** Identity of a path's object as far as a move preserves it. */
 const signature = (e: FileEntry) => `${e.type}:${e.size}:${e.modifiedMs}`;
 
@@ -85,18 +91,18 @@ export async function watchDirectory(
   }
 
   let closed = false;
-  /** Relative path → whether an fs "rename" was seen for it in this window. */
-  let pending = new Map<string, boolean>();
+  /** Relative path → which fs events were seen for it in this window. */
+  let pending = new Map<string, Seen>();
   let timer: NodeJS.Timeout | undefined;
   let flushing: Promise<void> = Promise.resolve();
 
   const lookup = (virtual: string): Promise<FileEntry | null> =>
     jail.stat(jail.resolve(virtual)).catch(() => null);
 
-  const flush = async (batch: Map<string, boolean>) => {
+  const flush = async (batch: Map<string, Seen>) => {
     const appeared: { path: string; sig: string }[] = [];
     const out: Outcome[] = [];
-    for (const [rel, sawRename] of batch) {
+    for (const [rel, { renamed: sawRename, changed }] of batch) {
       const path = posix.join(dir.virtual, rel);
       const entry = await lookup(path);
       if (closed) return;
@@ -106,6 +112,8 @@ export async function watchDirectory(
         if (before === undefined) {
           remember(entry);
           out.push({ type: sawRename ? "create" : "write", path });
+          // Made and then written within one window: both happened (fsnotify says both).
+          if (sawRename && changed && entry.type === "file") out.push({ type: "write", path });
           if (sawRename) appeared.push({ path, sig });
           if (recursive && entry.type === "dir") await listNew(entry, out);
         } else if (before !== sig || !sawRename) {
@@ -113,6 +121,8 @@ export async function watchDirectory(
           if (entry.type !== "dir") out.push({ type: "write", path });
         }
       } else if (before !== undefined) {
+        // Written, then gone within one window: the write still happened (fsnotify says both).
+        if (changed && before.startsWith("file:")) out.push({ type: "write", path });
         known.delete(path);
         for (const sub of known.keys()) if (sub.startsWith(path + "/")) known.delete(sub); // a removed directory's contents
         out.push({ gone: path, sig: before });
@@ -155,7 +165,10 @@ export async function watchDirectory(
   watcher.on("change", (type, name) => {
     if (closed || typeof name !== "string" || posix.basename(name).startsWith(UPLOAD_PREFIX))
       return;
-    pending.set(name, (pending.get(name) ?? false) || type === "rename");
+    const seen = pending.get(name) ?? { renamed: false, changed: false };
+    if (type === "rename") seen.renamed = true;
+    else seen.changed = true;
+    pending.set(name, seen);
     schedule();
   });
   watcher.on("error", (err) => stop(err));

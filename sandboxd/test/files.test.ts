@@ -1,6 +1,6 @@
 /** sandboxd's native file routes beyond the basics: move, append, glob, grep, watch, atomic PUT. */
 import { request } from "node:http";
-import { mkdir, readdir, readFile, symlink, writeFile } from "node:fs/promises";
+import { appendFile, mkdir, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, startSandboxd, type TestSandboxd } from "./helpers.ts";
@@ -256,6 +256,33 @@ describe("watch", () => {
       { type: "rename", path: `${W}/wd/a.txt` },
       { type: "create", path: `${W}/wd/b.txt` },
       { type: "remove", path: `${W}/wd/b.txt` },
+    ]);
+    w.stop();
+  });
+
+  it("reports a write to a file removed right after it (within one burst window)", async () => {
+    await mkdir(host(`${W}/wq`), { recursive: true });
+    await writeFile(host(`${W}/wq/q.txt`), "1");
+    const w = await open(`${W}/wq`);
+    await appendFile(host(`${W}/wq/q.txt`), "more");
+    await rm(host(`${W}/wq/q.txt`));
+    await until(() => w.events.length >= 2, "write and remove");
+    expect(w.events).toEqual([
+      { type: "write", path: `${W}/wq/q.txt` },
+      { type: "remove", path: `${W}/wq/q.txt` },
+    ]);
+    w.stop();
+  });
+
+  it("reports a write to a file written right after it appeared (within one burst window)", async () => {
+    await mkdir(host(`${W}/wn`), { recursive: true });
+    const w = await open(`${W}/wn`);
+    await put(`${W}/wn/n.txt`, "1");
+    await appendFile(host(`${W}/wn/n.txt`), "more");
+    await until(() => w.events.length >= 2, "create and write");
+    expect(w.events).toEqual([
+      { type: "create", path: `${W}/wn/n.txt` },
+      { type: "write", path: `${W}/wn/n.txt` },
     ]);
     w.stop();
   });

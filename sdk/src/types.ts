@@ -411,4 +411,6 @@ export interface SandboxFileInfo {
   type: "file" | "dir" | "symlink" | "other";
   size: number;
   modifiedTime?: Date;
+  /** Permission bits (0o7777), where the provider reports them. */
+  mode?: number;
 }

@@ -176,6 +176,44 @@ export function e2bConformance(target: E2BTarget, connection: () => E2BConnectio
       });
     });
 
+    describe("kill ends streams", () => {
+      it("a terminal, a directory watch and a running code cell end when their sandbox is killed", async () => {
+        const ci = await CodeInterpreter.create({ ...opts(), timeoutMs: 600_000 });
+        made.push(ci);
+        const term = await ci.pty.create({ cols: 80, rows: 24, onData: () => undefined });
+        let watchEnded!: () => void;
+        const watchEnd = new Promise<void>((r) => (watchEnded = r));
+        await ci.files.watchDir(HOME, () => undefined, { onExit: () => watchEnded() });
+        await ci.runCode("1"); // the default context exists: the next cell runs at once
+        const cell = ci.runCode("import time; time.sleep(600)", { timeoutMs: 0 });
+        await new Promise((r) => setTimeout(r, 1_000));
+        expect(await ci.kill()).toBe(true);
+        // None hangs: each stream ends, the SDK raising its error (or, for a watch, its onExit).
+        const ended: string[] = [];
+        const track = (name: string, p: Promise<unknown>) =>
+          p.then(
+            () => ended.push(`${name}:resolved`),
+            () => ended.push(`${name}:rejected`),
+          );
+        await Promise.race([
+          Promise.all([
+            track("pty", term.wait()),
+            // A cell cut off either rejects (the connection dropped) or ends with an error.
+            track(
+              "cell",
+              cell.then((r) => {
+                if (!r.error) throw new Error("the cell ended without an error");
+                throw new Error(r.error.name);
+              }),
+            ),
+            track("watch", watchEnd),
+          ]),
+          new Promise((r) => setTimeout(r, 60_000)),
+        ]);
+        expect(ended.sort()).toEqual(["cell:rejected", "pty:rejected", "watch:resolved"]);
+      }, 120_000);
+    });
+
     describe("commands", () => {
       let sbx: Sandbox;
       beforeAll(async () => {

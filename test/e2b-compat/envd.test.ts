@@ -107,6 +107,26 @@ describe("commands", () => {
     const err = await sbx.commands.run("sleep 30", { timeoutMs: 500 }).catch((e: unknown) => e);
     expect((err as Error).name).toBe("TimeoutError");
   });
+
+  it("starts a command outside the jail where asked (the shell changes there)", async () => {
+    const r = await sbx.commands.run("pwd", { cwd: "/tmp" });
+    expect(r.stdout).toBe("/tmp\n");
+  });
+
+  it("kills a command at its deadline even when its client gave up first", async () => {
+    const rpc = await connectRpc("json");
+    const gaveUp = AbortSignal.timeout(200);
+    const events = rpc.proc.start(
+      { process: { cmd: "/bin/bash", args: ["-c", "sleep 2; touch late-marker"] } },
+      { timeoutMs: 800, signal: gaveUp },
+    );
+    await (async () => {
+      for await (const _ of events);
+    })().catch(() => undefined);
+    expect(gaveUp.aborted).toBe(true);
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect(await sbx.files.exists("late-marker")).toBe(false);
+  });
 });
 
 describe("pty", () => {
@@ -150,12 +170,33 @@ describe("files", () => {
     expect(deep.map((e) => e.name).sort()).toEqual(["a", "b", "c.txt"]);
     expect(await sbx.files.exists("tree/a/b/c.txt")).toBe(true);
     const moved = await sbx.files.rename("tree/a/b/c.txt", "tree/d.txt");
-    expect(moved.path).toBe("/mnt/user-data/workspace/tree/d.txt");
+    // E2B's home is the workspace: reported under /home/user (docs/e2b.md, "Paths").
+    expect(moved.path).toBe("/home/user/tree/d.txt");
     expect(await sbx.files.exists("tree/a/b/c.txt")).toBe(false);
     await sbx.files.remove("tree");
     expect(await sbx.files.exists("tree")).toBe(false);
     await expect(sbx.files.list("no-such-dir")).rejects.toBeInstanceOf(NotFoundError);
     await expect(sbx.files.read("no-such-file")).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it("names the workspace /home/user and ~, and reports a file's mode", async () => {
+    await sbx.files.write("/home/user/home.txt", "home");
+    expect(await sbx.files.read("~/home.txt")).toBe("home");
+    expect(await sbx.files.read("/mnt/user-data/workspace/home.txt")).toBe("home");
+    // A path is reported the way the caller spelled the one it asked about.
+    expect((await sbx.files.getInfo("/mnt/user-data/workspace/home.txt")).path).toBe(
+      "/mnt/user-data/workspace/home.txt",
+    );
+    expect((await sbx.files.list("/home/user")).map((e) => e.path)).toContain(
+      "/home/user/home.txt",
+    );
+    await sbx.commands.run("chmod 640 home.txt");
+    expect(await sbx.files.getInfo("home.txt")).toMatchObject({
+      path: "/home/user/home.txt",
+      mode: 0o640,
+      permissions: "-rw-r-----",
+    });
+    expect((await sbx.files.getInfo("~")).permissions).toMatch(/^d/);
   });
 
   it("watches a directory (streamed), recursively", async () => {
@@ -334,6 +375,7 @@ interface ProcessClient {
   list(req: object): Promise<{ processes: { pid: number }[] }>;
   start(
     req: object,
+    options?: { timeoutMs?: number; signal?: AbortSignal },
   ): AsyncIterable<{ event?: { event: { case: string; value: Record<string, unknown> } } }>;
 }
 interface FsClient {

@@ -55,6 +55,8 @@ interface E2BData {
   defaults: Map<string, CodeContext>;
   /** Stateless JavaScript/TypeScript cells run so far. */
   executions: number;
+  /** Cells being answered: a kill cuts them off, as E2B's VM going away does. */
+  running: Set<ServerResponse>;
 }
 
 const data = (s: FakeSandbox) => s.data as unknown as E2BData;
@@ -229,6 +231,7 @@ export class FakeE2B {
       defaults: new Map(),
       watchers: new Map(),
       executions: 0,
+      running: new Set(),
     };
     Object.assign(sbx.data, d);
     this.expireAt(sbx, Date.now() + (body.timeout ?? 300) * 1000);
@@ -258,6 +261,7 @@ export class FakeE2B {
 
   private async kill(sbx: FakeSandbox): Promise<void> {
     this.stopWatching(sbx);
+    for (const res of data(sbx).running) res.destroy();
     await this.host.kill(sbx);
   }
 
@@ -804,6 +808,8 @@ export class FakeE2B {
     const kernel = (ctx.kernel ??= await this.startKernel(sbx, ctx));
     res.writeHead(200, { "content-type": "application/x-ndjson" });
     res.flushHeaders();
+    data(sbx).running.add(res);
+    res.once("close", () => data(sbx).running.delete(res));
     const turn = kernel.queue.then(
       () =>
         new Promise<void>((resolve) => {

@@ -346,6 +346,127 @@ describe("E2B API: refusals and bad input, raw", () => {
     },
   );
 
+  test(
+    "malformed data-plane requests on a real sandbox: E2B-shaped 4xx, never a 5xx",
+    { timeout: 180_000 },
+    async () => {
+      const sbx = await Sandbox.create(opts());
+      const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+      const send = (path: string, init: RequestInit & { port?: number } = {}) => {
+        const headers = new Headers(init.headers);
+        headers.set("e2b-sandbox-id", sbx.sandboxId);
+        headers.set("e2b-sandbox-port", String(init.port ?? 49983));
+        headers.set("x-access-token", token);
+        return fetch(`${base}${path}`, { ...init, headers });
+      };
+      const json = { "content-type": "application/json" };
+      const stream = { "content-type": "application/connect+json" };
+      const cases: [string, Promise<Response>][] = [
+        [
+          "bad JSON",
+          send("/filesystem.Filesystem/Stat", { method: "POST", headers: json, body: "{" }),
+        ],
+        [
+          "wrong type",
+          send("/filesystem.Filesystem/Stat", {
+            method: "POST",
+            headers: json,
+            body: '{"path":7}',
+          }),
+        ],
+        [
+          "outside the jail",
+          send("/filesystem.Filesystem/ListDir", {
+            method: "POST",
+            headers: json,
+            body: '{"path":"/etc"}',
+          }),
+        ],
+        [
+          "unknown method",
+          send("/process.Process/Nope", { method: "POST", headers: json, body: "{}" }),
+        ],
+        ["GET on a method", send("/process.Process/List")],
+        [
+          "wrong content type",
+          send("/process.Process/List", {
+            method: "POST",
+            headers: { "content-type": "text/plain" },
+            body: "{}",
+          }),
+        ],
+        [
+          "short envelope",
+          send("/process.Process/Start", {
+            method: "POST",
+            headers: stream,
+            body: new Uint8Array([0, 0, 0]),
+          }),
+        ],
+        [
+          "envelope past its body",
+          send("/process.Process/Start", {
+            method: "POST",
+            headers: stream,
+            body: new Uint8Array([0, 0, 0, 0, 9, 123]),
+          }),
+        ],
+        [
+          "no cmd",
+          send("/process.Process/Start", {
+            method: "POST",
+            headers: stream,
+            body: new Uint8Array([0, 0, 0, 0, 2, 123, 125]),
+          }),
+        ],
+        ["/files without a path", send("/files")],
+        ["/files of a directory", send("/files?path=/home/user")],
+        [
+          "/files bad content type",
+          send("/files?path=x", {
+            method: "POST",
+            headers: { "content-type": "text/plain" },
+            body: "x",
+          }),
+        ],
+        [
+          "/files truncated multipart",
+          send("/files?path=x", {
+            method: "POST",
+            headers: { "content-type": "multipart/form-data; boundary=zz" },
+            body: '--zz\r\nContent-Disposition: form-data; name="file"',
+          }),
+        ],
+        [
+          "/execute bad JSON",
+          send("/execute", { port: 49999, method: "POST", headers: json, body: "{" }),
+        ],
+        [
+          "/execute code not a string",
+          send("/execute", { port: 49999, method: "POST", headers: json, body: '{"code":1}' }),
+        ],
+        [
+          "/contexts unknown language",
+          send("/contexts", {
+            port: 49999,
+            method: "POST",
+            headers: json,
+            body: '{"language":"cobol"}',
+          }),
+        ],
+        ["/contexts unknown id", send("/contexts/nope", { port: 49999, method: "DELETE" })],
+      ];
+      for (const [what, answer] of cases) {
+        const res = await answer;
+        const body = await res.text();
+        expect(res.status, `${what}: ${body}`).toBeGreaterThanOrEqual(400);
+        expect(res.status, `${what}: ${body}`).toBeLessThan(500);
+        expect(body, what).not.toBe("");
+      }
+      await sbx.kill();
+    },
+  );
+
   test("host routing: api.<domain> is the control plane, <port>-<id>.<domain> a sandbox", async () => {
     const list = await getWithHost(`api.${DOMAIN}`, "/v2/sandboxes", { "x-api-key": KEY });
     expect(list.status).toBe(200);

@@ -276,5 +276,6 @@ function toInfo(e: FileEntry): SandboxFileInfo {
     type: e.type,
     size: e.size,
     modifiedTime: new Date(e.modifiedMs),
+    ...(e.mode === undefined ? {} : { mode: e.mode }),
   };
 }

@@ -12,6 +12,7 @@ import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
 import { isSandboxError } from "@sandpit/sdk/errors";
 import type { SandboxInstance } from "@sandpit/sdk";
+import { reportAs, toSandbox } from "./home.ts";
 import { boundaryOf, MultipartError, readParts } from "./multipart.ts";
 
 /** envd's REST errors: `{code, message}` with the HTTP status as code. */
@@ -138,7 +139,7 @@ async function download(res: ServerResponse, query: URLSearchParams, instance: S
   const path = pathParam(query);
   let info;
   try {
-    info = await instance.filesystem.stat(path);
+    info = await instance.filesystem.stat(toSandbox(path));
   } catch (err) {
     if (isSandboxError(err, "NOT_FOUND")) throw new RestError(404, `path '${path}' does not exist`);
     throw err;
@@ -146,7 +147,7 @@ async function download(res: ServerResponse, query: URLSearchParams, instance: S
   if (info.type === "dir") throw new RestError(400, `path '${path}' is a directory`);
   const abort = new AbortController();
   res.once("close", () => abort.abort());
-  const body = await instance.filesystem.readStream(path, { signal: abort.signal });
+  const body = await instance.filesystem.readStream(toSandbox(path), { signal: abort.signal });
   res.writeHead(200, {
     "content-type": "application/octet-stream",
     "content-length": String(info.size),
@@ -170,11 +171,11 @@ async function upload(
   res.once("close", () => {
     if (!res.writableFinished) abort.abort();
   });
-  const written: string[] = [];
+  const written: string[] = []; // as the caller named them
   const write = async (path: string, data: AsyncIterable<Uint8Array>) => {
-    const existing = await instance.filesystem.stat(path).catch(() => undefined);
+    const existing = await instance.filesystem.stat(toSandbox(path)).catch(() => undefined);
     if (existing?.type === "dir") throw new RestError(400, `path '${path}' is a directory`);
-    await instance.filesystem.writeStream(path, data, { signal: abort.signal });
+    await instance.filesystem.writeStream(toSandbox(path), data, { signal: abort.signal });
     written.push(path);
   };
   if (type.startsWith("multipart/form-data")) {
@@ -192,8 +193,8 @@ async function upload(
   }
   const out = [];
   for (const path of written) {
-    const info = await instance.filesystem.stat(path);
-    out.push({ name: info.name, type: "file", path: info.path });
+    const info = await instance.filesystem.stat(toSandbox(path));
+    out.push({ name: info.name, type: "file", path: reportAs(path)(info.path) });
   }
   const json = JSON.stringify(out);
   res.writeHead(200, {

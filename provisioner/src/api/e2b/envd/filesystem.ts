@@ -1,6 +1,7 @@
 /**
  * envd's `filesystem.Filesystem` service onto the SandboxInstance's filesystem (sandboxd's path
- * jail applies: absolute paths under /mnt/user-data, relative ones from the workspace). Watches
+ * jail applies: absolute paths under /mnt/user-data, relative ones from the workspace, E2B's
+ * home `/home/user` is the workspace: ./home.ts). Watches
  * are sandboxd's (inotify): streamed (`WatchDir`) or kept here and polled
  * (`CreateWatcher`/`GetWatcherEvents`/`RemoveWatcher`).
  */
@@ -20,6 +21,7 @@ import {
   type CallShape,
 } from "./connect.ts";
 import { messageDesc } from "./proto.ts";
+import { reportAs, toSandbox } from "./home.ts";
 import { stateOf, type PolledWatcher } from "./state.ts";
 
 const d = (name: string) => messageDesc(`filesystem.${name}`);
@@ -30,16 +32,27 @@ const EVENT_TYPE = { create: 1, write: 2, remove: 3, rename: 4, chmod: 5 } as co
 const WATCHER_IDLE_MS = 10 * 60_000;
 const MAX_WATCHER_EVENTS = 10_000;
 
+/** Go's fs.FileMode string, as envd reports it: the type letter, then rwx for each class. */
+function permissions(type: SandboxFileInfo["type"], mode: number): string {
+  const rwx = [6, 3, 0].map((shift) =>
+    ["r", "w", "x"].map((c, i) => ((mode >> shift) & (4 >> i) ? c : "-")).join(""),
+  );
+  return (type === "dir" ? "d" : type === "symlink" ? "L" : "-") + rwx.join("");
+}
+
 /**
- * envd's EntryInfo. sandboxd's stat does not report mode, owner or group: those stay empty
- * (docs/e2b.md, "Data plane").
+ * envd's EntryInfo. sandboxd's stat does not report owner or group: those stay empty (docs/e2b.md,
+ * "Data plane").
  */
-function entry(e: SandboxFileInfo) {
+function entry(e: SandboxFileInfo, asked: string) {
   return {
     name: e.name,
     type: FILE_TYPE[e.type],
-    path: e.path,
+    path: reportAs(asked)(e.path),
     size: BigInt(e.size),
+    ...(e.mode === undefined
+      ? {}
+      : { mode: e.mode & 0o777, permissions: permissions(e.type, e.mode) }),
     ...(e.modifiedTime ? { modifiedTime: timestampFromMs(e.modifiedTime.getTime()) } : {}),
   };
 }
@@ -51,7 +64,7 @@ function event(root: string, e: FilesystemEvent) {
 /** A missing path is envd's not_found; a file where a directory is needed, invalid_argument. */
 async function stat(instance: SandboxInstance, path: string): Promise<SandboxFileInfo | undefined> {
   try {
-    return await instance.filesystem.stat(path);
+    return await instance.filesystem.stat(toSandbox(path));
   } catch (err) {
     if (isSandboxError(err, "NOT_FOUND")) return undefined;
     throw err;
@@ -73,12 +86,12 @@ const UNARY: Record<string, Handler> = {
   Stat: async ({ path }: { path: string }, instance) => {
     const info = await stat(instance, path);
     if (!info) throw new RpcError("not_found", `file '${path}' does not exist`);
-    return { entry: entry(info) };
+    return { entry: entry(info, path) };
   },
   ListDir: async ({ path, depth }: { path: string; depth: number }, instance) => {
     await directory(instance, path);
-    const entries = await instance.filesystem.list(path, { depth: Math.max(1, depth) });
-    return { entries: entries.map(entry) };
+    const entries = await instance.filesystem.list(toSandbox(path), { depth: Math.max(1, depth) });
+    return { entries: entries.map((e) => entry(e, path)) };
   },
   MakeDir: async ({ path }: { path: string }, instance) => {
     if (!path) throw new RpcError("invalid_argument", "path is required");
@@ -87,21 +100,21 @@ const UNARY: Record<string, Handler> = {
       throw new RpcError("already_exists", `directory '${path}' already exists`);
     if (existing)
       throw new RpcError("invalid_argument", `path '${path}' exists and is not a directory`);
-    await instance.filesystem.mkdir(path);
-    return { entry: entry(await instance.filesystem.stat(path)) };
+    await instance.filesystem.mkdir(toSandbox(path));
+    return { entry: entry(await instance.filesystem.stat(toSandbox(path)), path) };
   },
   Move: async ({ source, destination }: { source: string; destination: string }, instance) => {
     if (!source || !destination)
       throw new RpcError("invalid_argument", "source and destination are required");
     if (!(await stat(instance, source)))
       throw new RpcError("not_found", `file '${source}' does not exist`);
-    await instance.filesystem.rename(source, destination);
-    return { entry: entry(await instance.filesystem.stat(destination)) };
+    await instance.filesystem.rename(toSandbox(source), toSandbox(destination));
+    return { entry: entry(await instance.filesystem.stat(toSandbox(destination)), destination) };
   },
   Remove: async ({ path }: { path: string }, instance) => {
     if (!path) throw new RpcError("invalid_argument", "path is required");
     // As envd's os.RemoveAll: a path that is already gone is removed.
-    if (await stat(instance, path)) await instance.filesystem.remove(path);
+    if (await stat(instance, path)) await instance.filesystem.remove(toSandbox(path));
     return {};
   },
   CreateWatcher: async ({ path, recursive }: { path: string; recursive: boolean }, instance) => {

@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { CodeResult, SandboxInstance, SandboxLanguage } from "@sandpit/sdk";
 import { isSandboxError } from "@sandpit/sdk/errors";
 import { RestError } from "./files.ts";
+import { E2B_HOME, startDir, toSandbox } from "./home.ts";
 import { stateOf, type InterpreterContext, type SandboxState } from "./state.ts";
 
 const MAX_REQUEST_BYTES = 8 * 1024 * 1024;
@@ -105,13 +106,17 @@ async function makeContext(
 ): Promise<{ id: string; ctx: InterpreterContext }> {
   const kernel = kernelOf(language);
   if (kernel === "bash") {
-    const ctx = { language, cwd: cwd ?? "", target: undefined };
+    const ctx = { language, cwd: cwd || E2B_HOME, target: undefined };
     const id = randomUUID();
     state.contexts.set(id, ctx);
     return { id, ctx };
   }
-  const made = await instance.createCodeContext({ language: kernel, ...(cwd ? { cwd } : {}) });
-  const ctx = { language, cwd: made.cwd, target: made.id };
+  const made = await instance.createCodeContext({
+    language: kernel,
+    ...(cwd ? { cwd: toSandbox(cwd) } : {}),
+  });
+  // The directory as the caller named it (made.cwd is sandboxd's name for it).
+  const ctx = { language, cwd: cwd || E2B_HOME, target: made.id };
   state.contexts.set(made.id, ctx);
   return { id: made.id, ctx };
 }
@@ -177,7 +182,10 @@ export async function serveInterpreter(
         // sandboxd has no restart: a fresh interpreter with the same language and directory
         // takes the context's place under the same E2B id.
         const kernel = kernelOf(ctx.language) as SandboxLanguage;
-        const made = await instance.createCodeContext({ language: kernel, cwd: ctx.cwd });
+        const made = await instance.createCodeContext({
+          language: kernel,
+          cwd: toSandbox(ctx.cwd),
+        });
         state.contexts.set(id, { ...ctx, target: made.id });
         state.executions.delete(id);
       }
@@ -241,9 +249,11 @@ async function execute(
   res.flushHeaders();
   try {
     if (ctx.target === undefined) {
-      const r = await instance.commands.run(`exec bash -c ${shellQuote(code)}`, {
-        ...(ctx.cwd ? { cwd: ctx.cwd } : {}),
-        ...(envs ? { envs } : {}),
+      const { cwd, pwd } = startDir(ctx.cwd);
+      const cd = cwd === undefined ? `cd ${shellQuote(pwd)} && ` : "";
+      const r = await instance.commands.run(`${cd}exec bash -c ${shellQuote(code)}`, {
+        ...(cwd === undefined ? {} : { cwd }),
+        envs: { PWD: pwd, ...envs },
         onStdout,
         onStderr,
         signal: abort.signal,
@@ -292,9 +302,13 @@ function resultLine(r: CodeResult) {
   return {
     type: "result",
     ...formats,
-    // A table's structure rides along under its own MIME type (E2B shows a DataFrame as text
-    // and html, which sandboxd also gives).
-    ...(table ? { "application/vnd.sandpit.table+json": table } : {}),
+    // A DataFrame's values are the SDKs' `data` (E2B gives it with text and html): column name
+    // to that column's values, as pandas' to_dict(orient="list").
+    ...(table
+      ? {
+          data: Object.fromEntries(table.columns.map((c, i) => [c, table.rows.map((r) => r[i])])),
+        }
+      : {}),
     ...extra,
     is_main_result: isMainResult,
   };

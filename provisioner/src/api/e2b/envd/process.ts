@@ -19,6 +19,7 @@ import {
   decode,
   type CallShape,
 } from "./connect.ts";
+import { startDir } from "./home.ts";
 import { messageDesc } from "./proto.ts";
 import { stateOf, type ProcessConfig, type SandboxState } from "./state.ts";
 
@@ -114,7 +115,11 @@ async function list(instance: SandboxInstance, state: SandboxState) {
   return create(d("ListResponse"), {
     processes: running.map((p) => ({
       pid: p.pid,
-      config: state.configs.get(p.pid) ?? { cmd: "/bin/sh", args: ["-c", p.command], cwd: p.cwd },
+      config: state.configs.get(p.pid) ?? {
+        cmd: "/bin/sh",
+        args: ["-c", p.command],
+        cwd: p.cwd,
+      },
       ...(p.tag === undefined ? {} : { tag: p.tag }),
     })),
   }) as MessageShape<DescMessage>;
@@ -150,6 +155,8 @@ async function stream(
   if (!shape.streaming)
     throw new RpcError("invalid_argument", `process.Process/${method} is a server stream`, 415);
   const deadline = deadlineMs(req);
+  // Counted from the request's arrival: the client gives up then too.
+  const deadlineAt = deadline === undefined ? undefined : Date.now() + deadline;
   const msg = (await readStreamRequest(req, shape, d(`${method}Request`))) as {
     process?: ProcessConfig & Selector;
     pty?: { size?: { cols: number; rows: number } };
@@ -182,9 +189,14 @@ async function stream(
     if (method === "Start") {
       const config = msg.process;
       if (!config?.cmd) throw new RpcError("invalid_argument", "process.cmd is required");
-      const command = ["exec", ...[config.cmd, ...config.args].map(quote)].join(" ");
-      const cwd = config.cwd || undefined;
-      const envs = Object.keys(config.envs).length ? config.envs : undefined;
+      const { cwd, pwd } = startDir(config.cwd);
+      const command = [
+        ...(cwd === undefined ? ["cd", quote(pwd), "&&"] : []),
+        "exec",
+        ...[config.cmd, ...config.args].map(quote),
+      ].join(" ");
+      // The caller's envs win, PWD included.
+      const envs = { PWD: pwd, ...config.envs };
       isPty = msg.pty !== undefined;
       if (msg.pty) {
         handle = await instance.pty.create({
@@ -192,14 +204,14 @@ async function stream(
           rows: msg.pty.size?.rows || 24,
           command,
           ...(cwd === undefined ? {} : { cwd }),
-          ...(envs === undefined ? {} : { envs }),
+          envs,
           onData: output("pty"),
         });
       } else {
         handle = await instance.commands.run(command, {
           background: true,
           ...(cwd === undefined ? {} : { cwd }),
-          ...(envs === undefined ? {} : { envs }),
+          envs,
           ...(msg.tag === undefined ? {} : { tag: msg.tag }),
           onStdout: output("stdout"),
           onStderr: output("stderr"),
@@ -211,7 +223,7 @@ async function stream(
         cmd: config.cmd,
         args: config.args,
         envs: config.envs,
-        ...(cwd === undefined ? {} : { cwd }),
+        cwd: pwd,
       });
     } else {
       const target = await pidOf(instance, msg.process);
@@ -242,21 +254,26 @@ async function stream(
   );
 
   // The client's deadline bounds the process itself, as envd's does (E2B's `timeoutMs`, 0 for
-  // none): past it, the process group is killed and the stream ends with deadline_exceeded.
+  // none): past it, the process group is killed and the stream ends with deadline_exceeded. The
+  // client gives up at the same moment and may be gone first: the kill happens all the same.
   let timedOut = false;
+  let exited = false;
   const timer =
-    method === "Start" && deadline !== undefined
+    method === "Start" && deadlineAt !== undefined
       ? setTimeout(() => {
+          if (exited) return;
           timedOut = true;
           void (isPty ? instance.pty.kill(pid) : instance.commands.kill(pid, "SIGKILL")).catch(
             () => undefined,
           );
-        }, deadline)
+        }, deadlineAt - Date.now())
       : undefined;
   // A client that goes away stops following; the process keeps running (Connect reattaches).
   out.closed.addEventListener("abort", () => void handle.disconnect().catch(() => undefined));
   try {
     const { exitCode } = await handle.wait();
+    exited = true;
+    clearTimeout(timer);
     await chain;
     if (timedOut) {
       out.end(
@@ -274,7 +291,6 @@ async function stream(
     // wait() rejects once disconnect() ran: the client is gone, nothing to tell it.
     out.end(out.closed.aborted ? undefined : err);
   } finally {
-    clearTimeout(timer);
     state.signalled.delete(pid);
     if (method === "Start") state.configs.delete(pid);
   }
