@@ -431,13 +431,13 @@ export class ProviderStore implements SandboxBackend {
       const end = Date.parse(s.metadata.creationTimestamp!) + lifecycle.ttlSeconds * 1000;
       this.#setEnd(entry, end);
       await this.#serial(entry, async () => {
-        const left = Math.max(1000, end - Date.now());
-        if (entry.instance) return entry.instance.setTimeout(left);
+        const left = () => Math.max(1000, end - Date.now());
+        if (entry.instance) return entry.instance.setTimeout(left());
         if (!entry.providerId) return; // it never started: nothing holds an end
         // Paused: the backend's end is set through a handle, and the sandbox paused again, so
         // a restart of serve finds the new end rather than the one it was created with.
         const handle = await this.#o.provider.resume(entry.providerId);
-        await handle.setTimeout(left);
+        await handle.setTimeout(left()); // after the resume, which takes a while
         await handle.pause();
       });
     }
