@@ -1,12 +1,12 @@
 /**
  * `sandpit serve` on Docker against the Docker provider used directly, in one run:
- *  1. create -> first command done. Through serve: `POST /v1/sandboxes` (waits for Ready) then
- *     `POST /v1/sandboxes/:id/proxy/v1/commands/run {command: "true"}`. Directly: the same
- *     provider's `create()` with the labels serve puts on a sandbox (its record), then
- *     `commands.run("true")`. Interleaved (which goes first alternates); deletes untimed.
- *     Serve's creates carry labels, and the Docker provider claims warm containers only for
- *     creates without any (a claimed container cannot take labels), so both sides are cold
- *     creates; the direct warm claim is measured too, for reference.
+ *  1. warm create -> first command done, each side with a warm pool of one, refilled before
+ *     each sample. Through serve (`--warm 1`): `POST /v1/sandboxes` (waits for Ready) then
+ *     `POST /v1/sandboxes/:id/proxy/v1/commands/run {command: "true"}`. Directly: a Docker
+ *     provider with `warm: 1`, `create()` with labels shaped like serve's (its record), then
+ *     `commands.run("true")`. Both claim a warm container (the provider keeps a claim's labels
+ *     on the host). Interleaved (which goes first alternates); deletes untimed. Cold creates
+ *     (no warm pool), through serve and directly, for reference.
  *  2. a command's round trip on one running sandbox: through serve's proxy, against the SDK's
  *     own client straight to sandboxd, interleaved.
  * Goal (issue 16): through serve ≤ 1.2x the direct p50 + 2 ms.
@@ -29,7 +29,9 @@ import { summarize, type Summary } from "./stats.ts";
 const IMAGE = process.env.SANDPIT_BENCH_IMAGE ?? "sandpit-sandbox:latest";
 const PREFIX = "sandpit-bench-serve";
 const CREATE_RUNS = 15;
-const WARM_RUNS = 10;
+const COLD_RUNS = 5;
+/** serve's warm containers: the Docker provider's default prefix. */
+const SERVE_WARM = "name=^sandpit-warm-";
 const RTT_WARMUP = 30;
 const RTT_RUNS = 300;
 const run = promisify(execFile);
@@ -39,10 +41,24 @@ const fresh = () => `bench-${randomBytes(6).toString("hex")}`;
 const ms = (s: Summary) => `${s.p50.toFixed(2)} / ${s.p99.toFixed(2)} / ${s.max.toFixed(2)}`;
 
 const engine = await ensureDocker({ log });
+const dockerNames = async (filter: string) =>
+  (await run("docker", ["ps", "--filter", filter, "--format", "{{.Names}}"])).stdout
+    .split("\n")
+    .filter(Boolean);
+const warmBefore = await dockerNames(SERVE_WARM);
 const stateDir = await mkdtemp(join(tmpdir(), "sandpit-bench-serve-"));
+const serveEnv = {
+  SANDPIT_API_KEYS: JSON.stringify(KEY_LIST),
+  DOCKER_HOST: `unix://${engine.socketPath}`,
+};
 const serve = await startServe(
-  ["--backend", "docker", "--image", IMAGE, "--warm", "0", "--state-dir", stateDir],
-  { SANDPIT_API_KEYS: JSON.stringify(KEY_LIST), DOCKER_HOST: `unix://${engine.socketPath}` },
+  ["--backend", "docker", "--image", IMAGE, "--warm", "1", "--state-dir", stateDir],
+  serveEnv,
+);
+const coldDir = await mkdtemp(join(tmpdir(), "sandpit-bench-serve-cold-"));
+const serveCold = await startServe(
+  ["--backend", "docker", "--image", IMAGE, "--warm", "0", "--state-dir", coldDir],
+  serveEnv,
 );
 const direct = new DockerProvider({ image: IMAGE, containerPrefix: PREFIX, idleTimeoutMs: 0 });
 const warm = new DockerProvider({
@@ -65,16 +81,30 @@ const servelike = () => ({
   "serve.sandpit.dev/r3": randomBytes(31).toString("hex"),
 });
 
-async function viaServe(): Promise<number> {
+/** Until serve's pool holds a running blank container again, then as long as a direct refill. */
+async function serveRefilled(): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    if ((await dockerNames(SERVE_WARM)).some((n) => !warmBefore.includes(n))) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  // Running is not warmed up (answering, a few commands run): give it the time that takes.
+  await new Promise((r) => setTimeout(r, 3_000));
+}
+
+async function viaServe(base = serve.url): Promise<number> {
   const t0 = now();
-  const made = await api("POST", "/v1/sandboxes", { threadId: fresh() });
+  const made = await call(base, "POST", "/v1/sandboxes", { bearer: KEYS.a }, { threadId: fresh() });
   if (made.status !== 201) throw new Error(`serve create: ${JSON.stringify(made.json)}`);
-  const out = await api("POST", `/v1/sandboxes/${made.json.id}/proxy/v1/commands/run`, {
-    command: "true",
-  });
+  const out = await call(
+    base,
+    "POST",
+    `/v1/sandboxes/${made.json.id}/proxy/v1/commands/run`,
+    { bearer: KEYS.a },
+    { command: "true" },
+  );
   const t = now() - t0;
   if (out.json.exitCode !== 0) throw new Error(`serve run: ${JSON.stringify(out.json)}`);
-  await api("DELETE", `/v1/sandboxes/${made.json.id}`);
+  await call(base, "DELETE", `/v1/sandboxes/${made.json.id}`, { bearer: KEYS.a });
   return t;
 }
 
@@ -92,26 +122,35 @@ async function viaProvider(p: DockerProvider, labels?: Record<string, string>): 
 }
 
 try {
-  log("1. create -> first command (warm-up: one of each)");
-  await viaServe();
-  await viaProvider(direct, servelike());
+  log("1. warm create -> first command (warm-up: one of each)");
+  const serveWarm = async () => {
+    await serveRefilled();
+    return viaServe();
+  };
+  const directWarm = async () => {
+    await warm.fillWarmPool();
+    await new Promise((r) => setTimeout(r, 3_000)); // as long as serve's settle
+    return viaProvider(warm, servelike());
+  };
+  await serveWarm();
+  await directWarm();
   const served: number[] = [];
-  const directCold: number[] = [];
+  const warmDirect: number[] = [];
   for (let i = 0; i < CREATE_RUNS; i++) {
-    const order =
-      i % 2
-        ? [viaServe, () => viaProvider(direct, servelike())]
-        : [() => viaProvider(direct, servelike()), viaServe];
-    for (const [j, f] of order.entries()) {
-      const t = await f();
-      ((i % 2 ? j === 0 : j === 1) ? served : directCold).push(t);
+    if (i % 2) {
+      served.push(await serveWarm());
+      warmDirect.push(await directWarm());
+    } else {
+      warmDirect.push(await directWarm());
+      served.push(await serveWarm());
     }
   }
-  log("   warm claims (direct, no labels)");
-  const warmDirect: number[] = [];
-  for (let i = 0; i < WARM_RUNS; i++) {
-    await warm.fillWarmPool();
-    warmDirect.push(await viaProvider(warm));
+  log("   cold creates, for reference");
+  const servedCold: number[] = [];
+  const directCold: number[] = [];
+  for (let i = 0; i < COLD_RUNS; i++) {
+    servedCold.push(await viaServe(serveCold.url));
+    directCold.push(await viaProvider(direct, servelike()));
   }
 
   log("2. command round trip on one sandbox");
@@ -142,7 +181,12 @@ try {
   await api("DELETE", `/v1/sandboxes/${id}`);
   await own.kill();
 
-  const s = { served: summarize(served), cold: summarize(directCold), warm: summarize(warmDirect) };
+  const s = {
+    served: summarize(served),
+    warm: summarize(warmDirect),
+    servedCold: summarize(servedCold),
+    cold: summarize(directCold),
+  };
   const r = { serve: summarize(serveRtt), direct: summarize(directRtt) };
   const verdict = (a: Summary, b: Summary) => (a.p50 <= 1.2 * b.p50 + 2 ? "met" : "missed");
   const host = hostInfo();
@@ -154,29 +198,35 @@ Command: \`node_modules/.bin/node bench/src/serve.ts\`, run ${new Date().toISOSt
 the bench, on the same engine and image, interleaved with it. Through serve: \`POST /v1/sandboxes\`
 (answers once Ready) then \`POST …/proxy/v1/commands/run {"command":"true"}\`; directly:
 \`create({language, threadId, labels})\` with labels shaped like serve's, then
-\`commands.run("true")\`. Goal: through serve ≤ 1.2x the direct p50 + 2 ms.
+\`commands.run("true")\`. Warm: serve with \`--warm 1\` and a provider with \`warm: 1\`, each
+pool refilled (and given 3 s to warm up) before each sample, so every create claims a warm
+container. Goal: through serve ≤ 1.2x the direct p50 + 2 ms.
 
 | Metric (ms: p50 / p99 / max)                                                   | through serve | Docker provider directly | ratio p50 | goal |
 | ------------------------------------------------------------------------------ | ------------: | -----------------------: | --------: | ---- |
-| create → first command, labelled create (N=${CREATE_RUNS} each)                              | ${ms(s.served)} | ${ms(s.cold)} | ${(s.served.p50 / s.cold.p50).toFixed(2)}x | ${verdict(s.served, s.cold)} |
+| warm create → first command, labelled create (N=${CREATE_RUNS} each)                         | ${ms(s.served)} | ${ms(s.warm)} | ${(s.served.p50 / s.warm.p50).toFixed(2)}x | ${verdict(s.served, s.warm)} |
 | command round trip on one sandbox (N=${RTT_RUNS} each)                                  | ${ms(r.serve)} | ${ms(r.direct)} | ${(r.serve.p50 / r.direct.p50).toFixed(2)}x | ${verdict(r.serve, r.direct)} |
-| for reference: warm-pool claim → first command, directly, no labels (N=${WARM_RUNS}) | | ${ms(s.warm)} | | |
+| for reference: cold create → first command, no warm pool (N=${COLD_RUNS} each)              | ${ms(s.servedCold)} | ${ms(s.cold)} | ${(s.servedCold.p50 / s.cold.p50).toFixed(2)}x | |
 
-Serve's creates are not warm: they carry the sandbox's record as labels (so a restart finds it),
-and the Docker provider claims a warm container only for a create without labels, as a running
-container's labels cannot change. Until the provider keeps a claimed container's labels beside
-it (as it keeps lifetimes), serve's creates cost a cold start; the ratio above compares like with
-like.
+Serve's creates carry the sandbox's record as labels (so a restart finds it); a running
+container's labels cannot change, so the Docker provider keeps a claimed warm container's labels
+in a file of its state directory and reads them over the container's own (list, get, the
+reaper): serve's creates claim warm containers like any other.
 `;
   process.stdout.write(`${section}\n`);
   await updateResultsMd("## sandpit serve on Docker", section);
 } finally {
   await serve.stop();
+  await serveCold.stop();
   await direct.close();
   await warm.close();
   const { stdout } = await run("docker", ["ps", "-aq", "--filter", `name=^${PREFIX}`]);
   const ids = stdout.split("\n").filter(Boolean);
   if (ids.length) await run("docker", ["rm", "-f", "-v", ...ids]);
+  // serve's blank containers (others' stay).
+  const blank = (await dockerNames(SERVE_WARM)).filter((n) => !warmBefore.includes(n));
+  if (blank.length) await run("docker", ["rm", "-f", "-v", ...blank]);
   await rm(stateDir, { recursive: true, force: true });
+  await rm(coldDir, { recursive: true, force: true });
   await engine.stop();
 }

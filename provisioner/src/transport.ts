@@ -87,7 +87,11 @@ export function abortedBy(req: IncomingMessage): AbortSignal {
 }
 
 /** `host:port`, or `unix:<path>` for a sandboxd on a unix socket (the local backend of serve). */
-function splitEndpoint(endpoint: string): { host: string; port: number; socketPath?: string } {
+export function splitEndpoint(endpoint: string): {
+  host: string;
+  port: number;
+  socketPath?: string;
+} {
   if (endpoint.startsWith("unix:"))
     return { host: "sandboxd", port: 80, socketPath: endpoint.slice("unix:".length) };
   const i = endpoint.lastIndexOf(":");

@@ -6,7 +6,7 @@
 import { execFile, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:net";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -221,6 +221,46 @@ describe("warm pool and reuse", () => {
     } finally {
       await p.close();
       await removeAll(`${PREFIX}-w`);
+    }
+  }, 180_000);
+
+  it("a labelled create with a lifetime claims a warm container; list, get and another process see its labels", async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), "sandpit-claims-"));
+    const p = provider({ warm: 1, stateDir }, `${PREFIX}-wl`);
+    try {
+      await p.fillWarmPool();
+      const warm = (
+        await docker("ps", "--filter", `name=^${PREFIX}-wl-warm-`, "--format", "{{.Names}}")
+      )
+        .split("\n")
+        .filter(Boolean);
+      expect(warm).toHaveLength(1);
+      const warmIdentity = await identity(warm[0]!);
+      const s = await p.create({
+        language: "python",
+        threadId: "claims-labelled",
+        labels: { team: "blue" },
+        lifetime: { ttlMs: 600_000 },
+      });
+      // The warm container, not a new one, though its labels were set when it was blank.
+      expect(await identity(s.sandboxId)).toEqual(warmIdentity);
+      const check = async (q: DockerProvider) => {
+        const info = await q.get(s.sandboxId);
+        expect(info).toMatchObject({ labels: { team: "blue" }, threadId: "claims-labelled" });
+        expect(info.expiresAt!.getTime() - Date.now()).toBeGreaterThan(500_000);
+        expect((await q.list({ labels: { team: "blue" } })).map((i) => i.sandboxId)).toEqual([
+          s.sandboxId,
+        ]);
+      };
+      await check(p);
+      // Another process on the same state directory: the labels are the host's, not memory.
+      await check(provider({ stateDir }, `${PREFIX}-wl`));
+      await s.kill();
+      expect(await readdir(stateDir)).toEqual([]);
+    } finally {
+      await p.close();
+      await removeAll(`${PREFIX}-wl`);
+      await rm(stateDir, { recursive: true, force: true });
     }
   }, 180_000);
 

@@ -20,6 +20,8 @@ export interface ServeTarget {
   leftovers: (stateDir: string, stateId: string) => Promise<string[]>;
   /** Environment serve needs on this backend (DOCKER_HOST, say). */
   env?: Record<string, string>;
+  /** What serve carries out on this backend of the options it may refuse. */
+  supports: { resources: boolean; networkDeny: boolean };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -154,6 +156,78 @@ export function serveApiSuite(backend: string, target: ServeTarget): void {
       // Nothing was made by any of it.
       expect((await api("GET", "/v1/sandboxes", KEYS.a)).json.sandboxes).toEqual([]);
     });
+
+    test("what serve cannot do here is 400 NOT_SUPPORTED naming it; nothing is made", async () => {
+      const refused = [
+        { pool: "gpu" },
+        { resources: { ephemeralStorage: "1Gi" } },
+        ...(target.supports.resources ? [] : [{ resources: { cpu: "500m" } }]),
+        ...(target.supports.networkDeny ? [] : [{ network: "deny" }]),
+      ];
+      for (const body of refused) {
+        const r = await api("POST", "/v1/sandboxes", KEYS.a, body);
+        expect(r.status, JSON.stringify(body)).toBe(400);
+        expect(r.json.error.code).toBe("NOT_SUPPORTED");
+        expect(r.json.error.message).toContain(`sandpit serve on the ${backend} backend`);
+        expect(r.json.error.message).toMatch(/it supports: ttlSeconds/);
+      }
+      expect((await api("GET", "/v1/sandboxes", KEYS.a)).json.sandboxes).toEqual([]);
+    });
+
+    test("SANDPIT_DEFAULT_POOL is refused at start: serve has no pools", async () => {
+      const dir = await mkdtemp(join(tmpdir(), `sandpit-serve-pool-${backend}-`));
+      try {
+        await expect(
+          startServe(["--state-dir", dir, ...target.args], { ...env, SANDPIT_DEFAULT_POOL: "p" }),
+        ).rejects.toThrow(/SANDPIT_DEFAULT_POOL names a SandboxPool/);
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+
+    test.runIf(target.supports.networkDeny)(
+      'network "deny" gives a sandbox with loopback only, still reached through the proxy',
+      { timeout: 120_000 },
+      async () => {
+        const made = await api("POST", "/v1/sandboxes", KEYS.a, {
+          threadId: "t-deny",
+          network: "deny",
+        });
+        expect(made.status, JSON.stringify(made.json)).toBe(201);
+        const ifaces = await run(
+          made.json.id,
+          "print(' '.join(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))",
+        );
+        expect(ifaces.stdout).toBe("lo\n");
+        expect((await api("DELETE", `/v1/sandboxes/${made.json.id}`, KEYS.a)).status).toBe(204);
+      },
+    );
+
+    test.runIf(target.supports.resources)(
+      "resources become the sandbox's limits",
+      { timeout: 120_000 },
+      async () => {
+        const made = await api("POST", "/v1/sandboxes", KEYS.a, {
+          threadId: "t-limits",
+          resources: { cpu: "500m", memory: "256Mi" },
+        });
+        expect(made.status, JSON.stringify(made.json)).toBe(201);
+        // cgroup v2's files, else v1's: the memory limit in bytes, the CPU quota per period.
+        const limits = await run(
+          made.json.id,
+          [
+            "import os",
+            "def first(*ps):",
+            "    p = next(p for p in ps if os.path.exists(p))",
+            "    return open(p).read().split()[0]",
+            "print(first('/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes'),",
+            "      first('/sys/fs/cgroup/cpu.max', '/sys/fs/cgroup/cpu/cpu.cfs_quota_us'))",
+          ].join("\n"),
+        );
+        expect(limits.stdout, limits.stderr).toBe(`${256 * 1024 * 1024} 50000\n`);
+        expect((await api("DELETE", `/v1/sandboxes/${made.json.id}`, KEYS.a)).status).toBe(204);
+      },
+    );
 
     test("a key's quota: the second sandbox is 429 RATE_LIMITED with Retry-After", async () => {
       const first = await api("POST", "/v1/sandboxes", KEYS.small, { wait: false });
@@ -306,6 +380,11 @@ export function serveApiSuite(backend: string, target: ServeTarget): void {
         const paused = (await api("POST", "/v1/sandboxes", KEYS.b, { threadId: "t-paused" })).json
           .id as string;
         await api("POST", `/v1/sandboxes/${paused}/pause`, KEYS.b);
+        // A new end for a paused sandbox is the backend's too: the restart keeps it.
+        const timed = await api("POST", `/v1/sandboxes/${paused}/timeout`, KEYS.b, {
+          timeoutSeconds: 3600,
+        });
+        expect(timed.status, JSON.stringify(timed.json)).toBe(200);
         const thread = randomUUID();
         const made = await df("POST", "/api/sandboxes", {
           sandbox_id: "deerflow-restart",
@@ -333,7 +412,11 @@ export function serveApiSuite(backend: string, target: ServeTarget): void {
         expect(shape(after.a)).toEqual(shape(before.a));
         expect(shape(after.b)).toEqual(shape(before.b));
         expect(after.a.sandboxes[0].labels).toMatchObject({ team: "blue" });
-        expect((await api("GET", `/v1/sandboxes/${paused}`, KEYS.b)).json.phase).toBe("Suspended");
+        const pausedAfter = (await api("GET", `/v1/sandboxes/${paused}`, KEYS.b)).json;
+        expect(pausedAfter.phase).toBe("Suspended");
+        expect(
+          Math.abs(Date.parse(pausedAfter.expiresAt) - Date.parse(timed.json.expiresAt)),
+        ).toBeLessThan(2_000);
         expect((await run(id, "print(open('/mnt/user-data/survives.txt').read())")).stdout).toBe(
           "yes\n",
         );

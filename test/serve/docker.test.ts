@@ -21,6 +21,7 @@ const dockerEnv = () => ({ DOCKER_HOST: `unix://${inject("dockerSocket")}` });
 
 serveApiSuite("docker", {
   args: args(),
+  supports: { resources: true, networkDeny: true },
   leftovers: async (_stateDir, stateId) => {
     const { stdout } = await run("docker", [
       "ps",
@@ -58,22 +59,33 @@ contractSuite(
     };
   },
   {
-    // What serve's native API honours of create's platform options on this backend.
+    // What serve carries out of create's platform options on Docker (the kubernetes provider
+    // refuses, before asking, what the native API has no field for: network "internet", an
+    // allow list, mounts).
     platform: {
       provider: "kubernetes",
+      // serve's reaper deletes at the TTL, and the Docker provider holds the same end.
       ttl: true,
+      // serve's reaper pauses after the timeout without traffic through its proxy.
       idleTimeout: true,
+      // Container limits (the Docker provider's resources).
       cpu: true,
       memory: true,
+      // Refused with NOT_SUPPORTED: the Docker data volume's driver has no size limit.
       disk: false,
+      // Refused with NOT_SUPPORTED: serve has no SandboxPools, only the image it runs.
       template: false,
+      // A container without a network (the Docker provider's network "deny").
       networkDeny: true,
       networkInternet: false,
       networkAllow: false,
       mounts: false,
       expiresAt: true,
+      // The native API's shortest TTL is 60 s: a seconds-scale lifetime is refused (400).
       ttlEnforced: false,
-      memoryEnforced: false,
+      // A container's memory limit is the kernel's: the 400 MiB allocation is killed.
+      memoryEnforced: true,
+      // Needs mounts, which the kubernetes provider refuses.
       isolationVisible: false,
     },
   },

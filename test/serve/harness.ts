@@ -9,6 +9,8 @@ const MAIN = new URL("../../provisioner/src/serve/main.ts", import.meta.url).pat
 
 export interface ServeProcess {
   url: string;
+  /** The E2B-compatible API's URL (SANDPIT_E2B_URL). */
+  e2bUrl: string;
   /** The key serve generated, when no SANDPIT_API_KEYS was given. */
   generatedKey: string | undefined;
   child: ChildProcess;
@@ -68,6 +70,7 @@ export async function startServe(
   };
   return {
     url: lines.SANDPIT_URL!,
+    e2bUrl: lines.SANDPIT_E2B_URL!,
     generatedKey: lines.SANDPIT_API_KEY,
     child,
     stderr: () => stderr,

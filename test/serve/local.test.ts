@@ -4,10 +4,13 @@
  */
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
+import { bwrapAvailable } from "../../sdk/src/providers/local/bwrap.ts";
 import { serveApiSuite } from "./api-suite.ts";
 
 serveApiSuite("local", {
   args: ["--backend", "local"],
+  // Host processes have no limits; a private network namespace needs bubblewrap.
+  supports: { resources: false, networkDeny: await bwrapAvailable() },
   // The local provider keeps each sandbox in users/<user>/threads/<thread>; serve's user is
   // its state's id.
   leftovers: async (stateDir, stateId) =>

@@ -8,7 +8,7 @@ import type { Command } from "commander";
 export function register(program: Command): void {
   program
     .command("serve")
-    .description("the provisioner's APIs (native, DeerFlow) on Docker or local sandboxes")
+    .description("the provisioner's APIs (native, DeerFlow, E2B) on Docker or local sandboxes")
     .helpOption(false)
     .allowUnknownOption()
     .allowExcessArguments()

@@ -1,5 +1,5 @@
 /**
- * `sandpit serve`: the provisioner's APIs (native and DeerFlow-compatible) on one port, without
+ * `sandpit serve`: the provisioner's APIs (native, DeerFlow- and E2B-compatible) on one port, without
  * Kubernetes: sandboxes come from an SDK provider, Docker when an engine answers, else local
  * (bubblewrap); or from a cluster's Sandpit operator with `--backend kubernetes`. docs/serve.md.
  *
@@ -17,10 +17,12 @@ import { DockerProvider } from "@sandpit/sdk/docker";
 import { Kube, loadKubeConfig } from "@sandpit/operator/kube/client";
 import { type ProvisionerConfig, readConfig } from "../config.ts";
 import { SandboxStore } from "../sandboxes.ts";
+import { E2B_PREFIX } from "../api/e2b/index.ts";
 import { createApp } from "../server.ts";
 import type { SandboxBackend } from "../store.ts";
+import { type ServeSupport } from "./platform.ts";
 import { ProviderStore } from "./provider-store.ts";
-import { defaultStateDir, generatedKeysFile, openState } from "./state.ts";
+import { defaultStateDir, e2bTokenSecret, generatedKeysFile, openState } from "./state.ts";
 
 export type ServeBackend = "auto" | "docker" | "local" | "kubernetes";
 
@@ -54,6 +56,8 @@ export interface ServeOptions {
 
 export interface Serving {
   url: string;
+  /** The E2B-compatible API: the SDKs' E2B_API_URL and E2B_SANDBOX_URL. */
+  e2bUrl: string;
   backend: Exclude<ServeBackend, "auto">;
   stateDir: string;
   /** The key generated into the state directory; undefined when keys were given. */
@@ -72,8 +76,15 @@ export async function startServe(o: ServeOptions = {}): Promise<Serving> {
     env.SANDPIT_API_KEYS || env.SANDPIT_API_KEYS_FILE
       ? undefined
       : await generatedKeysFile(state.dir);
+  // The E2B-compatible API is on out of the box: its token secret is the state's own unless
+  // one is given.
+  const e2bSecret = env.SANDPIT_E2B_TOKEN_SECRET ?? (await e2bTokenSecret(state.dir));
   const cfg: ProvisionerConfig = {
-    ...readConfig({ ...env, ...(generated ? { SANDPIT_API_KEYS_FILE: generated.path } : {}) }),
+    ...readConfig({
+      ...env,
+      ...(generated ? { SANDPIT_API_KEYS_FILE: generated.path } : {}),
+      SANDPIT_E2B_TOKEN_SECRET: e2bSecret,
+    }),
     listen: { host: o.host ?? "127.0.0.1", port: o.port ?? 8080 },
     ...(o.namespace ? { namespace: o.namespace } : {}),
   };
@@ -97,6 +108,7 @@ export async function startServe(o: ServeOptions = {}): Promise<Serving> {
   const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
   return {
     url: `http://${host}:${a.port}`,
+    e2bUrl: `http://${host}:${a.port}${E2B_PREFIX}`,
     backend,
     stateDir: state.dir,
     generatedKey: generated?.firstKey,
@@ -131,6 +143,10 @@ async function openBackend(
     );
     return { backend: "kubernetes", store, close: () => Promise.resolve(store.stop()) };
   }
+  if (cfg.defaultPool)
+    throw new Error(
+      `SANDPIT_DEFAULT_POOL names a SandboxPool, and the ${wanted} backend has none: unset it (or use --backend kubernetes)`,
+    );
   let provider: SandboxProvider | undefined;
   let backend: "docker" | "local" = "local";
   if (wanted !== "local") {
@@ -153,12 +169,23 @@ async function openBackend(
       log.info({ err }, "no container engine answers: using the local backend");
     }
   }
-  provider ??= new LocalProvider(
-    { baseDir: join(state.dir, "sandboxes") },
-    log.child({ provider: "local" }),
-  );
+  let support: ServeSupport;
+  if (provider) {
+    // Docker limits cpu and memory (cgroups) and runs a container without a network.
+    support = { backend, cpu: true, memory: true, disk: false, networkDeny: true };
+  } else {
+    const local = new LocalProvider(
+      { baseDir: join(state.dir, "sandboxes") },
+      log.child({ provider: "local" }),
+    );
+    // Host processes: no limits; a private network namespace only inside bubblewrap.
+    const bwrap = (await local.isolationMode()) === "bwrap";
+    support = { backend, cpu: false, memory: false, disk: false, networkDeny: bwrap };
+    provider = local;
+  }
   const store = new ProviderStore({
     provider,
+    support,
     serveId: state.id,
     secret: state.secret,
     log,
@@ -172,7 +199,8 @@ async function openBackend(
 
 const USAGE = `Usage: sandpit serve [options]
 
-The provisioner's APIs (native, DeerFlow-compatible) on one port, on Docker or local sandboxes.
+The provisioner's APIs (native, DeerFlow- and E2B-compatible) on one port, on Docker or local
+sandboxes.
 
   --backend <b>       auto (Docker if an engine answers, else local), docker, local, kubernetes
   --host <addr>       listen address (default 127.0.0.1)
@@ -186,7 +214,9 @@ The provisioner's APIs (native, DeerFlow-compatible) on one port, on Docker or l
 
 API keys: SANDPIT_API_KEYS (JSON list of {key, tenant, maxSandboxes}) or SANDPIT_API_KEYS_FILE;
 without either, a key is generated into the state directory and printed.
-Prints SANDPIT_URL=... (and SANDPIT_API_KEY=...) on stdout once serving; logs go to stderr.`;
+The E2B API's token secret is SANDPIT_E2B_TOKEN_SECRET, else one kept in the state directory.
+Prints SANDPIT_URL=..., SANDPIT_E2B_URL=... (and SANDPIT_API_KEY=...) on stdout once serving;
+logs go to stderr.`;
 
 /** The command line form: parses `argv`, serves until SIGTERM or SIGINT. */
 export async function serveCli(argv: string[]): Promise<void> {
@@ -247,10 +277,12 @@ export async function serveCli(argv: string[]): Promise<void> {
   process.stderr.write(
     `sandpit serve: ${serving.url} (${serving.backend} backend, state in ${serving.stateDir})\n` +
       `  native API: ${serving.url}/v1/sandboxes (Authorization: Bearer <key>)\n` +
-      `  DeerFlow provisioner_url: ${serving.url} (X-API-Key: <key>)\n`,
+      `  DeerFlow provisioner_url: ${serving.url} (X-API-Key: <key>)\n` +
+      `  E2B SDKs: E2B_API_URL=${serving.e2bUrl} E2B_SANDBOX_URL=${serving.e2bUrl} E2B_API_KEY=<key>\n`,
   );
   process.stdout.write(
     `SANDPIT_URL=${serving.url}\n` +
+      `SANDPIT_E2B_URL=${serving.e2bUrl}\n` +
       (serving.generatedKey ? `SANDPIT_API_KEY=${serving.generatedKey}\n` : ""),
   );
   for (const signal of ["SIGTERM", "SIGINT"] as const) {

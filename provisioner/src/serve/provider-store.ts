@@ -34,6 +34,7 @@ import {
 import type { SandboxBackend } from "../store.ts";
 import { ApiError } from "../api/errors.ts";
 import { capabilityFor } from "./capability.ts";
+import { type ServeSupport, refuseUnsupported } from "./platform.ts";
 import { MAX_RECORD_BYTES, STATE_LABEL, recordLabels, recordOf } from "./record-labels.ts";
 import { resourcesOf } from "./resources.ts";
 
@@ -70,6 +71,8 @@ export interface ProviderStoreOptions {
   /** Key of the derived DeerFlow capabilities. */
   secret: Buffer;
   log: Logger;
+  /** What of create's platform options the backend carries out; the rest is refused. */
+  support: ServeSupport;
   /** Idle timeout of a sandbox that names none; 0 keeps idle sandboxes running. */
   idleTimeoutMs: number;
   /** How often lifetimes are checked. */
@@ -150,6 +153,7 @@ export class ProviderStore implements SandboxBackend {
   }
 
   async create(input: CreateInput): Promise<{ sandbox: Sandbox; created: boolean }> {
+    refuseUnsupported(this.#o.support, input);
     const name = input.name ?? `sbx-${crypto.randomUUID().replace(/-/g, "").slice(0, 20)}`;
     const dying = this.#deleting.get(name);
     if (dying) await dying.catch(() => undefined);
@@ -167,10 +171,7 @@ export class ProviderStore implements SandboxBackend {
         30,
       );
     }
-    const spec = {
-      ...(input.pool ? { poolRef: input.pool } : {}),
-      ...input.spec,
-    } as Sandbox["spec"];
+    const spec = input.spec as Sandbox["spec"];
     const { env: _env, packages: _packages, ...kept } = spec;
     const stored: StoredRecord = {
       name,
@@ -241,7 +242,12 @@ export class ProviderStore implements SandboxBackend {
         ? { envs: Object.fromEntries(spec.env.map((v) => [v.name, v.value ?? ""])) }
         : {}),
       ...(spec.resources ? { resources: resourcesOf(spec.resources) } : {}),
-      ...(spec.poolRef ? { template: spec.poolRef } : {}),
+      ...(spec.network?.egress === "Deny" ? { network: "deny" as const } : {}),
+      // The backend keeps the end too, so it holds across a restart of serve; the idle timeout
+      // stays serve's alone (only serve sees the traffic through its proxy).
+      ...(spec.lifecycle?.ttlSeconds
+        ? { lifetime: { ttlMs: spec.lifecycle.ttlSeconds * 1000 } }
+        : {}),
       userId: this.#o.serveId,
       threadId: name,
       labels,
@@ -424,7 +430,16 @@ export class ProviderStore implements SandboxBackend {
     if (lifecycle.ttlSeconds !== undefined) {
       const end = Date.parse(s.metadata.creationTimestamp!) + lifecycle.ttlSeconds * 1000;
       this.#setEnd(entry, end);
-      if (entry.instance) await entry.instance.setTimeout(Math.max(1000, end - Date.now()));
+      await this.#serial(entry, async () => {
+        const left = () => Math.max(1000, end - Date.now());
+        if (entry.instance) return entry.instance.setTimeout(left());
+        if (!entry.providerId) return; // it never started: nothing holds an end
+        // Paused: the backend's end is set through a handle, and the sandbox paused again, so
+        // a restart of serve finds the new end rather than the one it was created with.
+        const handle = await this.#o.provider.resume(entry.providerId);
+        await handle.setTimeout(left()); // after the resume, which takes a while
+        await handle.pause();
+      });
     }
     return entry.sandbox;
   }

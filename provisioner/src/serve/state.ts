@@ -5,6 +5,8 @@
  *
  *   serve.json   this state's id, on every sandbox it makes (so two states never mix)
  *   secret       the key DeerFlow capabilities are derived with (./capability.ts)
+ *   e2b-secret   the key the E2B API's envd access tokens are derived with (../api/e2b/tokens.ts),
+ *                unless SANDPIT_E2B_TOKEN_SECRET is set
  *   keys.json    the API keys, generated on first start unless SANDPIT_API_KEYS(_FILE) is set
  *   sandboxes/   the local backend's sandboxes (Docker keeps its own in containers and volumes)
  */
@@ -73,4 +75,13 @@ export async function generatedKeysFile(dir: string): Promise<{ path: string; fi
     ),
   ) as { key: string }[];
   return { path, firstKey: keys[0]?.key ?? "" };
+}
+
+/**
+ * The E2B API's token secret of the state, made on first use: kept, so a restart hands out the
+ * same envd access tokens and E2B clients stay connected. Its own key rather than `secret`
+ * reused, so either can be replaced without the other.
+ */
+export async function e2bTokenSecret(dir: string): Promise<string> {
+  return (await kept(join(dir, "e2b-secret"), () => randomBytes(32).toString("base64url"))).trim();
 }

@@ -16,7 +16,7 @@ import { SandboxdInstance, type SandboxdLifecycle } from "@sandpit/sdk/sandboxd-
 import type { Sandbox } from "../../sandboxes.ts";
 import type { SandboxBackend } from "../../store.ts";
 import { MAX_LIFETIME_S, lifetimePatch, livedSeconds } from "../../lifetime.ts";
-import type { Transport } from "../../transport.ts";
+import { type Transport, splitEndpoint } from "../../transport.ts";
 import { autoResumes, endAt, metadataOf, startedAt, stateOf, templateOf } from "./records.ts";
 
 /** An instance unused this long is dropped with its connections. */
@@ -99,9 +99,15 @@ class KubeSandbox implements SandboxdLifecycle {
       // A resumed sandbox runs in a new pod at a new address.
       void this.#client?.client.close();
       const token = await this.#d.store.token(ready);
+      // A pod's address, or (serve's local backend) sandboxd's unix socket.
+      const { socketPath } = splitEndpoint(endpoint);
       this.#client = {
         endpoint,
-        client: new SandboxdClient({ baseUrl: `http://${endpoint}`, token }),
+        client: new SandboxdClient(
+          socketPath
+            ? { baseUrl: "http://sandboxd", socketPath, token }
+            : { baseUrl: `http://${endpoint}`, token },
+        ),
       };
     }
     return this.#client.client;

@@ -33,6 +33,7 @@ import type {
   SandboxProvider,
   SandboxState,
 } from "../../types.ts";
+import { ClaimedLabels } from "./claimed-labels.ts";
 import { LIFETIME_LABEL, LifetimeOverrides } from "./lifetime.ts";
 import { detectRuntime } from "./detect.ts";
 import {
@@ -174,6 +175,7 @@ class DockerSandbox implements SandboxdLifecycle {
     await rt.remove(this.name, info?.volume ?? this.container.volume);
     await this.provider.removeSocketDir(this.name);
     await this.provider.lifetimes.remove(this.name);
+    await this.provider.claimed.remove(this.name);
     this.provider.forget(this.name);
   }
 
@@ -236,11 +238,13 @@ export class DockerProvider implements SandboxProvider {
   private refill: NodeJS.Timeout | null = null;
   private reapEveryMs = 0;
   readonly lifetimes: LifetimeOverrides;
+  readonly claimed: ClaimedLabels;
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
     this.logger = logger;
     this.lifetimes = new LifetimeOverrides(this.options.stateDir);
+    this.claimed = new ClaimedLabels(this.options.stateDir);
   }
 
   /** The container engine, detected once; CONNECTION_FAILED when none answers. */
@@ -309,13 +313,13 @@ export class DockerProvider implements SandboxProvider {
           return adopted;
         }
         fresh = true;
-        // A warm container was made blank: one with an image, limits, network, mounts or
-        // labels of its own is made for this create.
-        const plain =
-          !o.template && !o.resources && !o.network && !o.mounts && !o.labels && !o.lifetime;
+        // A warm container was made blank: one with an image, limits, network or mounts of
+        // its own is made for this create. Labels and lifetimes a claim carries on the host.
+        const plain = !o.template && !o.resources && !o.network && !o.mounts;
+        const labels = this.createLabels(userId, threadId, o);
         return (
-          (plain ? await this.claimWarm(rt, name, o) : null) ??
-          this.startNew(rt, name, userId, threadId, o)
+          (plain ? await this.claimWarm(rt, name, labels, o) : null) ??
+          this.startNew(rt, name, labels, o)
         );
       })();
     this.sandboxes.set(name, pending);
@@ -416,18 +420,19 @@ export class DockerProvider implements SandboxProvider {
   }
 
   private async describe(c: ContainerInfo): Promise<SandboxInfo> {
-    const expiresAt = await this.lifetimes.expiresAt(c.name, c.labels);
-    const user = c.labels[LABEL.user];
-    const thread = c.labels[LABEL.thread];
+    const labels = await this.claimed.of(c);
+    const expiresAt = await this.lifetimes.expiresAt(c.name, labels);
+    const user = labels[LABEL.user];
+    const thread = labels[LABEL.thread];
     return {
       sandboxId: c.name,
       provider: "docker",
       state: containerState(c),
       labels: Object.fromEntries(
-        (c.labels[LABEL.labels] ?? "")
+        (labels[LABEL.labels] ?? "")
           .split(",")
-          .filter((k) => k in c.labels)
-          .map((k) => [k, c.labels[k]!]),
+          .filter((k) => k in labels)
+          .map((k) => [k, labels[k]!]),
       ),
       ...(user ? { userId: user } : {}),
       ...(thread ? { threadId: thread } : {}),
@@ -442,7 +447,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   private async isExpired(c: ContainerInfo): Promise<boolean> {
-    const at = await this.lifetimes.expiresAt(c.name, c.labels);
+    const at = await this.lifetimes.expiresAt(c.name, await this.claimed.of(c));
     return at !== undefined && at <= Date.now();
   }
 
@@ -453,6 +458,7 @@ export class DockerProvider implements SandboxProvider {
     await (await this.runtime()).remove(c.name, c.volume);
     await this.removeSocketDir(c.name);
     await this.lifetimes.remove(c.name);
+    await this.claimed.remove(c.name);
   }
 
   /** Lets go of a sandbox without stopping it: it stays warm for its thread until the reaper. */
@@ -529,28 +535,36 @@ export class DockerProvider implements SandboxProvider {
     return new DockerSandbox(this, info);
   }
 
+  /** The labels of a sandbox made by this create: on its container, or kept for its claim. */
+  private createLabels(
+    userId: string,
+    threadId: string,
+    o: SandboxCreateOptions,
+  ): Record<string, string> {
+    return {
+      ...o.labels,
+      ...(o.labels ? { [LABEL.labels]: Object.keys(o.labels).join(",") } : {}),
+      [LABEL.managed]: "true",
+      [LABEL.user]: userId,
+      [LABEL.thread]: threadId,
+      ...(o.lifetime?.ttlMs
+        ? { [LIFETIME_LABEL.expiresAt]: String(Date.now() + o.lifetime.ttlMs) }
+        : {}),
+      ...(o.lifetime?.idleTimeoutMs
+        ? { [LIFETIME_LABEL.idleTimeoutMs]: String(o.lifetime.idleTimeoutMs) }
+        : {}),
+    };
+  }
+
   private async startNew(
     rt: ContainerRuntime,
     name: string,
-    userId: string,
-    threadId: string,
+    labels: Record<string, string>,
     o: SandboxCreateOptions,
   ): Promise<DockerSandbox> {
     const shape: ContainerShape = {
       ...this.defaultShape(),
-      labels: {
-        ...o.labels,
-        ...(o.labels ? { [LABEL.labels]: Object.keys(o.labels).join(",") } : {}),
-        [LABEL.managed]: "true",
-        [LABEL.user]: userId,
-        [LABEL.thread]: threadId,
-        ...(o.lifetime?.ttlMs
-          ? { [LIFETIME_LABEL.expiresAt]: String(Date.now() + o.lifetime.ttlMs) }
-          : {}),
-        ...(o.lifetime?.idleTimeoutMs
-          ? { [LIFETIME_LABEL.idleTimeoutMs]: String(o.lifetime.idleTimeoutMs) }
-          : {}),
-      },
+      labels,
       envs: o.envs ?? {},
       ...(o.template ? { image: o.template } : {}),
       ...(o.resources?.cpu ? { cpus: o.resources.cpu } : {}),
@@ -697,6 +711,7 @@ export class DockerProvider implements SandboxProvider {
   private async claimWarm(
     rt: ContainerRuntime,
     name: string,
+    labels: Record<string, string>,
     o: SandboxCreateOptions,
   ): Promise<DockerSandbox | null> {
     if (this.options.warm === 0) return null;
@@ -705,6 +720,9 @@ export class DockerProvider implements SandboxProvider {
       const prefix = `${this.options.containerPrefix}-warm-`;
       candidates.push(...(await rt.summaries(prefix)).filter((c) => c.running).map((c) => c.name));
     }
+    if (candidates.length === 0) return null;
+    // The name is this thread's alone, so its labels may be written before any rename wins.
+    await this.claimed.set(name, labels);
     for (const [i, candidate] of candidates.entries()) {
       try {
         await rt.rename(candidate, name);
@@ -712,6 +730,9 @@ export class DockerProvider implements SandboxProvider {
         continue; // claimed by another process meanwhile
       }
       this.warmNames.push(...candidates.slice(i + 1)); // the rest stay warm
+      // Again once the name is held: a same-thread create elsewhere that claimed nothing may
+      // have removed the file before this rename.
+      await this.claimed.set(name, labels);
       const info = await rt.inspect(name);
       if (!info) continue;
       const sandbox = this.adopt(info);
@@ -719,6 +740,9 @@ export class DockerProvider implements SandboxProvider {
       await client.init({ token: info.env.SANDBOXD_TOKEN!, env: o.envs ?? {} });
       return sandbox;
     }
+    // None was claimed: a container of its own will carry the labels. Unless another process
+    // holds the name by now (a create of the same thread): then the file is its claim's too.
+    if (!(await rt.inspect(name))) await this.claimed.remove(name);
     return null;
   }
 
@@ -787,7 +811,8 @@ export class DockerProvider implements SandboxProvider {
         continue;
       }
       const idleTimeoutMs =
-        Number(c.labels[LIFETIME_LABEL.idleTimeoutMs]) || this.options.idleTimeoutMs;
+        Number((await this.claimed.of(c))[LIFETIME_LABEL.idleTimeoutMs]) ||
+        this.options.idleTimeoutMs;
       if (!c.running || !c.endpoint || idleTimeoutMs === 0) continue;
       const health = await this.health(c);
       if (health && health.idleMs >= idleTimeoutMs) {

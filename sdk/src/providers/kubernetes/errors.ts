@@ -10,8 +10,11 @@ export function provisionerError(status: number, body: string, what: string): Sa
   const envelope = errorEnvelope(body);
   const message = envelope?.message ?? body.slice(0, 500);
   const code = codeForAnswer(status, envelope?.code);
+  // What the provisioner cannot do names the provider too, as every NOT_SUPPORTED does (a
+  // fallback chain's caller learns which provider lacks it).
+  const via = code === "NOT_SUPPORTED" ? " with the kubernetes provider" : "";
   return new SandboxError(
-    `${what}: ${message || `HTTP ${status}`}`,
+    `${what}${via}: ${message || `HTTP ${status}`}`,
     code === "INTERNAL" ? "CONNECTION_FAILED" : code,
   );
 }

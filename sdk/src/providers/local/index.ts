@@ -482,7 +482,8 @@ export class LocalProvider implements SandboxProvider {
     return record.network ?? (this.options.network ? "internet" : "deny");
   }
 
-  private isolationMode(): Promise<"bwrap" | "none"> {
+  /** The isolation sandboxes get here: bubblewrap when usable (and not turned off), else none. */
+  isolationMode(): Promise<"bwrap" | "none"> {
     this.resolvedIsolation ??= this.decideIsolation();
     return this.resolvedIsolation;
   }
