@@ -6,12 +6,12 @@
  * test/serve/local.test.ts and test/serve/docker.test.ts.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import WebSocket from "ws";
-import { type Answer, KEYS, type ServeProcess, call, startServe } from "./harness.ts";
+import { type Answer, KEYS, type ServeProcess, call, startServe, removeState } from "./harness.ts";
 
 export interface ServeTarget {
   /** Flags for this backend (`--backend local`, the Docker image, ...). */
@@ -87,7 +87,7 @@ export function serveApiSuite(backend: string, target: ServeTarget): void {
       }
       await serve.stop();
     }
-    if (stateDir) await rm(stateDir, { recursive: true, force: true });
+    if (stateDir) await removeState(stateDir);
   });
 
   describe(`sandpit serve (${backend}): native API`, () => {
@@ -181,7 +181,7 @@ export function serveApiSuite(backend: string, target: ServeTarget): void {
           startServe(["--state-dir", dir, ...target.args], { ...env, SANDPIT_DEFAULT_POOL: "p" }),
         ).rejects.toThrow(/SANDPIT_DEFAULT_POOL names a SandboxPool/);
       } finally {
-        await rm(dir, { recursive: true, force: true });
+        await removeState(dir);
       }
     });
 
@@ -467,7 +467,7 @@ export function serveApiSuite(backend: string, target: ServeTarget): void {
           expect((await a("DELETE", `/v1/sandboxes/${id}`)).status).toBe(204);
         } finally {
           await idle.stop();
-          await rm(dir, { recursive: true, force: true });
+          await removeState(dir);
         }
       },
     );

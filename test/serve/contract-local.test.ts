@@ -3,13 +3,13 @@
  * local`: the provider speaks only the provisioner's native API, so this is that API, proxy,
  * pause/resume, port tunnels and terminals included, as the SDK uses it.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
 import { bwrapAvailable } from "../../sdk/src/providers/local/bwrap.ts";
 import { contractSuite } from "../contract/suite.ts";
-import { KEYS, KEY_LIST, startServe } from "./harness.ts";
+import { KEYS, KEY_LIST, startServe, removeState } from "./harness.ts";
 
 const bwrap = await bwrapAvailable();
 
@@ -31,7 +31,7 @@ contractSuite(
       streamBytes: 256 * 1024 * 1024,
       teardown: async () => {
         await serve.stop();
-        await rm(stateDir, { recursive: true, force: true });
+        await removeState(stateDir);
       },
     };
   },

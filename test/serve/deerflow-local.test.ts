@@ -3,12 +3,12 @@
  * sandbox_urls that `sandpit serve --backend local` hands out through its DeerFlow API.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect } from "vitest";
 import { type SuiteUrls, agentSandboxSuite } from "../deerflow/pytest-suite.ts";
-import { KEYS, type ServeProcess, call, startServe } from "./harness.ts";
+import { KEYS, type ServeProcess, call, startServe, removeState } from "./harness.ts";
 
 let stateDir: string;
 let serve: ServeProcess;
@@ -39,7 +39,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await serve?.stop();
-  if (stateDir) await rm(stateDir, { recursive: true, force: true });
+  if (stateDir) await removeState(stateDir);
 });
 
 await agentSandboxSuite(

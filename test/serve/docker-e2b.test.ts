@@ -3,7 +3,7 @@
  * its E2B API out of the box, as test/serve/e2b-local.test.ts does on local; the engine and
  * image are the docker project's global setup's.
  */
-import { mkdtemp, rm, stat } from "node:fs/promises";
+import { mkdtemp, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, inject } from "vitest";
@@ -11,7 +11,7 @@ import { loadPytest } from "../deerflow/pytest-suite.ts";
 import { e2bConformance } from "../e2b-compat/conformance.ts";
 import { PYTEST_SUITE } from "../e2b-compat/pytest.ts";
 import { type E2BConnection, type E2BTarget, targetEnv } from "../e2b-compat/targets.ts";
-import { type ServeProcess, startServe } from "./harness.ts";
+import { type ServeProcess, startServe, removeState } from "./harness.ts";
 
 const KEY = "e2b-serve-docker-key-0123456789abcdef";
 const QUOTA_KEY = "e2b-serve-quota-0123456789abcdef";
@@ -55,7 +55,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await serve?.stop();
-  if (stateDir) await rm(stateDir, { recursive: true, force: true });
+  if (stateDir) await removeState(stateDir);
 });
 
 e2bConformance(TARGET, () => connection);

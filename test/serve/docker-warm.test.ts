@@ -5,12 +5,12 @@
  */
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, expect, inject, test } from "vitest";
-import { KEYS, type ServeProcess, call, startServe } from "./harness.ts";
+import { KEYS, type ServeProcess, call, startServe, removeState } from "./harness.ts";
 
 const run = promisify(execFile);
 const docker = (...args: string[]) => run("docker", args).then((r) => r.stdout.trim());
@@ -50,7 +50,7 @@ afterAll(async () => {
   // The blank containers this test's serve started (others' stay).
   const made = (await names(WARM)).filter((n) => !warmBefore.includes(n));
   if (made.length) await docker("rm", "-f", "-v", ...made);
-  if (stateDir) await rm(stateDir, { recursive: true, force: true });
+  if (stateDir) await removeState(stateDir);
 });
 
 test("a create claims the warm container, labels and lifetime kept across a SIGKILL", async () => {

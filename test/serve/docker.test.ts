@@ -4,7 +4,7 @@
  * contract suite through the kubernetes provider pointed at it.
  */
 import { execFile } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -12,7 +12,7 @@ import { inject } from "vitest";
 import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
 import { contractSuite } from "../contract/suite.ts";
 import { serveApiSuite } from "./api-suite.ts";
-import { KEYS, KEY_LIST, startServe } from "./harness.ts";
+import { KEYS, KEY_LIST, startServe, removeState } from "./harness.ts";
 
 const run = promisify(execFile);
 // No warm pool here: its blank containers belong to no serve state, so nothing would remove them.
@@ -54,7 +54,7 @@ contractSuite(
       streamBytes: 256 * 1024 * 1024,
       teardown: async () => {
         await serve.stop();
-        await rm(stateDir, { recursive: true, force: true });
+        await removeState(stateDir);
       },
     };
   },

@@ -4,7 +4,7 @@
  * no token secret given (serve keeps its own in the state directory), `E2B_API_URL` and
  * `E2B_SANDBOX_URL` both the SANDPIT_E2B_URL it prints, sandboxd reached over its unix socket.
  */
-import { mkdtemp, rm, stat } from "node:fs/promises";
+import { mkdtemp, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect } from "vitest";
@@ -12,7 +12,7 @@ import { loadPytest } from "../deerflow/pytest-suite.ts";
 import { e2bConformance } from "../e2b-compat/conformance.ts";
 import { PYTEST_SUITE } from "../e2b-compat/pytest.ts";
 import { type E2BConnection, type E2BTarget, targetEnv } from "../e2b-compat/targets.ts";
-import { type ServeProcess, startServe } from "./harness.ts";
+import { type ServeProcess, startServe, removeState } from "./harness.ts";
 
 const KEY = "e2b-serve-key-0123456789abcdef";
 const QUOTA_KEY = "e2b-serve-quota-0123456789abcdef";
@@ -53,7 +53,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await serve?.stop();
-  if (stateDir) await rm(stateDir, { recursive: true, force: true });
+  if (stateDir) await removeState(stateDir);
 });
 
 e2bConformance(TARGET, () => connection);

@@ -3,7 +3,10 @@
  * with flags, its URL read from the SANDPIT_URL line it prints. Stopped (or SIGKILLed) by PID.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { LocalProvider } from "@sandpit/sdk";
 
 const MAIN = new URL("../../provisioner/src/serve/main.ts", import.meta.url).pathname;
 
@@ -111,4 +114,18 @@ export async function call(
     json = text;
   }
   return { status: res.status, json, headers: res.headers };
+}
+
+/**
+ * Removes a serve state directory. Local sandboxes outlive serve (their sandboxd runs detached,
+ * so a restarted serve finds them): the ones still running are stopped first, so a test leaves
+ * no process behind. Docker's containers are the docker tests' own cleanup.
+ */
+export async function removeState(stateDir: string): Promise<void> {
+  const local = new LocalProvider({ baseDir: join(stateDir, "sandboxes") });
+  for (const s of await local.list().catch(() => []))
+    if (s.state === "running")
+      await (await local.resume(s.sandboxId)).kill().catch(() => undefined);
+  await local.close();
+  await rm(stateDir, { recursive: true, force: true });
 }
