@@ -492,14 +492,20 @@ export function e2bConformance(target: E2BTarget, connection: () => E2BConnectio
         expect(r.results[0]?.isMainResult).toBe(true);
       });
 
+      it("a context's os.getcwd() names the directory as the caller did", async (ctx) => {
+        need(ctx, "homeCwd");
+        await ci.files.makeDir(`${HOME}/ctx-cwd`);
+        const a = await ci.createCodeContext({ cwd: `${HOME}/ctx-cwd`, language: "python" });
+        expect((await ci.runCode("import os; os.getcwd()", { context: a })).text).toBe(
+          `'${HOME}/ctx-cwd'`,
+        );
+      });
+
       it("runs cells in contexts of their own: cwd, isolation, list, restart, remove", async () => {
         await ci.files.makeDir(`${HOME}/ctx`);
         const a = await ci.createCodeContext({ cwd: `${HOME}/ctx`, language: "python" });
         const b = await ci.createCodeContext({ language: "python" });
         expect(a.cwd).toBe(`${HOME}/ctx`);
-        expect((await ci.runCode("import os; os.getcwd()", { context: a })).text).toBe(
-          `'${HOME}/ctx'`,
-        );
         await ci.runCode("only_in_a = 1", { context: a });
         const missing = await ci.runCode("only_in_a", { context: b });
         expect(missing.error?.name).toBe("NameError");

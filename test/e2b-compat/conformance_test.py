@@ -350,8 +350,9 @@ def _touch_edit_remove(sbx, directory: str) -> None:
     sbx.files.remove(f"{directory}/w.txt")
 
 
-def test_watch_polled(sbx, run_id):
+def test_watch_polled(sbx, run_id, need):
     """The sync SDK's watcher: envd's CreateWatcher / GetWatcherEvents / RemoveWatcher."""
+    need("polledWatchWrites")
     directory = f"{HOME}/watched-{run_id}"
     sbx.files.make_dir(directory)
     handle = sbx.files.watch_dir(directory)
@@ -442,12 +443,18 @@ def test_state_across_cells(ci):
     assert r.results[0].is_main_result
 
 
+def test_context_getcwd(ci, need):
+    need("homeCwd")
+    ci.files.make_dir(f"{HOME}/ctx-cwd")
+    a = ci.create_code_context(cwd=f"{HOME}/ctx-cwd", language="python")
+    assert ci.run_code("import os; os.getcwd()", context=a).text == f"'{HOME}/ctx-cwd'"
+
+
 def test_contexts(ci):
     ci.files.make_dir(f"{HOME}/ctx")
     a = ci.create_code_context(cwd=f"{HOME}/ctx", language="python")
     b = ci.create_code_context(language="python")
     assert a.cwd == f"{HOME}/ctx"
-    assert ci.run_code("import os; os.getcwd()", context=a).text == f"'{HOME}/ctx'"
     ci.run_code("only_in_a = 1", context=a)
     assert ci.run_code("only_in_a", context=b).error.name == "NameError"
     assert {a.id, b.id} <= {c.id for c in ci.list_code_contexts()}

@@ -21,7 +21,11 @@ export type Feature =
   /** code cells in bash */
   | "bashCells"
   /** JavaScript/TypeScript cells by language (no context) giving the last expression's value */
-  | "jsDefaultContexts";
+  | "jsDefaultContexts"
+  /** os.getcwd() in a context created with cwd under /home/user reports that /home/user path */
+  | "homeCwd"
+  /** the polled watcher (CreateWatcher/GetWatcherEvents) reports a write made right after a create */
+  | "polledWatchWrites";
 
 export interface E2BConnection {
   apiKey: string;
@@ -87,5 +91,9 @@ export const SANDPIT_TARGET: E2BTarget = {
   lacks: {
     richLibrariesPreinstalled:
       "the sandbox image ships no pandas or matplotlib (E2B's code-interpreter template does); the suite installs them",
+    homeCwd:
+      "/home/user is a link to the workspace, not a mount, so the kernel's getcwd() names /mnt/user-data/workspace (docs/e2b.md, Paths); a bind mount from the operator would fix it",
+    polledWatchWrites:
+      "a known bug, open in issue 15: the polled watcher can miss a write made within sandboxd's 50 ms merge window after the create (the streamed watcher reports it)",
   },
 };
