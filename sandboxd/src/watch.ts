@@ -127,7 +127,10 @@ export async function watchDirectory(
         for (const sub of known.keys()) if (sub.startsWith(path + "/")) known.delete(sub); // a removed directory's contents
         out.push({ gone: path, sig: before });
       } else if (sawRename) {
-        out.push({ type: "create", path }, { type: "remove", path }); // came and went
+        // Came and went within one window; a write in between happened too (fsnotify says all three).
+        out.push({ type: "create", path });
+        if (changed) out.push({ type: "write", path });
+        out.push({ type: "remove", path });
       }
     }
     for (const e of out) {

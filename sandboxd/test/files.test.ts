@@ -287,6 +287,21 @@ describe("watch", () => {
     w.stop();
   });
 
+  it("reports create, write and remove of a file that came and went within one burst window", async () => {
+    await mkdir(host(`${W}/wc`), { recursive: true });
+    const w = await open(`${W}/wc`);
+    await writeFile(host(`${W}/wc/c.txt`), "");
+    await appendFile(host(`${W}/wc/c.txt`), "more");
+    await rm(host(`${W}/wc/c.txt`));
+    await until(() => w.events.length >= 3, "create, write and remove");
+    expect(w.events).toEqual([
+      { type: "create", path: `${W}/wc/c.txt` },
+      { type: "write", path: `${W}/wc/c.txt` },
+      { type: "remove", path: `${W}/wc/c.txt` },
+    ]);
+    w.stop();
+  });
+
   it("sees nested files only when recursive, including in directories made in a burst", async () => {
     await mkdir(host(`${W}/wr`), { recursive: true });
     const flat = await open(`${W}/wr`);
