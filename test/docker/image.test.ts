@@ -125,7 +125,8 @@ describe("sandbox image", () => {
         "SANDBOXD_PYTHON=/usr/bin/python3",
         "SANDBOXD_PYTHON_PREFIX=/usr",
         "SANDBOXD_AIO_PATHS=any",
-        "HOME=/home/sandpit",
+        // The link to the workspace (E2B programs' home; writable on a read-only root).
+        "HOME=/home/user",
       ]),
     );
     const latest = await docker.getImage("sandpit-sandbox:latest").inspect();
@@ -169,7 +170,7 @@ describe("sandbox image", () => {
         "1000",
         "sandpit",
         "/mnt/user-data/workspace",
-        "/home/sandpit",
+        "/home/user",
       ]);
     });
 
