@@ -3,7 +3,7 @@
  * on the resource (annotations and spec), so every replica answers alike; a sandbox made through
  * the native API reads as one made from its pool's template, with no metadata.
  */
-import type { Sandbox, SandboxPool } from "@sandpit/operator/api";
+import { type Sandbox, type SandboxPool, quantityValue } from "@sandpit/operator/api";
 import type { SandboxState } from "./schemas.ts";
 
 export const E2B_ANNOTATION = {
@@ -88,21 +88,11 @@ export function resourcesOf(
   };
 }
 
-const SUFFIX: Record<string, number> = {
-  m: 1e-3,
-  "": 1,
-  k: 1e3,
-  M: 1e6,
-  G: 1e9,
-  T: 1e12,
-  Ki: 2 ** 10,
-  Mi: 2 ** 20,
-  Gi: 2 ** 30,
-  Ti: 2 ** 40,
-};
-
-/** A Kubernetes quantity as a number (500m → 0.5, 1Gi → 2^30); 0 when it is not one. */
+/** A Kubernetes quantity as a number (500m → 0.5, 1Gi → 2^30); 0 for one edited by hand into another form. */
 export function quantity(q: string): number {
-  const m = /^(\d+(?:\.\d+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/.exec(q);
-  return m ? Number(m[1]) * SUFFIX[m[2] ?? ""]! : 0;
+  try {
+    return quantityValue(q);
+  } catch {
+    return 0;
+  }
 }
