@@ -4,15 +4,11 @@
  * contract suite through the kubernetes provider pointed at it.
  */
 import { execFile } from "node:child_process";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { promisify } from "node:util";
 import { inject } from "vitest";
-import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
 import { contractSuite } from "../contract/suite.ts";
 import { serveApiSuite } from "./api-suite.ts";
-import { KEYS, KEY_LIST, startServe, removeState } from "./harness.ts";
+import { serveContractTarget } from "./harness.ts";
 
 const run = promisify(execFile);
 // No warm pool here: its blank containers belong to no serve state, so nothing would remove them.
@@ -38,26 +34,7 @@ serveApiSuite("docker", {
 
 contractSuite(
   "kubernetes provider → sandpit serve (docker)",
-  async () => {
-    const stateDir = await mkdtemp(join(tmpdir(), "sandpit-serve-contract-docker-"));
-    const serve = await startServe(["--state-dir", stateDir, ...args()], {
-      ...dockerEnv(),
-      SANDPIT_API_KEYS: JSON.stringify(KEY_LIST),
-      SANDPIT_READY_TIMEOUT_MS: "600000",
-    });
-    return {
-      provider: new KubernetesProvider({
-        provisionerUrl: serve.url,
-        apiKey: KEYS.a,
-        readyTimeoutMs: 600_000,
-      }),
-      streamBytes: 256 * 1024 * 1024,
-      teardown: async () => {
-        await serve.stop();
-        await removeState(stateDir);
-      },
-    };
-  },
+  () => serveContractTarget(args(), dockerEnv()),
   {
     // What serve carries out of create's platform options on Docker (the kubernetes provider
     // refuses, before asking, what the native API has no field for: network "internet", an

@@ -3,10 +3,13 @@
  * with flags, its URL read from the SANDPIT_URL line it prints. Stopped (or SIGKILLed) by PID.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { LocalProvider } from "@sandpit/sdk";
+import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
+import type { ContractTarget } from "../contract/suite.ts";
 
 const MAIN = new URL("../../provisioner/src/serve/main.ts", import.meta.url).pathname;
 
@@ -128,4 +131,32 @@ export async function removeState(stateDir: string): Promise<void> {
       await (await local.resume(s.sandboxId)).kill().catch(() => undefined);
   await local.close();
   await rm(stateDir, { recursive: true, force: true });
+}
+
+/**
+ * A contract target: serve (with `args`) on a fresh state directory, the SDK's kubernetes
+ * provider pointed at it. Package installs on a cold pip cache take minutes, hence the deadlines.
+ */
+export async function serveContractTarget(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<ContractTarget> {
+  const stateDir = await mkdtemp(join(tmpdir(), "sandpit-serve-contract-"));
+  const serve = await startServe(["--state-dir", stateDir, ...args], {
+    ...env,
+    SANDPIT_API_KEYS: JSON.stringify(KEY_LIST),
+    SANDPIT_READY_TIMEOUT_MS: "600000",
+  });
+  return {
+    provider: new KubernetesProvider({
+      provisionerUrl: serve.url,
+      apiKey: KEYS.a,
+      readyTimeoutMs: 600_000,
+    }),
+    streamBytes: 256 * 1024 * 1024,
+    teardown: async () => {
+      await serve.stop();
+      await removeState(stateDir);
+    },
+  };
 }
