@@ -56,6 +56,28 @@ export class SandboxUnavailable extends Error {
   }
 }
 
+/**
+ * Whether a sandbox is Ready (it), can no longer become Ready (why), or not yet (undefined):
+ * the part of waiting for a sandbox every store shares. `unexplained` ends a failure message
+ * the sandbox's conditions give no reason for.
+ */
+export function readiness(
+  name: string,
+  s: Sandbox | undefined,
+  unexplained: string,
+): Sandbox | SandboxUnavailable | undefined {
+  if (!s) return new SandboxUnavailable("failed", `sandbox ${name} was deleted`);
+  if (s.status?.phase === "Ready" && s.status.endpoint) return s;
+  if (s.status?.phase === "Failed") {
+    const ready = s.status.conditions?.find((c) => c.type === "Ready");
+    return new SandboxUnavailable(
+      ready?.reason === "PackageInstallFailed" ? "packages" : "failed",
+      `sandbox ${name} failed: ${ready?.message ?? unexplained}`,
+    );
+  }
+  return undefined;
+}
+
 const hash = (...parts: string[]) => createHash("sha256").update(parts.join("\0")).digest("hex");
 
 /** The name of a tenant's sandbox for a (user, thread); undefined without a thread. */
@@ -376,15 +398,8 @@ export class SandboxStore implements SandboxBackend {
    */
   async waitReady(name: string, timeoutMs: number, signal?: AbortSignal): Promise<Sandbox> {
     const verdict = (s: Sandbox | undefined): Sandbox | SandboxUnavailable | undefined => {
-      if (!s) return new SandboxUnavailable("failed", `sandbox ${name} was deleted`);
-      if (s.status?.phase === "Ready" && s.status.endpoint) return s;
-      if (s.status?.phase === "Failed") {
-        const ready = s.status.conditions?.find((c) => c.type === "Ready");
-        return new SandboxUnavailable(
-          ready?.reason === "PackageInstallFailed" ? "packages" : "failed",
-          `sandbox ${name} failed: ${ready?.message ?? "see its events"}`,
-        );
-      }
+      const v = readiness(name, s, "see its events");
+      if (v || !s) return v;
       const cap = s.status?.conditions?.find(
         (c) => c.type === "CapacityExceeded" && c.status === "True",
       );

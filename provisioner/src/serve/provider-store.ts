@@ -30,6 +30,7 @@ import {
   LABEL,
   type Sandbox,
   SandboxUnavailable,
+  readiness,
 } from "../sandboxes.ts";
 import type { SandboxBackend } from "../store.ts";
 import { ApiError } from "../api/errors.ts";
@@ -313,18 +314,7 @@ export class ProviderStore implements SandboxBackend {
   }
 
   async waitReady(name: string, timeoutMs: number, signal?: AbortSignal): Promise<Sandbox> {
-    const verdict = (s: Sandbox | undefined): Sandbox | SandboxUnavailable | undefined => {
-      if (!s) return new SandboxUnavailable("failed", `sandbox ${name} was deleted`);
-      if (s.status?.phase === "Ready" && s.status.endpoint) return s;
-      if (s.status?.phase === "Failed") {
-        const ready = s.status.conditions?.find((c) => c.type === "Ready");
-        return new SandboxUnavailable(
-          ready?.reason === "PackageInstallFailed" ? "packages" : "failed",
-          `sandbox ${name} failed: ${ready?.message ?? "it did not start"}`,
-        );
-      }
-      return undefined;
-    };
+    const verdict = (s: Sandbox | undefined) => readiness(name, s, "it did not start");
     const now = verdict(this.#entries.get(name)?.sandbox);
     if (now instanceof SandboxUnavailable) throw now;
     if (now) return now;
