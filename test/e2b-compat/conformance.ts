@@ -185,29 +185,30 @@ export function e2bConformance(target: E2BTarget, connection: () => E2BConnectio
         const watchEnd = new Promise<void>((r) => (watchEnded = r));
         await ci.files.watchDir(HOME, () => undefined, { onExit: () => watchEnded() });
         await ci.runCode("1"); // the default context exists: the next cell runs at once
-        const cell = ci.runCode("import time; time.sleep(600)", { timeoutMs: 0 });
-        await new Promise((r) => setTimeout(r, 1_000));
-        expect(await ci.kill()).toBe(true);
-        // None hangs: each stream ends, the SDK raising its error (or, for a watch, its onExit).
+        // Every outcome is tracked from the moment its call starts: the cell may be cut off
+        // while kill() is still in flight, and an untracked rejection is an unhandled one.
         const ended: string[] = [];
         const track = (name: string, p: Promise<unknown>) =>
           p.then(
             () => ended.push(`${name}:resolved`),
             () => ended.push(`${name}:rejected`),
           );
+        // A cell cut off either rejects (the connection dropped) or ends with an error.
+        const cell = track(
+          "cell",
+          ci.runCode("import time; time.sleep(600)", { timeoutMs: 0 }).then((r) => {
+            if (!r.error) throw new Error("the cell ended without an error");
+            throw new Error(r.error.name);
+          }),
+        );
+        const pty = track("pty", term.wait());
+        const watch = track("watch", watchEnd);
+        await new Promise((r) => setTimeout(r, 1_000));
+        expect(ended).toEqual([]); // nothing ended before the kill
+        expect(await ci.kill()).toBe(true);
+        // None hangs: each stream ends, the SDK raising its error (or, for a watch, its onExit).
         await Promise.race([
-          Promise.all([
-            track("pty", term.wait()),
-            // A cell cut off either rejects (the connection dropped) or ends with an error.
-            track(
-              "cell",
-              cell.then((r) => {
-                if (!r.error) throw new Error("the cell ended without an error");
-                throw new Error(r.error.name);
-              }),
-            ),
-            track("watch", watchEnd),
-          ]),
+          Promise.all([pty, cell, watch]),
           new Promise((r) => setTimeout(r, 60_000)),
         ]);
         expect(ended.sort()).toEqual(["cell:rejected", "pty:rejected", "watch:resolved"]);

@@ -55,7 +55,7 @@ interface E2BData {
   defaults: Map<string, CodeContext>;
   /** Stateless JavaScript/TypeScript cells run so far. */
   executions: number;
-  /** Cells being answered: a kill cuts them off, as E2B's VM going away does. */
+  /** Cells and watch streams being answered: a kill cuts them off, as E2B's VM going away does. */
   running: Set<ServerResponse>;
 }
 
@@ -731,7 +731,12 @@ export class FakeE2B {
       res.write(envelope(0, { filesystem: event })),
     );
     res.write(envelope(0, { start: {} }));
-    res.once("close", () => watcher.close());
+    // A kill cuts the stream off, as E2B's VM going away does.
+    data(sbx).running.add(res);
+    res.once("close", () => {
+      watcher.close();
+      data(sbx).running.delete(res);
+    });
   }
 
   // ---- code interpreter ----------------------------------------------------------------------
