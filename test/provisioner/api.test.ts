@@ -114,6 +114,26 @@ describe("native API", () => {
     expect((await api("GET", "/v1/nothing-here", KEY_A)).status).toBe(404);
   });
 
+  test("a create whose body is not JSON is 415, and makes no sandbox (DeerFlow's too)", async () => {
+    const before = (await api("GET", "/v1/sandboxes", KEY_A)).json.sandboxes.length;
+    for (const type of ["application/x-www-form-urlencoded", "text/plain"]) {
+      const form = await api("POST", "/v1/sandboxes", KEY_A, "threadId=t-form&wait=false", {
+        "content-type": type,
+      });
+      expect(form.status).toBe(415);
+      expect(form.json.error).toEqual({
+        code: "INVALID_ARGUMENT",
+        message: `the body must be application/json, got ${type}`,
+      });
+    }
+    const deerflow = await api("POST", "/api/sandboxes", undefined, "sandbox_id=df-form", {
+      "content-type": "application/x-www-form-urlencoded",
+      "x-api-key": KEY_A,
+    });
+    expect(deerflow.status).toBe(415);
+    expect((await api("GET", "/v1/sandboxes", KEY_A)).json.sandboxes).toHaveLength(before);
+  });
+
   test("a key's quota: the second sandbox is 429 RATE_LIMITED", { timeout: 120_000 }, async () => {
     const first = await api("POST", "/v1/sandboxes", KEY_SMALL, { wait: false });
     expect(first.status).toBe(201);

@@ -4,11 +4,12 @@
  * subset of sandboxd through the proxy. DeerFlow sends no credential to the sandbox itself, so
  * the URL carries an unguessable capability (192 random bits) in its path instead.
  */
-import { Router, json, type Request, type Response } from "express";
+import { Router, type Request, type Response } from "express";
 import type { Mount } from "@sandpit/operator/api";
 import { ID_PATTERN, isAioPath } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, requireKey } from "./auth.ts";
 import { ApiError, parse } from "./errors.ts";
+import { jsonBody } from "./json-body.ts";
 import { DeerFlowCreate } from "./schemas.ts";
 import type { ProvisionerConfig } from "../config.ts";
 import {
@@ -121,40 +122,36 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
     res.json({ lark_cli_init_image: false, lark_cli_broker_image: false });
   });
 
-  r.post(
-    "/api/sandboxes",
-    json({ limit: d.cfg.maxBodyBytes }),
-    async (req: Request, res: Response) => {
-      const body = parse(DeerFlowCreate, req.body ?? {}, "body");
-      const key = req.apiKey!;
-      const name = externalSandboxName(key.tenant, body.sandbox_id);
-      // DeerFlow's own provisioner serves a sandbox without a thread as the thread of its id
-      // (which, unlike a thread id, may hold characters our id rule does not admit).
-      const threadId = body.thread_id ?? body.sandbox_id;
-      const thread = ID_PATTERN.test(threadId) ? threadId : undefined;
-      const who = identity(body.user_id, thread);
-      const { emptyDirs, mounts } = placeMounts(body.extra_mounts ?? [], d.cfg.deerflowMounts);
-      const { sandbox } = await d.store.create({
-        tenant: key.tenant,
-        quota: key.maxSandboxes,
-        name,
-        pool: d.cfg.defaultPool,
-        labels: who.labels,
-        annotations: { ...who.annotations, [EXTERNAL_ID_ANNOTATION]: body.sandbox_id },
-        spec: {
-          language: "python",
-          userId: body.user_id,
-          ...(thread ? { threadId: thread } : {}),
-          ...(emptyDirs.length ? { emptyDirs } : {}),
-          ...(mounts.length ? { mounts } : {}),
-        },
-      });
-      const current = await d.transport.ready(sandbox, { timeoutMs: CREATE_WAIT_MS }).catch(
-        () => d.store.get(key.tenant, name) ?? sandbox, // answered as is; DeerFlow polls the URL
-      );
-      res.json(shape(req, current));
-    },
-  );
+  r.post("/api/sandboxes", jsonBody(d.cfg.maxBodyBytes), async (req: Request, res: Response) => {
+    const body = parse(DeerFlowCreate, req.body ?? {}, "body");
+    const key = req.apiKey!;
+    const name = externalSandboxName(key.tenant, body.sandbox_id);
+    // DeerFlow's own provisioner serves a sandbox without a thread as the thread of its id
+    // (which, unlike a thread id, may hold characters our id rule does not admit).
+    const threadId = body.thread_id ?? body.sandbox_id;
+    const thread = ID_PATTERN.test(threadId) ? threadId : undefined;
+    const who = identity(body.user_id, thread);
+    const { emptyDirs, mounts } = placeMounts(body.extra_mounts ?? [], d.cfg.deerflowMounts);
+    const { sandbox } = await d.store.create({
+      tenant: key.tenant,
+      quota: key.maxSandboxes,
+      name,
+      pool: d.cfg.defaultPool,
+      labels: who.labels,
+      annotations: { ...who.annotations, [EXTERNAL_ID_ANNOTATION]: body.sandbox_id },
+      spec: {
+        language: "python",
+        userId: body.user_id,
+        ...(thread ? { threadId: thread } : {}),
+        ...(emptyDirs.length ? { emptyDirs } : {}),
+        ...(mounts.length ? { mounts } : {}),
+      },
+    });
+    const current = await d.transport.ready(sandbox, { timeoutMs: CREATE_WAIT_MS }).catch(
+      () => d.store.get(key.tenant, name) ?? sandbox, // answered as is; DeerFlow polls the URL
+    );
+    res.json(shape(req, current));
+  });
 
   r.get("/api/sandboxes", (req: Request, res: Response) => {
     const all = d.store

@@ -5,10 +5,11 @@
  */
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import { Router, json, type Request, type Response } from "express";
+import { Router, type Request, type Response } from "express";
 import { isPort } from "@sandpit/sandboxd/protocol";
 import { type KeyRing, authenticate, requireKey } from "./auth.ts";
 import { ApiError, notFound, parse } from "./errors.ts";
+import { jsonBody } from "./json-body.ts";
 import { CreateSandbox, ListQuery, SetTimeout } from "./schemas.ts";
 import { packageOfSpec } from "@sandpit/operator/api";
 import type { ProvisionerConfig } from "../config.ts";
@@ -57,7 +58,7 @@ export function view(s: Sandbox, base: string, token?: string) {
 
 export function nativeRouter(d: NativeDeps): Router {
   const r = Router();
-  const body = json({ limit: d.cfg.maxBodyBytes });
+  const body = jsonBody(d.cfg.maxBodyBytes);
   r.use("/v1/sandboxes", requireKey(d.keys, "bearer"));
 
   const owned = (req: Request): Sandbox => {

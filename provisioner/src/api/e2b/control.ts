@@ -6,11 +6,12 @@
  * sandboxes only, and its quota and longest timeout apply. Mounted by ./index.ts under /e2b and
  * on the `api.<domain>` host.
  */
-import { Router, json, type Request, type Response } from "express";
+import { Router, type Request, type Response } from "express";
 import type { SandboxPool } from "@sandpit/operator/api";
 import { type KeyRing, requireKey } from "../auth.ts";
 import { MAX_LIFETIME_S, lifetimePatch, livedSeconds } from "../../lifetime.ts";
 import { ApiError, parse } from "../errors.ts";
+import { jsonBody } from "../json-body.ts";
 import type { ApiKey, ProvisionerConfig } from "../../config.ts";
 import { type Sandbox, SandboxUnavailable } from "../../sandboxes.ts";
 import type { SandboxBackend } from "../../store.ts";
@@ -64,7 +65,7 @@ export interface E2bDeps {
 
 export function controlRouter(d: E2bDeps): Router {
   const r = Router();
-  const body = json({ limit: d.cfg.maxBodyBytes });
+  const body = jsonBody(d.cfg.maxBodyBytes);
   const pools = new PoolCache(d);
   r.use(requireKey(d.keys, "x-api-key"));
 
