@@ -228,6 +228,16 @@ export const InitRequest = z.strictObject({
 export type InitRequest = z.infer<typeof InitRequest>;
 
 /**
+ * The credential of an `Authorization: Bearer <credential>` header, the one parser of it for
+ * sandboxd and the provisioner: the scheme is case-insensitive (RFC 9110 §11.1), so `bearer` and
+ * `BEARER` are the same as `Bearer`; surrounding whitespace is not part of the credential.
+ */
+export function bearerCredential(header: string | undefined): string | undefined {
+  const credential = /^Bearer[ \t]+(.+)$/i.exec(header ?? "")?.[1]?.trim();
+  return credential || undefined;
+}
+
+/**
  * Every error code a Sandpit API answers with (sandboxd, the provisioner) and every code the
  * SDK's SandboxError carries: one vocabulary end to end, so a code means the same thing
  * wherever it is seen. Not every code comes from every component: CONNECTION_FAILED is the

@@ -1,5 +1,6 @@
 /** The bearer token every sandboxd route but /healthz requires. */
 import { createHash, timingSafeEqual } from "node:crypto";
+import { bearerCredential } from "./protocol.ts";
 
 /**
  * Bearer-token check in constant time: both sides are hashed so lengths never differ. Without a
@@ -14,9 +15,11 @@ export class TokenGate {
     this.digest = sha256(token);
   }
   accepts(header: string | undefined): boolean {
-    const match = /^Bearer (.+)$/.exec(header ?? "");
+    const credential = bearerCredential(header);
     return (
-      match !== null && this.digest !== null && timingSafeEqual(sha256(match[1]!), this.digest)
+      credential !== undefined &&
+      this.digest !== null &&
+      timingSafeEqual(sha256(credential), this.digest)
     );
   }
 }

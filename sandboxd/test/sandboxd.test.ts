@@ -39,6 +39,15 @@ describe("authentication", () => {
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("UNAUTHORIZED");
   });
 
+  it("takes the scheme in any case, as HTTP defines it", async () => {
+    for (const scheme of ["bearer", "BEARER", "Bearer "]) {
+      const res = await fetch(`${d.url}/v1/files/stat?path=.`, {
+        headers: { authorization: `${scheme} ${d.token}` },
+      });
+      expect(res.status).toBe(200);
+    }
+  });
+
   it("answers 401 on every route, files included", async () => {
     for (const path of ["/v1/files?path=a", "/v1/files/list?path=.", "/v1/files/stat?path=."]) {
       expect((await fetch(d.url + path)).status).toBe(401);

@@ -6,6 +6,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import type { NextFunction, Request, Response } from "express";
+import { bearerCredential } from "@sandpit/sandboxd/protocol";
 import type { ApiKey } from "../config.ts";
 import { ApiError } from "./errors.ts";
 
@@ -39,9 +40,9 @@ export function authenticate(
 ): ApiKey {
   const raw =
     from === "bearer"
-      ? /^Bearer\s+(.+)$/i.exec(headers.authorization ?? "")?.[1]
-      : (headers["x-api-key"] as string | undefined);
-  const key = ring.find(raw?.trim());
+      ? bearerCredential(headers.authorization)
+      : (headers["x-api-key"] as string | undefined)?.trim();
+  const key = ring.find(raw);
   if (key) return key;
   const how = from === "bearer" ? "Authorization: Bearer <api key>" : "X-API-Key: <api key>";
   throw new ApiError("UNAUTHORIZED", raw ? "unknown API key" : `missing API key (${how})`);
