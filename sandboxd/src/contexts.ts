@@ -439,6 +439,12 @@ export class CodeContexts {
     this.sweeper.unref();
   }
 
+  /** Whether a cell runs or waits in some context (for the idle measure). */
+  get active(): boolean {
+    for (const c of this.contexts.values()) if (c.busy) return true;
+    return false;
+  }
+
   async create(language: Language, cwd: string | undefined): Promise<CodeContext> {
     const { executor, maxContexts, idleMs } = this.host;
     if (this.contexts.size + this.starting >= maxContexts) {

@@ -17,6 +17,7 @@ import { killStartedSessions } from "./process.ts";
 import { ShellSessions } from "./shell-sessions.ts";
 import { CodeContexts } from "./contexts.ts";
 import { ProcessTable } from "./processes.ts";
+import { Activity } from "./activity.ts";
 import type { Settings } from "./config.ts";
 
 export * from "./protocol.ts";
@@ -83,6 +84,11 @@ export async function startSandboxd(o: {
     outputBytes: o.settings.SANDBOXD_PROCESS_OUTPUT_BYTES,
     outputTotalBytes: o.settings.SANDBOXD_PROCESS_OUTPUT_TOTAL_BYTES,
   });
+  const activity = new Activity();
+  activity.watch(() => processes.active);
+  activity.watch(() => terminals.active);
+  activity.watch(() => contexts.active);
+  activity.watch(() => sessions.active);
   const app = createApp({
     jail,
     executor,
@@ -91,10 +97,17 @@ export async function startSandboxd(o: {
     terminals,
     contexts,
     processes,
+    activity,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
   const server = createServer(app);
-  attachUpgrades(server, gate, [tunnelRoute(o.logger), ptyUpgradeRoute(terminals)], o.logger);
+  attachUpgrades(
+    server,
+    gate,
+    [tunnelRoute(o.logger), ptyUpgradeRoute(terminals)],
+    o.logger,
+    activity,
+  );
   // Long commands stream for minutes; Node's default request timeout would cut them.
   server.requestTimeout = 0;
   server.keepAliveTimeout = 65_000;
@@ -123,6 +136,7 @@ export async function startSandboxd(o: {
       await terminals.shutdown();
       await contexts.shutdown();
       processes.shutdown();
+      activity.stop();
       await killStartedSessions();
     },
   };

@@ -137,6 +137,11 @@ export class ProcessTable {
   }
 
   /** Running processes and kept exited ones, oldest first. */
+  /** Whether a background process is running (for the idle measure). */
+  get active(): boolean {
+    return this.running > 0;
+  }
+
   list(): BackgroundProcess[] {
     this.prune();
     return [...this.all.values()];

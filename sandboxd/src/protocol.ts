@@ -297,7 +297,10 @@ export interface HealthResponse {
   version: string;
   protocol: string;
   capabilities: readonly string[];
-  /** Milliseconds since the last authenticated request ended; 0 while one is running. */
+  /**
+   * Milliseconds since the sandbox last did anything (./activity.ts): 0 while a request or
+   * connection is open or a process, terminal, code cell or session command runs.
+   */
   idleMs: number;
 }
 

@@ -294,6 +294,12 @@ export class Terminals {
   }
 
   /** The terminal with `pid`, running or exited and not yet forgotten. */
+  /** Whether a terminal is open (for the idle measure: a person may be reading it). */
+  get active(): boolean {
+    for (const t of this.all.values()) if (t.running) return true;
+    return false;
+  }
+
   get(pid: number): Terminal {
     const terminal = this.all.get(pid);
     if (!terminal) throw new SandboxdError("NOT_FOUND", `no terminal with pid ${pid}`);

@@ -19,6 +19,7 @@ import { processesRouter } from "./processes-api.ts";
 import { parse, wantsNdjson } from "./request-input.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
+import type { Activity } from "./activity.ts";
 import {
   CAPABILITIES,
   ExecuteCodeRequest,
@@ -50,6 +51,8 @@ export interface ServerOptions {
   /** Persistent interpreters (code contexts). */
   contexts: CodeContexts;
   processes: ProcessTable;
+  /** The idle measure /healthz reports; every authenticated request counts as activity. */
+  activity: Activity;
   aio: {
     /** The jail AIO file paths resolve in (see aio.ts). */
     files: PathJail;
@@ -65,17 +68,13 @@ export function createApp(opts: ServerOptions): express.Express {
   app.disable("x-powered-by");
   app.set("query parser", "simple");
 
-  // Activity, for idle reapers: admitted requests in flight, and when the last one ended.
-  let inFlight = 0;
-  let lastActivity = Date.now();
-
   app.get("/healthz", (_req, res) => {
     const body: HealthResponse = {
       ok: true,
       version: VERSION,
       protocol: PROTOCOL_VERSION,
       capabilities: CAPABILITIES,
-      idleMs: inFlight > 0 ? 0 : Date.now() - lastActivity,
+      idleMs: opts.activity.idleMs(),
     };
     res.json(body);
   });
@@ -86,11 +85,7 @@ export function createApp(opts: ServerOptions): express.Express {
     if (!open && !gate.accepts(req.headers.authorization)) {
       return next(new SandboxdError("UNAUTHORIZED", "missing or wrong bearer token"));
     }
-    inFlight++;
-    res.once("close", () => {
-      inFlight--;
-      lastActivity = Date.now();
-    });
+    res.once("close", opts.activity.begin());
     next();
   });
 

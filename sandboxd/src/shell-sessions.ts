@@ -417,6 +417,12 @@ export class ShellSessions {
     return Math.round(this.host.idleMs / 1000);
   }
 
+  /** Whether a command runs or waits in some session (for the idle measure). */
+  get active(): boolean {
+    for (const s of this.sessions.values()) if (s.busy) return true;
+    return false;
+  }
+
   get(id: string): ShellSession | undefined {
     return this.sessions.get(id);
   }

@@ -1,12 +1,14 @@
 /**
  * The one `upgrade` listener of sandboxd's HTTP server: each upgrade route (the TCP tunnel of
  * getHost, a terminal's WebSocket) is matched by path, the bearer token is checked the same way
- * as on every other route, and anything else is answered 404 before any protocol switch.
+ * as on every other route, and anything else is answered 404 before any protocol switch. An
+ * accepted connection counts as activity (./activity.ts) until it closes.
  */
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import type { TokenGate } from "./token-gate.ts";
+import type { Activity } from "./activity.ts";
 
 export interface UpgradeRoute {
   path: RegExp;
@@ -19,6 +21,7 @@ export function attachUpgrades(
   gate: TokenGate,
   routes: UpgradeRoute[],
   logger: Logger,
+  activity: Activity,
 ): void {
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = new URL(req.url ?? "/", "http://x").pathname;
@@ -27,6 +30,8 @@ export function attachUpgrades(
       if (!match) continue;
       if (!gate.accepts(req.headers.authorization))
         return refuseUpgrade(socket, 401, "missing or wrong bearer token");
+      // An open terminal or tunnel is activity for as long as its connection lasts.
+      socket.once("close", activity.begin());
       try {
         route.handle(req, socket, head, match);
       } catch (err) {

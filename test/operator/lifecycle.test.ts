@@ -168,6 +168,42 @@ describe("a sandbox's lifecycle", () => {
   );
 
   test.concurrent(
+    "idle timeout never suspends a sandbox while a silent process runs (sandboxd's own measure)",
+    { timeout: 330_000 },
+    async () => {
+      await sandboxes.create(c, ns, "quiet", { lifecycle: { idleTimeoutSeconds: 60 } });
+      const ready = await waitForPhase(c, ns, "quiet", "Ready");
+      const token = await tokenOf(c, ns, "quiet");
+      const sandboxd = (path: string, init: RequestInit = {}) =>
+        fetch(`http://${ready.status!.endpoint!}${path}`, {
+          ...init,
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          signal: AbortSignal.timeout(30_000),
+        });
+      // A quiet job: no output, no request, nothing through the provisioner for 100 s.
+      const started = await sandboxd("/v1/processes", {
+        method: "POST",
+        body: JSON.stringify({ command: "sleep 100" }),
+      });
+      expect(started.status).toBe(201);
+      const { pid } = (await started.json()) as { pid: number };
+      await new Promise((r) => setTimeout(r, 85_000)); // past the 60 s idle timeout
+      expect((await sandboxes.get(c, ns, "quiet")).status?.phase).toBe("Ready");
+      const proc = (await (await sandboxd(`/v1/processes/${pid}`)).json()) as {
+        exitCode?: number;
+      };
+      expect(proc.exitCode).toBeUndefined(); // still running: nothing killed it
+      // Once the job has ended, the sandbox goes to sleep a full idle timeout later.
+      const idle = await waitForPhase(c, ns, "quiet", "Suspended", 200_000);
+      const cond = idle.status?.conditions?.find((x) => x.type === "Suspended");
+      expect(cond?.reason).toBe("IdleTimeout");
+      expect(
+        Date.parse(cond!.lastTransitionTime) - Date.parse(ready.status!.readyAt!),
+      ).toBeGreaterThanOrEqual(159_000);
+    },
+  );
+
+  test.concurrent(
     "idle timeout suspends with the volume kept; reported activity resumes it",
     { timeout: 180_000 },
     async () => {

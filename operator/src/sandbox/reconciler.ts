@@ -19,7 +19,7 @@ import { sandboxTransitions } from "../metrics.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
 import { podMounts } from "../workload/mounts.ts";
 import { containerRunning, restartCount } from "../workload/pod-state.ts";
-import { InitRejected, init, waitHealthy } from "../workload/sandboxd.ts";
+import { InitRejected, health, init, waitHealthy } from "../workload/sandboxd.ts";
 import { type Effective, effectiveSpec } from "../workload/spec.ts";
 import {
   clearPrevious,
@@ -175,6 +175,12 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
   const pod = controlledByAnother(found, sbx) ? undefined : found;
 
   const suspension = suspensionOf(pools, sbx, r.eff, st, now);
+  if (suspension?.reason === "IdleTimeout" && sbx.status?.phase !== "Suspended") {
+    // The status only knows of traffic through the provisioner; sandboxd knows of work that
+    // runs silently (a quiet job, an open terminal). Asked last, just before the pod stops.
+    const busyFor = await stillBusy(pod, r.eff);
+    if (busyFor !== undefined) return { requeueAfterMs: busyFor };
+  }
   if (suspension) {
     if (pool) pools.release(sbx, pool);
     await stopPod(ctx, pod);
@@ -313,4 +319,18 @@ async function serve(
 
   recordReady(ctx, sbx, st, pod, resuming);
   return { requeueAfterMs: nextDeadline(eff, st, r.expiresAt, now) };
+}
+
+/**
+ * How long until the sandbox can have been idle for its whole idle timeout, by sandboxd's own
+ * measure, or undefined when it has been (or sandboxd does not answer: a sandboxd that cannot
+ * say it is busy is not kept awake).
+ */
+async function stillBusy(pod: Pod | undefined, eff: Effective): Promise<number | undefined> {
+  const ip = pod?.status?.podIP;
+  if (!ip || !eff.idleTimeoutSeconds || pod.metadata.deletionTimestamp) return undefined;
+  const idleMs = (await health(ip))?.idleMs;
+  if (idleMs === undefined) return undefined;
+  const left = eff.idleTimeoutSeconds * 1000 - idleMs;
+  return left > 0 ? Math.max(1_000, left) : undefined;
 }

@@ -1,23 +1,32 @@
 /**
  * The two sandboxd calls the operator makes on a pod's own address: the health probe that
- * decides Ready (faster than waiting a kubelet probe period), and /v1/init, which hands a warm
- * pod its new owner's token, environment and packages without restarting anything.
+ * decides Ready (faster than waiting a kubelet probe period) and reports how long the sandbox
+ * has been idle, and /v1/init, which hands a warm pod its new owner's token, environment and
+ * packages without restarting anything.
  */
-import { type InitRequest, SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
+import { type HealthResponse, type InitRequest, SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
 import { request } from "undici";
 import type { z } from "zod";
 
-export async function healthy(ip: string, timeoutMs = 1_000): Promise<boolean> {
+/** sandboxd's /healthz answer, or undefined when it does not answer in time. */
+export async function health(ip: string, timeoutMs = 1_000): Promise<HealthResponse | undefined> {
   try {
     const res = await request(`http://${ip}:${SANDBOXD_PORT}/healthz`, {
       headersTimeout: timeoutMs,
       bodyTimeout: timeoutMs,
     });
-    await res.body.dump();
-    return res.statusCode === 200;
+    if (res.statusCode !== 200) {
+      await res.body.dump();
+      return undefined;
+    }
+    return (await res.body.json()) as HealthResponse;
   } catch {
-    return false;
+    return undefined;
   }
+}
+
+export async function healthy(ip: string, timeoutMs = 1_000): Promise<boolean> {
+  return (await health(ip, timeoutMs)) !== undefined;
 }
 
 /** Polls /healthz until it answers or `withinMs` passes. */
