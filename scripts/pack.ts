@@ -2,7 +2,8 @@
 /**
  * Packs the published workspaces into npm tarballs, the files `npm publish` would upload: each
  * is built (its `build` script), then staged with its package.json as published, then packed.
- * Prints each tarball's path on its own line.
+ * Prints each tarball's path on its own line, each package after those it depends on (the
+ * order to publish them in).
  *
  *   node scripts/pack.ts --out DIR [WORKSPACE...]     default: every workspace with publishConfig
  *
@@ -18,15 +19,18 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { withLock } from "../images/lock.ts";
 
 const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 /** Fields of publishConfig that replace the manifest's own when published. */
 const PUBLISHED_FIELDS = ["exports", "bin", "main", "types"] as const;
 
-interface Manifest {
+export interface Manifest {
   name: string;
   version: string;
+  private?: boolean;
   files?: string[];
+  dependencies?: Record<string, string>;
   scripts?: Record<string, string>;
   publishConfig?: Record<string, unknown>;
   [field: string]: unknown;
@@ -36,14 +40,63 @@ async function manifestOf(workspace: string): Promise<Manifest> {
   return JSON.parse(await readFile(join(repoRoot, workspace, "package.json"), "utf8")) as Manifest;
 }
 
-/** The workspaces that publish, in the root manifest's order. */
+/**
+ * The workspaces that publish, each after the ones it depends on (the order to publish them
+ * in); otherwise in the root manifest's order.
+ */
 export async function publishedWorkspaces(): Promise<string[]> {
   const root = JSON.parse(await readFile(join(repoRoot, "package.json"), "utf8")) as {
     workspaces: string[];
   };
+  const published = new Map<string, Manifest>();
+  for (const ws of root.workspaces) {
+    const m = await manifestOf(ws);
+    if (m.publishConfig) published.set(ws, m);
+  }
+  return dependencyOrder(published);
+}
+
+/**
+ * `workspaces` (directory → manifest) ordered so that each comes after the workspaces among
+ * them whose package it depends on. Throws on a cycle.
+ */
+export function dependencyOrder(workspaces: Map<string, Manifest>): string[] {
+  const dirOf = new Map([...workspaces].map(([dir, m]) => [m.name, dir]));
   const out: string[] = [];
-  for (const ws of root.workspaces) if ((await manifestOf(ws)).publishConfig) out.push(ws);
+  const visiting = new Set<string>();
+  const visit = (dir: string) => {
+    if (out.includes(dir)) return;
+    if (visiting.has(dir))
+      throw new Error(`${dir}: its dependencies between workspaces form a cycle`);
+    visiting.add(dir);
+    for (const dep of Object.keys(workspaces.get(dir)!.dependencies ?? {}))
+      if (dirOf.has(dep)) visit(dirOf.get(dep)!);
+    visiting.delete(dir);
+    out.push(dir);
+  };
+  for (const dir of workspaces.keys()) visit(dir);
   return out;
+}
+
+/**
+ * Throws when the published manifest depends on one of the repository's packages that is not
+ * published (`private`, or without publishConfig): installing it would fail. Such code is
+ * bundled in by the workspace's build instead, or moved to devDependencies.
+ */
+export async function checkPublishedDependencies(workspace: string, m: Manifest): Promise<void> {
+  const unpublished: string[] = [];
+  const root = JSON.parse(await readFile(join(repoRoot, "package.json"), "utf8")) as {
+    workspaces: string[];
+  };
+  for (const ws of root.workspaces) {
+    const other = await manifestOf(ws);
+    if (other.name in (m.dependencies ?? {}) && (other.private || !other.publishConfig))
+      unpublished.push(other.name);
+  }
+  if (unpublished.length)
+    throw new Error(
+      `${workspace}: depends on ${unpublished.join(", ")}, which ${unpublished.length > 1 ? "are" : "is"} not published`,
+    );
 }
 
 /** The manifest as published: publishConfig's fields in place of the repository's. */
@@ -63,24 +116,39 @@ export function publishedManifest(m: Manifest): Manifest {
 /** Builds, stages and packs one workspace into `outDir`; returns the tarball's path. */
 export async function packWorkspace(workspace: string, outDir: string): Promise<string> {
   const m = await manifestOf(workspace);
-  if (!m.publishConfig || !m.files)
+  const { files } = m;
+  if (!m.publishConfig || !files)
     throw new Error(`${workspace}: not published (no publishConfig or files in package.json)`);
+  const published = publishedManifest(m);
+  await checkPublishedDependencies(workspace, published);
   const dir = join(repoRoot, workspace);
+  // Builds write into the workspace (dist/): two packs at once (two test files, say) take turns.
+  return withLock(
+    join(repoRoot, "node_modules", ".cache", "sandpit", `pack-${workspace}.lock`),
+    { timeoutMs: 600_000, what: `${workspace} build` },
+    () => buildAndPack(dir, m, files, published, outDir),
+  );
+}
+
+async function buildAndPack(
+  dir: string,
+  m: Manifest,
+  files: string[],
+  published: Manifest,
+  outDir: string,
+): Promise<string> {
   // The build's own output goes to stderr: stdout carries only the tarball paths.
   if (m.scripts?.build)
     execFileSync("npm", ["run", "build"], { cwd: dir, stdio: ["ignore", 2, 2] });
   const stage = await mkdtemp(join(tmpdir(), "sandpit-pack-"));
   try {
-    for (const f of [...m.files, "README.md"])
+    for (const f of [...files, "README.md"])
       await cp(join(dir, f), join(stage, f), { recursive: true, force: true }).catch(
         (err: NodeJS.ErrnoException) => {
           if (!(f === "README.md" && err.code === "ENOENT")) throw err;
         },
       );
-    await writeFile(
-      join(stage, "package.json"),
-      JSON.stringify(publishedManifest(m), null, 2) + "\n",
-    );
+    await writeFile(join(stage, "package.json"), JSON.stringify(published, null, 2) + "\n");
     const packed = JSON.parse(
       execFileSync("npm", ["pack", "--json", "--pack-destination", outDir], {
         cwd: stage,

@@ -37,7 +37,8 @@ const SANDBOXD_TARGETS: Record<string, string> = {
 /**
  * Replaces every string literal that is exactly one of `targets`' specifiers (in `import ...
  * from`, `import()`, `import.meta.resolve()`) with the path of its target relative to `file`.
- * Throws on a `@sandpit/sandboxd` specifier it has no target for.
+ * Throws on a specifier of a package `targets` names (`@sandpit/<name>`) that it has no target
+ * for; other `@sandpit/...` specifiers are left alone. (The CLI's build uses it too.)
  */
 export function rewriteSpecifiers(
   text: string,
@@ -45,11 +46,15 @@ export function rewriteSpecifiers(
   root: string,
   targets: Record<string, string>,
 ): string {
+  const packages = new Set(Object.keys(targets).map((s) => s.split("/").slice(0, 2).join("/")));
   return text.replace(
-    /(["'])(@sandpit\/sandboxd(?:\/[\w-]+)?)\1/g,
-    (_m, q: string, spec: string) => {
+    /(["'])((@sandpit\/[\w-]+)(?:\/[\w-]+)*)\1/g,
+    (m, q: string, spec: string, pkg: string) => {
       const target = targets[spec];
-      if (!target) throw new Error(`${file}: no build target for ${spec}`);
+      if (!target) {
+        if (packages.has(pkg)) throw new Error(`${file}: no build target for ${spec}`);
+        return m;
+      }
       let rel = relative(dirname(file), join(root, target));
       if (!rel.startsWith(".")) rel = `./${rel}`;
       return `${q}${rel}${q}`;

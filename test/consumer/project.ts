@@ -33,6 +33,17 @@ export interface Consumer {
     args?: string[],
     env?: NodeJS.ProcessEnv,
   ): Promise<{ stdout: string; stderr: string }>;
+  /**
+   * Runs an installed bin (node_modules/.bin/<name>) in the project as a shell would, with this
+   * Node first on PATH (the bin's `#!/usr/bin/env node` finds it); a non-zero exit is a result.
+   */
+  bin(
+    name: string,
+    args?: string[],
+    env?: NodeJS.ProcessEnv,
+  ): Promise<{ code: number; stdout: string; stderr: string }>;
+  /** The environment `exec` and `bin` run with, for a caller that spawns a bin itself. */
+  env: NodeJS.ProcessEnv;
 }
 
 /**
@@ -64,11 +75,25 @@ export async function makeConsumer(node: string, packages: string[]): Promise<Co
   return {
     dir,
     node,
+    env,
     exec: async (file, args = [], extraEnv = {}) =>
       run(node, [file, ...args], {
         cwd: dir,
         env: { ...env, ...extraEnv },
         timeout: 120_000,
       }),
+    bin: async (name, args = [], extraEnv = {}) =>
+      run(join(dir, "node_modules", ".bin", name), args, {
+        cwd: dir,
+        env: { ...env, ...extraEnv },
+        timeout: 120_000,
+      }).then(
+        ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+        (err: { code?: unknown; stdout?: string; stderr?: string }) => {
+          // A spawn failure (ENOENT, a timeout's kill) is no exit code: it fails the caller.
+          if (typeof err.code !== "number") throw err;
+          return { code: err.code, stdout: err.stdout ?? "", stderr: err.stderr ?? "" };
+        },
+      ),
   };
 }

@@ -285,12 +285,15 @@ export async function serveCli(argv: string[]): Promise<void> {
       `SANDPIT_E2B_URL=${serving.e2bUrl}\n` +
       (serving.generatedKey ? `SANDPIT_API_KEY=${serving.generatedKey}\n` : ""),
   );
-  for (const signal of ["SIGTERM", "SIGINT"] as const) {
-    process.once(signal, () => {
-      setTimeout(() => process.exit(0), 20_000).unref();
-      void serving.close().finally(() => process.exit(0));
-    });
-  }
+  // Returns once serving has stopped, not before: `sandpit serve` (cli/) exits when it returns.
+  await new Promise<void>((resolve) => {
+    for (const signal of ["SIGTERM", "SIGINT"] as const) {
+      process.once(signal, () => {
+        setTimeout(() => process.exit(0), 20_000).unref();
+        void serving.close().finally(resolve);
+      });
+    }
+  });
 }
 
 function fail(message: string): never {
@@ -302,4 +305,8 @@ function defined<T extends Record<string, unknown>>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
-if (import.meta.main) await serveCli(process.argv.slice(2));
+if (import.meta.main) {
+  await serveCli(process.argv.slice(2));
+  // Timers and sockets a provider may still hold do not keep a stopped serve alive.
+  process.exit(0);
+}
