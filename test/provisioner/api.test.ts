@@ -187,6 +187,49 @@ describe("native API", () => {
   );
 
   test(
+    "a resume right after a pause answers with a sandbox that serves, never the stopping pod",
+    { timeout: 300_000 },
+    async () => {
+      const s = await api("POST", "/v1/sandboxes", KEY_A, { threadId: "flip-flop" });
+      const id = s.json.id as string;
+      const run = () =>
+        api("POST", `/v1/sandboxes/${id}/proxy/v1/commands/run`, KEY_A, { command: "echo up" });
+      expect((await run()).status).toBe(200);
+      for (let round = 0; round < 3; round++) {
+        const sbx = (await c.custom.getNamespacedCustomObject({
+          group: "sandpit.dev",
+          version: "v1alpha1",
+          namespace: ns,
+          plural: "sandboxes",
+          name: id,
+        })) as { status?: { podName?: string } };
+        const pod = sbx.status!.podName!;
+        expect((await api("POST", `/v1/sandboxes/${id}/pause`, KEY_A)).status).toBe(202);
+        // Resume the moment the operator starts stopping the pod: its status saying so is
+        // still on the way, and the provisioner's cache still says Ready.
+        await waitFor(
+          "the pod to be stopping",
+          30_000,
+          async () =>
+            (await c.core.readNamespacedPod({ name: pod, namespace: ns }).then(
+              (p) => p.metadata?.deletionTimestamp !== undefined,
+              () => true,
+            )) as boolean,
+          5,
+        );
+        const resumed = await api("POST", `/v1/sandboxes/${id}/resume`, KEY_A);
+        expect(resumed.status).toBe(200);
+        expect(resumed.json.phase).toBe("Ready");
+        for (let i = 0; i < 3; i++) {
+          const out = await run();
+          expect(out.status, JSON.stringify(out.json)).toBe(200);
+          expect(out.json.stdout).toBe("up\n");
+        }
+      }
+    },
+  );
+
+  test(
     "an upload cut off mid-transfer through the proxy leaves no file behind",
     { timeout: 120_000 },
     async () => {
