@@ -62,9 +62,6 @@ contractSuite(
     return { provider, teardown: stack.stop };
   },
   {
-    // Visible, not silent: every test of this file is listed as skipped under this reason.
-    skipReason:
-      "known failures, open in issue 15 (17 of 89 on the last run): network allow lists refused as INVALID_ARGUMENT instead of NOT_SUPPORTED, npm not on the translator's command path, aborting a cell or command does not interrupt it, a crashed interpreter and an unhandled rejection are not reported, append maps a conflict to INTERNAL, and the suite's sandbox becomes unreachable late in the run",
     lacks: [
       // envd streams a process's output from the moment a client connects (the translator
       // replays what sandboxd holds, but the e2b provider follows envd: new output only), and
