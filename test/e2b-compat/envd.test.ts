@@ -332,6 +332,14 @@ describe("code interpreter", () => {
     await expect(sbx.runCode("1", { context: ctx })).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  it("reports a cell whose interpreter died as the code interpreter does (DeadKernelError)", async () => {
+    const ctx = await sbx.createCodeContext({ language: "python" });
+    const ex = await sbx.runCode("import os\nos._exit(3)", { context: ctx });
+    expect(ex.error?.name).toBe("DeadKernelError");
+    await sbx.removeCodeContext(ctx);
+    await expect(sbx.runCode("1", { context: ctx })).rejects.toBeInstanceOf(NotFoundError);
+  });
+
   it("returns a chart and a DataFrame when the sandbox's Python has them, else their import error", async () => {
     const probe = await sbx.runCode("import matplotlib, pandas");
     if (probe.error) {
