@@ -88,10 +88,11 @@ describe.skipIf(!usable)(title, () => {
       status: 400,
       body: { code: 400, message: "body.network: allow lists are not supported by this API" },
     });
-    await expectSandboxError(
+    const refused = await expectSandboxError(
       provider().create({ language: "python", threadId: "refused-1" }),
       "NOT_SUPPORTED",
     );
+    expect(refused.message).toContain("e2b");
     fake.server.inject({
       method: "POST",
       path: /^\/v2\/sandboxes$/,

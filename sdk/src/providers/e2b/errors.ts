@@ -68,8 +68,10 @@ export function fromE2B(err: unknown, what: string): SandboxError {
   if (err instanceof SandboxError) return err;
   const code = e2bErrorCode(err);
   const net = networkErrorCode(err);
+  // A refusal names the provider (as refuseUnsupported's do), so a caller knows which backend lacks it.
+  const who = code === "NOT_SUPPORTED" ? "E2B (the e2b provider's backend)" : "E2B";
   return new SandboxError(
-    `E2B: ${what} failed: ${errorText(err)}${net && !errorText(err).includes(net) ? ` (${net})` : ""}`,
+    `${who}: ${what} failed: ${errorText(err)}${net && !errorText(err).includes(net) ? ` (${net})` : ""}`,
     code,
     err,
   );
