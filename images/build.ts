@@ -258,6 +258,9 @@ function dockerfileText(baseTag: string, withCa: boolean): string {
     // E2B programs live in /home/user: it names the workspace (docs/e2b.md, "Paths").
     " && ln -s /mnt/user-data/workspace /home/user",
     `COPY node/ ${OPT}/node/`,
+    // A login shell (`bash -l`, as E2B's SDKs run every command) resets PATH from /etc/profile:
+    // node, npm and npx are found there too.
+    `RUN ln -s ${OPT}/node/bin/node ${OPT}/node/bin/npm ${OPT}/node/bin/npx /usr/local/bin/`,
     `COPY sandboxd/ ${OPT}/sandboxd/`,
     ...(withCa
       ? [

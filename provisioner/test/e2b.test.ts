@@ -216,6 +216,15 @@ describe("request schemas", () => {
     expect(text).toMatch(message);
   });
 
+  test("network allow and deny lists are refused as not supported (clients map that to NOT_SUPPORTED)", () => {
+    const r = NewSandbox.safeParse({
+      templateID: "base",
+      network: { allowOut: ["10.0.0.0/8"], denyOut: ["0.0.0.0/0"] },
+    });
+    expect(r.success).toBe(false);
+    expect(r.error!.issues.map((i) => i.message).join("; ")).toMatch(/not supported by Sandpit/);
+  });
+
   test("empty forms of unsupported features pass", () => {
     expect(
       NewSandbox.safeParse({ templateID: "base", mcp: null, volumeMounts: [], iam: {} }).success,

@@ -43,11 +43,16 @@ class Interrupted extends Error {
 
 let interruptWait = null;
 process.on("SIGINT", () => interruptWait?.(new Interrupted()));
-// Work a cell left behind fails later, outside any cell: say so, and keep the context.
-const late = (err) =>
-  process.stderr.write(`Uncaught ${err instanceof Error ? err.stack : inspect(err)}\n`);
-process.on("uncaughtException", late);
-process.on("unhandledRejection", late);
+// An uncaught exception or unhandled rejection while a cell runs is that cell's error (the first
+// one), as in a one-shot run; work a cell left behind that fails later, outside any cell, is said
+// on stderr, and the context is kept either way.
+let cellFailures = null;
+const uncaught = (err) => {
+  if (cellFailures) cellFailures.push(err);
+  else process.stderr.write(`Uncaught ${err instanceof Error ? err.stack : inspect(err)}\n`);
+};
+process.on("uncaughtException", uncaught);
+process.on("unhandledRejection", uncaught);
 
 globalThis.require = createRequire(resolve(process.cwd(), "cell.js"));
 globalThis.display = (...values) => {
@@ -169,11 +174,16 @@ for await (const line of lines) {
   const env = request.env ?? {};
   const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
   Object.assign(process.env, env);
+  cellFailures = [];
   try {
     await runCell(number, request.code);
+    // Rejections the cell left unhandled are reported once its microtasks have run.
+    await new Promise((done) => setImmediate(done));
+    if (cellFailures.length > 0) send(errorEvent(cellFailures[0], number));
   } catch (err) {
     send(errorEvent(err, number));
   } finally {
+    cellFailures = null;
     for (const [k, v] of Object.entries(saved)) {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;

@@ -165,15 +165,20 @@ export class CodeContext {
     const { executor, jail } = this.host;
     const interp = await executor.interpreters();
     const kernel = join(RUNNERS_DIR, KERNELS[this.language]);
+    // The kernel's command line names its context as Jupyter names a kernel (its connection
+    // file, kernel-<id>.json; the kernels ignore it), so a client that finds a context's kernel
+    // the way it does on E2B (pkill -INT -f kernel-<id>.json, to interrupt a cell) finds ours.
+    const named = ["-f", `kernel-${this.id}.json`];
     const argv =
       this.language === "python"
-        ? [interp.python, "-u", kernel]
+        ? [interp.python, "-u", kernel, ...named]
         : [
             interp.node,
             // The kernel uses Node's own REPL transform for top-level await, and its parser.
             "--expose-internals",
             "--disable-warning=ExperimentalWarning",
             kernel,
+            ...named,
           ];
     const cellDir = executor.inSandbox(jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/cells`));
     const [file, ...args] = argv as [string, ...string[]];

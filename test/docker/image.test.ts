@@ -188,6 +188,14 @@ describe("sandbox image", () => {
       expect(npx).toBe(npm);
     });
 
+    it("has node, npm and npx in a login shell too (its PATH comes from /etc/profile)", async () => {
+      const out = ok(await sbx.run(`bash -l -c 'node --version; npm --version; npx --version'`));
+      const [node, npm, npx] = out.trim().split("\n");
+      expect(node).toMatch(/^v24\./);
+      expect(npm).toMatch(/^\d+\.\d+\.\d+$/);
+      expect(npx).toBe(npm);
+    });
+
     it("has git and python3 -m venv", async () => {
       const out = ok(
         await sbx.run(

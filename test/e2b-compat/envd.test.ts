@@ -332,6 +332,44 @@ describe("code interpreter", () => {
     await expect(sbx.runCode("1", { context: ctx })).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  it("reports a cell whose interpreter died as the code interpreter does (DeadKernelError)", async () => {
+    const ctx = await sbx.createCodeContext({ language: "python" });
+    const ex = await sbx.runCode("import os\nos._exit(3)", { context: ctx });
+    expect(ex.error?.name).toBe("DeadKernelError");
+    await sbx.removeCodeContext(ctx);
+    await expect(sbx.runCode("1", { context: ctx })).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it("names a context's kernel on its command line as E2B's are (kernel-<id>.json): SIGINT to it interrupts the cell", async () => {
+    for (const [language, setup, loop] of [
+      ["python", "x = 41", "print('started', flush=True)\nwhile True:\n    pass"],
+      ["typescript", "var x = 41;", 'console.log("started");\nwhile (true) {}'],
+    ] as const) {
+      const ctx = await sbx.createCodeContext({ language });
+      await sbx.runCode(setup, { context: ctx });
+      let started!: () => void;
+      const seen = new Promise<void>((r) => (started = r));
+      const cell = sbx.runCode(loop, {
+        context: ctx,
+        onStdout: (m) => m.line.includes("started") && started(),
+      });
+      await seen;
+      await sbx.commands.run(`pkill -INT -f -- 'kernel-${ctx.id}[.]json'`);
+      expect((await cell).error, language).toBeDefined();
+      expect((await sbx.runCode("x", { context: ctx })).text, language).toBe("41");
+      await sbx.removeCodeContext(ctx);
+    }
+  });
+
+  it("reports a promise a cell leaves rejected as the cell's error", async () => {
+    const ex = await sbx.runCode('Promise.reject(new RangeError("out of range"))', {
+      language: "typescript",
+    });
+    expect(ex.error?.name).toBe("RangeError");
+    expect(ex.error?.value).toBe("out of range");
+    expect((await sbx.runCode("1 + 1", { language: "typescript" })).text).toBe("2");
+  });
+
   it("returns a chart and a DataFrame when the sandbox's Python has them, else their import error", async () => {
     const probe = await sbx.runCode("import matplotlib, pandas");
     if (probe.error) {

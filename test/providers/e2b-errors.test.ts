@@ -81,6 +81,30 @@ describe.skipIf(!usable)(title, () => {
     expect(err.cause).toBeInstanceOf(RateLimitError);
   });
 
+  it("400 'not supported' from the API → NOT_SUPPORTED, any other 400 → INVALID_ARGUMENT", async () => {
+    fake.server.inject({
+      method: "POST",
+      path: /^\/v2\/sandboxes$/,
+      status: 400,
+      body: { code: 400, message: "body.network: allow lists are not supported by this API" },
+    });
+    const refused = await expectSandboxError(
+      provider().create({ language: "python", threadId: "refused-1" }),
+      "NOT_SUPPORTED",
+    );
+    expect(refused.message).toContain("e2b");
+    fake.server.inject({
+      method: "POST",
+      path: /^\/v2\/sandboxes$/,
+      status: 400,
+      body: { code: 400, message: "body.timeout: must be a whole number" },
+    });
+    await expectSandboxError(
+      provider().create({ language: "python", threadId: "refused-2" }),
+      "INVALID_ARGUMENT",
+    );
+  });
+
   it("404 on connect → NOT_FOUND (SandboxNotFoundError)", async () => {
     const err = await expectSandboxError(provider().resume("no-such-sandbox"), "NOT_FOUND");
     expect(err.cause).toBeInstanceOf(SandboxNotFoundError);

@@ -56,7 +56,8 @@ export const NewSandbox = z.object({
     .refine(
       (n) =>
         !n || Object.entries(n).every(([k, v]) => v === undefined || k === "allowPublicTraffic"),
-      "network: only allowPublicTraffic: true is supported by Sandpit (egress: allow_internet_access)",
+      // "not supported" is how clients tell a refused feature from bad input (docs/e2b.md).
+      "network: only allowPublicTraffic: true is supported; allow and deny lists are not supported by Sandpit (egress: allow_internet_access)",
     ),
   mcp: absentOr(z.record(z.string(), z.unknown()), "mcp (the MCP gateway)"),
   volumeMounts: absentOr(z.array(z.unknown()), "volumeMounts (E2B volumes)"),

@@ -48,6 +48,9 @@ export function e2bErrorCode(err: unknown): SandboxErrorCode {
     if (status === 401 || status === 403) return "UNAUTHORIZED";
     if (status === 429) return "RATE_LIMITED";
     if (status === 409) return "CONFLICT";
+    // A request E2B's API understood but the backend does not carry out (a self-hosted E2B
+    // API refusing a feature it lacks answers 400 "... not supported ...").
+    if (status === 400 && /\bnot supported\b/i.test(err.message)) return "NOT_SUPPORTED";
     if (status === 400 || status === 422) return "INVALID_ARGUMENT";
     if (status === 502 || status === 504) return "CONNECTION_FAILED";
   }
@@ -65,8 +68,10 @@ export function fromE2B(err: unknown, what: string): SandboxError {
   if (err instanceof SandboxError) return err;
   const code = e2bErrorCode(err);
   const net = networkErrorCode(err);
+  // A refusal names the provider (as refuseUnsupported's do), so a caller knows which backend lacks it.
+  const who = code === "NOT_SUPPORTED" ? "E2B (the e2b provider's backend)" : "E2B";
   return new SandboxError(
-    `E2B: ${what} failed: ${errorText(err)}${net && !errorText(err).includes(net) ? ` (${net})` : ""}`,
+    `${who}: ${what} failed: ${errorText(err)}${net && !errorText(err).includes(net) ? ` (${net})` : ""}`,
     code,
     err,
   );

@@ -284,9 +284,12 @@ async function execute(
     }
   } catch (err) {
     if (abort.signal.aborted) return;
+    // A context's cell fails this way only when its interpreter died (the context is gone):
+    // named as the code interpreter names a dead kernel, so clients know the state is lost.
+    const died = ctx.target !== undefined && isSandboxError(err, "EXECUTION_FAILED");
     line({
       type: "error",
-      name: isSandboxError(err) ? `SandboxError.${err.code}` : "Error",
+      name: died ? "DeadKernelError" : isSandboxError(err) ? `SandboxError.${err.code}` : "Error",
       value: err instanceof Error ? err.message : String(err),
       traceback: "",
     });
