@@ -1,29 +1,71 @@
 /**
- * CLI wall time: `sandpit exec <id> true` (local provider, a fresh process each time, as a person
- * or a script runs it) against `docker exec <container> true` in the same run when a Docker
- * engine answers, and always against two floors: a bare `node -e 0` and `sandpit --version` (the
- * CLI's own start: Node, type stripping, commander; no SDK). Runs are interleaved so drift hits
- * all alike. Prints a Markdown table on stdout (progress on stderr) and writes
- * bench/results/cli.json.
+ * CLI wall time: `sandpit exec <id> true` as published (cli/dist over the SDK built and installed
+ * from its packed tarball), a fresh process each time as a person or a script runs it, on the
+ * local provider and on the docker provider, against `docker exec <container> true` into the
+ * same sandbox container in the same run, and against two more floors: a bare `node -e 0` and
+ * `sandpit --version` (Node, commander, the command tree; no SDK). Runs are interleaved (the first
+ * case rotates each round) so drift hits all alike. Needs a Docker engine: one that answers is
+ * used, else dockerd is started as the docker test setup does and stopped again after. Prints a
+ * Markdown table on stdout (progress on stderr) and writes bench/results/cli.json.
  *
- *   node bench/src/cli.ts        (from the repository root)
+ *   node bench/src/cli.ts [--runs 30]       (from the repository root)
  */
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import {
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { packWorkspace } from "../../scripts/pack.ts";
+import { ensureDocker } from "../../test/docker/dockerd.ts";
+import { ensureTestImage } from "../../test/docker/test-image.ts";
 import { commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { percentile } from "./stats.ts";
 
+const { values } = parseArgs({ options: { runs: { type: "string", default: "30" } } });
 const WARMUP = 3;
-const RUNS = 30;
-const HERE = dirname(fileURLToPath(import.meta.url));
-const MAIN = join(HERE, "..", "..", "cli", "src", "main.ts");
-const RESULTS_FILE = join(HERE, "..", "results", "cli.json");
-const DIST_MAIN = join(HERE, "..", "..", "cli", "dist", "main.js");
+const RUNS = Number(values.runs);
+const REPO = fileURLToPath(new URL("../../", import.meta.url));
+const RESULTS_FILE = join(REPO, "bench", "results", "cli.json");
 
 const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
+
+/**
+ * The CLI as a user gets it, in `dir`: the SDK's packed tarball unpacked as
+ * node_modules/@sandpit/sdk (its dist, its published manifest), cli/dist with its package.json
+ * as node_modules/@sandpit/cli, and every other package linked from the repository's
+ * node_modules (same versions as the lockfile's). Returns the CLI's entry point.
+ */
+async function installCli(dir: string): Promise<string> {
+  const modules = join(dir, "node_modules");
+  mkdirSync(join(modules, "@sandpit"), { recursive: true });
+  const tarball = await packWorkspace("sdk", dir); // builds the SDK first
+  const sdk = join(modules, "@sandpit", "sdk");
+  mkdirSync(sdk);
+  execFileSync("tar", ["-xzf", tarball, "-C", sdk, "--strip-components=1"]);
+  execFileSync("npm", ["run", "build"], { cwd: join(REPO, "cli"), stdio: ["ignore", 2, 2] });
+  const cli = join(modules, "@sandpit", "cli");
+  cpSync(join(REPO, "cli", "dist"), join(cli, "dist"), { recursive: true });
+  cpSync(join(REPO, "cli", "package.json"), join(cli, "package.json"));
+  const repoModules = join(REPO, "node_modules");
+  for (const name of readdirSync(repoModules)) {
+    if (name === "@sandpit" || name === ".bin") continue;
+    symlinkSync(join(repoModules, name), join(modules, name));
+  }
+  for (const name of readdirSync(join(repoModules, "@sandpit"))) {
+    if (name === "sdk" || name === "cli") continue;
+    symlinkSync(join(repoModules, "@sandpit", name), join(modules, "@sandpit", name));
+  }
+  return join(cli, "dist", "main.js");
+}
 
 function timed(argv: string[], env: NodeJS.ProcessEnv): number {
   const t0 = performance.now();
@@ -43,97 +85,100 @@ function percentiles(samples: number[]) {
   };
 }
 
-/**
- * A running container for `docker exec`: BENCH_DOCKER_IMAGE, else a local Sandpit sandbox image
- * (no pull needed), running `sleep`. Or why there is none.
- */
-function dockerContainer(): { id: string; image: string } | { missing: string } {
-  const info = spawnSync("docker", ["info", "--format", "{{.ServerVersion}}"], {
-    encoding: "utf8",
-  });
-  if (info.status !== 0) return { missing: "no Docker engine answered" };
-  const images = spawnSync(
-    "docker",
-    ["image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "sandpit-sandbox"],
-    {
-      encoding: "utf8",
-    },
-  );
-  const image = process.env.BENCH_DOCKER_IMAGE ?? images.stdout.split("\n").find(Boolean);
-  if (!image) return { missing: "no sandpit-sandbox image (set BENCH_DOCKER_IMAGE)" };
-  const run = spawnSync("docker", ["run", "-d", "--rm", "--entrypoint", "sleep", image, "3600"], {
-    encoding: "utf8",
-  });
-  if (run.status !== 0) return { missing: `docker run ${image} failed: ${run.stderr.trim()}` };
-  return { id: run.stdout.trim(), image };
-}
-
 const dir = mkdtempSync(join(os.tmpdir(), "sandpit-bench-cli-"));
-const config = join(dir, "sandpit.yaml");
-writeFileSync(config, `sandbox:\n  use: local\n  local:\n    baseDir: ${join(dir, "state")}\n`);
-const env: NodeJS.ProcessEnv = { ...process.env, SANDPIT_CONFIG: config };
-delete env.SANDPIT_PROVIDER;
 const node = process.execPath;
-const created = spawnSync(node, [MAIN, "create"], { env, encoding: "utf8" });
-if (created.status !== 0) throw new Error(`sandpit create failed: ${created.stderr}`);
-const id = created.stdout.trim();
-const docker = dockerContainer();
-log(`sandbox ${id}; docker: ${"id" in docker ? docker.id.slice(0, 12) : docker.missing}`);
-
-const cases: Record<string, string[]> = {
-  "sandpit exec <id> true": [node, MAIN, "exec", id, "--", "true"],
-  // The CLI as published (tsc-built JavaScript; `npm run build -w cli` first). The SDK it
-  // imports is still the workspace's TypeScript until its own build is what resolves.
-  ...(existsSync(DIST_MAIN)
-    ? { "sandpit exec (cli/dist) <id> true": [node, DIST_MAIN, "exec", id, "--", "true"] }
-    : {}),
-  "sandpit --version": [node, MAIN, "--version"],
-  "node -e 0": [node, "-e", "0"],
-  ...("id" in docker ? { "docker exec <c> true": ["docker", "exec", docker.id, "true"] } : {}),
-};
-const samples: Record<string, number[]> = Object.fromEntries(
-  Object.keys(cases).map((k) => [k, []]),
-);
-const started = Date.now();
-const load = os.loadavg()[0]!;
+const engine = await ensureDocker({ log });
+const sandboxes: { id: string; env: NodeJS.ProcessEnv }[] = [];
+let main = "";
 try {
+  const { tag } = await ensureTestImage({ log });
+  main = await installCli(join(dir, "app"));
+  const config = join(dir, "sandpit.yaml");
+  writeFileSync(
+    config,
+    [
+      "sandbox:",
+      "  use: local",
+      "  local:",
+      `    baseDir: ${join(dir, "local")}`,
+      "  docker:",
+      `    image: ${tag}`,
+      `    socketPath: ${engine.socketPath}`,
+      "    containerPrefix: sandpit-bench",
+      `    stateDir: ${join(dir, "docker")}`,
+      "",
+    ].join("\n"),
+  );
+  const env: NodeJS.ProcessEnv = { ...process.env, SANDPIT_CONFIG: config };
+  delete env.SANDPIT_PROVIDER;
+  const dockerEnv = { ...env, SANDPIT_PROVIDER: "docker" };
+  const create = (e: NodeJS.ProcessEnv) => {
+    const r = spawnSync(node, [main, "create"], { env: e, encoding: "utf8" });
+    if (r.status !== 0) throw new Error(`sandpit create failed: ${r.stderr}`);
+    const id = r.stdout.trim();
+    sandboxes.push({ id, env: e });
+    return id;
+  };
+  const local = create(env);
+  const docker = create(dockerEnv);
+  log(`sandboxes: local ${local}, docker ${docker}; image ${tag}`);
+
+  const cases: Record<string, { argv: string[]; env: NodeJS.ProcessEnv }> = {
+    "docker exec <c> true": { argv: ["docker", "exec", docker, "true"], env },
+    "sandpit exec <id> true (docker provider)": {
+      argv: [node, main, "exec", docker, "--", "true"],
+      env: dockerEnv,
+    },
+    "sandpit exec <id> true (local provider)": {
+      argv: [node, main, "exec", local, "--", "true"],
+      env,
+    },
+    "sandpit --version": { argv: [node, main, "--version"], env },
+    "node -e 0": { argv: [node, "-e", "0"], env },
+  };
+  const samples: Record<string, number[]> = Object.fromEntries(
+    Object.keys(cases).map((k) => [k, []]),
+  );
+  const started = Date.now();
+  const loadStart = os.loadavg()[0]!;
   for (let i = 0; i < WARMUP + RUNS; i++) {
     // Rotate which case goes first so none always runs on a warmer cache.
     const names = Object.keys(cases);
     const order = [...names.slice(i % names.length), ...names.slice(0, i % names.length)];
     for (const name of order) {
-      const ms = timed(cases[name]!, env);
+      const ms = timed(cases[name]!.argv, cases[name]!.env);
       if (i >= WARMUP) samples[name]!.push(ms);
     }
     if (i % 10 === 0) log(`round ${i + 1}/${WARMUP + RUNS}`);
   }
-} finally {
-  spawnSync(node, [MAIN, "rm", id], { env });
-  if ("id" in docker) spawnSync("docker", ["rm", "-f", docker.id]);
-  rmSync(dir, { recursive: true, force: true });
-}
+  const loadEnd = os.loadavg()[0]!;
 
-const stats = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, percentiles(v)]));
-const exec = stats["sandpit exec <id> true"]!;
-const floor = stats["docker exec <c> true"] ?? stats["node -e 0"]!;
-const floorName = stats["docker exec <c> true"] ? "docker exec <c> true" : "node -e 0";
-const fmt = (p: { p50: number; p95: number; p99: number }) =>
-  `${p.p50.toFixed(1)} / ${p.p95.toFixed(1)} / ${p.p99.toFixed(1)}`;
-const lines = [
-  `| Command (wall time, fresh process) | p50 / p95 / p99 (ms, N=${RUNS}) |`,
-  "| --- | ---: |",
-  ...Object.entries(stats).map(([k, v]) => `| \`${k}\` | ${fmt(v)} |`),
-  `| ratio \`sandpit exec\` / \`${floorName}\`, p50 | ${(exec.p50 / floor.p50).toFixed(2)}x |`,
-];
-process.stdout.write(`${lines.join("\n")}\n`);
-if (!("id" in docker)) process.stdout.write(`\nNo docker exec in this run: ${docker.missing}.\n`);
-await writeResults(RESULTS_FILE, {
-  benchmark: "cli",
-  ranAt: new Date(started).toISOString(),
-  durationS: (Date.now() - started) / 1000,
-  commit: commitMeasured(),
-  host: hostInfo(),
-  loadAverageAtStart: load,
-  docker: "id" in docker ? docker.image : docker.missing,
-  results: stats,
-});
+  const stats = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, percentiles(v)]));
+  const floor = stats["docker exec <c> true"]!;
+  const fmt = (p: { p50: number; p95: number; p99: number }) =>
+    `${p.p50.toFixed(1)} / ${p.p95.toFixed(1)} / ${p.p99.toFixed(1)}`;
+  const ratio = (name: string) => `${(stats[name]!.p50 / floor.p50).toFixed(2)}x`;
+  const lines = [
+    `| Command (wall time, fresh process) | p50 / p95 / p99 (ms, N=${RUNS}) | p50 / \`docker exec\` p50 |`,
+    "| --- | ---: | ---: |",
+    ...Object.entries(stats).map(([k, v]) => `| \`${k}\` | ${fmt(v)} | ${ratio(k)} |`),
+  ];
+  process.stdout.write(`${lines.join("\n")}\n`);
+  process.stdout.write(
+    `\nload average (1 min): ${loadStart.toFixed(2)} at the start, ${loadEnd.toFixed(2)} at the end\n`,
+  );
+  await writeResults(RESULTS_FILE, {
+    benchmark: "cli",
+    ranAt: new Date(started).toISOString(),
+    durationS: (Date.now() - started) / 1000,
+    commit: commitMeasured(),
+    host: hostInfo(),
+    loadAverage: { start: loadStart, end: loadEnd },
+    image: tag,
+    results: stats,
+  });
+} finally {
+  for (const s of sandboxes) spawnSync(node, [main, "rm", s.id], { env: s.env });
+  rmSync(dir, { recursive: true, force: true });
+  await engine.stop();
+}

@@ -1,35 +1,20 @@
 #!/usr/bin/env node
 /**
- * The sandpit command: parses the command line, runs one command, exits with its code. Nothing
- * but results goes to stdout; failures are one `sandpit: ...` line on stderr (exit.ts).
+ * The sandpit command's entry point (the package's bin): runs the command line (run.ts) and
+ * exits with its code.
+ *
+ * Every invocation is a fresh Node process, so compiling the CLI and the SDK it loads is a cost
+ * paid on each one. Node's compile cache keeps the compiled code on disk between runs: in
+ * $NODE_COMPILE_CACHE when set, else `node-compile-cache` under the OS temp directory, one
+ * subdirectory per Node version. It is only a cache: safe to delete at any time, the next run
+ * compiles again and refills it (Node writes it at exit, process.exit() included). It is enabled here, before anything else is imported, so that
+ * everything after is cached.
  */
-import { CommanderError } from "commander";
-import { EXIT, oneLine, reportError } from "./exit.ts";
-import { buildProgram } from "./program.ts";
+import { enableCompileCache } from "node:module";
 
-async function main(argv: string[]): Promise<number> {
-  try {
-    await buildProgram().parseAsync(argv);
-    return Number(process.exitCode ?? EXIT.OK);
-  } catch (err) {
-    if (err instanceof CommanderError) return commanderExit(err);
-    return reportError(err);
-  }
-}
-
-/** Help and --version exit 0; every other commander error is a usage error. */
-function commanderExit(err: CommanderError): number {
-  if (err.exitCode === 0) return EXIT.OK;
-  // Help printed because a command was missing went to stderr already.
-  if (err.code !== "commander.help" && err.code !== "commander.helpDisplayed") {
-    let message = oneLine(err.message.replace(/^error: /, ""));
-    if (err.code === "commander.unknownOption") message += " (put the sandbox's command after --)";
-    process.stderr.write(`sandpit: ${message}\n`);
-  }
-  return EXIT.USAGE;
-}
-
-const code = await main(process.argv);
+enableCompileCache();
+const { runCli } = await import("./run.ts");
+const code = await runCli(process.argv);
 // Stdout and stderr are synchronous for files and pipes on Linux, so nothing written is lost;
 // exiting here stops timers and sockets a provider may still hold.
 process.exit(code);

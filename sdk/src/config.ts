@@ -10,7 +10,6 @@
  * Unknown keys anywhere are errors that name the key.
  */
 import { readFile } from "node:fs/promises";
-import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { SandboxError } from "./errors.ts";
 import { getProvider, providerNames } from "./registry.ts";
@@ -70,9 +69,11 @@ export async function loadConfigFile(path: string): Promise<SandpitConfig> {
       err,
     );
   }
+  // yaml loads with the first config file read: importing the SDK does not load it.
+  const { parse } = await import("yaml");
   let data: unknown;
   try {
-    data = parseYaml(text);
+    data = parse(text);
   } catch (err) {
     throw new SandboxError(
       `config file ${path} is not valid YAML: ${(err as Error).message}`,

@@ -18,7 +18,9 @@ import type {
 } from "@sandpit/sandboxd/protocol";
 import { request as httpRequest } from "node:http";
 import type { Duplex, Readable } from "node:stream";
-import { Agent, WebSocket, type Dispatcher } from "undici";
+// Types only: undici is imported on first request (see dispatcher()), so importing the SDK, or
+// a process that never reaches a sandboxd, does not pay for loading it.
+import type { Agent, Dispatcher, WebSocket } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
 
@@ -71,8 +73,8 @@ export class SandboxdClient {
   private readonly socketPath: string | undefined;
   private readonly headers: Record<string, string>;
   private readonly requestTimeoutMs: number;
-  /** One keep-alive connection pool per sandbox. */
-  private readonly dispatcher: Agent;
+  /** One keep-alive connection pool per sandbox, made on first use. */
+  private pool: Promise<Agent> | undefined;
   /** Where this client connects, and with which token (see ./sandboxd-connection.ts). */
   readonly connection: SandboxdConnection;
 
@@ -82,10 +84,6 @@ export class SandboxdClient {
     this.origin = url.origin;
     this.prefix = url.pathname.replace(/\/+$/, "");
     this.socketPath = opts.socketPath;
-    this.dispatcher = new Agent({
-      keepAliveTimeout: 30_000,
-      ...(opts.socketPath ? { connect: { socketPath: opts.socketPath } } : {}),
-    });
     this.headers = { ...opts.headers, authorization: `Bearer ${opts.token}` };
     this.connection = {
       baseUrl: this.base,
@@ -95,9 +93,21 @@ export class SandboxdClient {
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
   }
 
+  /** The connection pool; undici (a third of the SDK's import time) loads with the first one. */
+  private dispatcher(): Promise<Agent> {
+    this.pool ??= import("undici").then(
+      ({ Agent }) =>
+        new Agent({
+          keepAliveTimeout: 30_000,
+          ...(this.socketPath ? { connect: { socketPath: this.socketPath } } : {}),
+        }),
+    );
+    return this.pool;
+  }
+
   /** Closes pooled connections; the client is unusable afterwards. */
   async close(): Promise<void> {
-    await this.dispatcher.close();
+    if (this.pool) await (await this.pool).close();
   }
 
   /**
@@ -105,7 +115,7 @@ export class SandboxdClient {
    * output, a watch): letting go of a sandboxd that keeps running without this process.
    */
   async destroy(): Promise<void> {
-    await this.dispatcher.destroy();
+    if (this.pool) await (await this.pool).destroy();
   }
 
   health(timeoutMs = 5_000): Promise<HealthResponse> {
@@ -254,9 +264,10 @@ export class SandboxdClient {
    * A WebSocket to `path` on sandboxd, over the same connection settings and with the same
    * headers as every call (undici's WebSocket takes headers, which the WHATWG one cannot).
    */
-  webSocket(path: string): WebSocket {
+  async webSocket(path: string): Promise<WebSocket> {
     const url = `${this.origin.replace(/^http/, "ws")}${this.prefix}${path}`;
-    return new WebSocket(url, { dispatcher: this.dispatcher, headers: this.headers });
+    const [{ WebSocket }, dispatcher] = await Promise.all([import("undici"), this.dispatcher()]);
+    return new WebSocket(url, { dispatcher, headers: this.headers });
   }
 
   async readFile(path: string, signal?: AbortSignal): Promise<Uint8Array> {
@@ -341,7 +352,9 @@ export class SandboxdClient {
     const signals = [o.timeoutMs == null ? undefined : AbortSignal.timeout(o.timeoutMs), o.signal];
     let res: Dispatcher.ResponseData;
     try {
-      res = await this.dispatcher.request({
+      res = await (
+        await this.dispatcher()
+      ).request({
         origin: this.origin,
         path: this.prefix + path,
         method,

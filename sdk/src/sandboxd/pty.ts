@@ -90,7 +90,7 @@ export class SandboxdPty implements SandboxPty {
   }
 
   private async open(pid: number, onData: (data: Uint8Array) => void): Promise<PtyHandle> {
-    const ws = await this.with((c) => Promise.resolve(c.webSocket(`/v1/pty/${pid}/connect`)));
+    const ws = await this.with((c) => c.webSocket(`/v1/pty/${pid}/connect`));
     return TerminalSocket.open(pid, ws, onData, this);
   }
 }

@@ -90,6 +90,11 @@ class DockerSandbox implements SandboxdLifecycle {
   private client: SandboxdClient | null = null;
   private container: ContainerInfo;
   private connecting: Promise<SandboxdClient> | null = null;
+  /**
+   * The inspect this object was adopted from, used by the first connect instead of inspecting
+   * again: create and resume connect right after the inspect (or run) that found the container.
+   */
+  private adoptedFrom: ContainerInfo | null;
   private readonly forwarder = new PortForwarder(() => this.connect());
   record: SandboxRecord = {};
 
@@ -97,6 +102,7 @@ class DockerSandbox implements SandboxdLifecycle {
     this.provider = provider;
     this.name = info.name;
     this.container = info;
+    this.adoptedFrom = info;
   }
 
   connect(): Promise<SandboxdClient> {
@@ -108,6 +114,7 @@ class DockerSandbox implements SandboxdLifecycle {
   /** Uses a container known to answer (a claimed warm one) without another inspect. */
   async connectReady(info: ContainerInfo): Promise<SandboxdClient> {
     this.container = info;
+    this.adoptedFrom = null;
     this.client = await this.provider.waitReady(info);
     return this.client;
   }
@@ -131,7 +138,8 @@ class DockerSandbox implements SandboxdLifecycle {
   /** Finds the container again, starting it when paused or stopped by the reaper. */
   private async reconnect(): Promise<SandboxdClient> {
     const rt = await this.provider.runtime();
-    let info = await rt.inspect(this.name);
+    let info = this.adoptedFrom ?? (await rt.inspect(this.name));
+    this.adoptedFrom = null;
     if (!info)
       throw new SandboxError(
         `sandbox ${this.name} does not exist (its container was removed)`,
@@ -216,6 +224,7 @@ class DockerSandbox implements SandboxdLifecycle {
   }
 
   async dropClient(): Promise<void> {
+    this.adoptedFrom = null; // whatever comes next (a pause, the reaper) makes it stale
     const c = this.client;
     this.client = null;
     await c?.close().catch(() => undefined);
