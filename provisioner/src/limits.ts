@@ -13,8 +13,19 @@ import {
   boundsProblem,
   resolveBounds,
 } from "@sandpit/operator/api";
-import { ApiError } from "./api/errors.ts";
 import type { CreateInput } from "./store.ts";
+
+/**
+ * A create refused before anything was written: a 400 (limits out of bounds) or a 404 (no such
+ * pool). The API layer's errors (./api/errors.ts) answer it with its code.
+ */
+export class CreateRefused extends Error {
+  readonly code: "INVALID_ARGUMENT" | "NOT_FOUND";
+  constructor(code: CreateRefused["code"], message: string) {
+    super(message);
+    this.code = code;
+  }
+}
 
 /** Throws a 400 INVALID_ARGUMENT naming the bound a create would break. */
 export function admitResources(
@@ -36,7 +47,7 @@ export function admitResources(
     values,
     resolveBounds(pool?.spec.resourceBounds, platform, input.maxResources),
   );
-  if (problem) throw new ApiError("INVALID_ARGUMENT", `resources: ${problem}`);
+  if (problem) throw new CreateRefused("INVALID_ARGUMENT", `resources: ${problem}`);
 }
 
 /** The pool a create names, or a 404 before anything is made (never a sandbox that waits). */
@@ -46,6 +57,6 @@ export async function existingPool(
 ): Promise<SandboxPool | undefined> {
   if (!name) return undefined;
   const pool = await getPool(name);
-  if (!pool) throw new ApiError("NOT_FOUND", `no SandboxPool "${name}"`);
+  if (!pool) throw new CreateRefused("NOT_FOUND", `no SandboxPool "${name}"`);
   return pool;
 }

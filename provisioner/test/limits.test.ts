@@ -12,10 +12,10 @@ import {
   platformBoundsFrom,
   resolveBounds,
 } from "@sandpit/operator/api";
-import { ApiError } from "../src/api/errors.ts";
+import { type ApiError, toApiError } from "../src/api/errors.ts";
 import { CreateSandbox } from "../src/api/schemas.ts";
 import { readConfig } from "../src/config.ts";
-import { admitResources, existingPool } from "../src/limits.ts";
+import { CreateRefused, admitResources, existingPool } from "../src/limits.ts";
 import { ProviderStore } from "../src/serve/provider-store.ts";
 import type { CreateInput } from "../src/store.ts";
 
@@ -32,12 +32,12 @@ const input = (over: Partial<CreateInput>): CreateInput => ({
   ...over,
 });
 
-/** The error `fn` throws (it must throw). */
+/** The error `fn` throws (it must throw), as the API answers it. */
 function thrown(fn: () => unknown): ApiError {
   try {
     fn();
   } catch (err) {
-    if (err instanceof ApiError) return err;
+    if (err instanceof CreateRefused) return toApiError(err);
     throw err;
   }
   throw new Error("did not throw");
@@ -120,10 +120,10 @@ describe("bounds", () => {
   });
 
   test("an unknown pool is a 404; a known one is handed back", async () => {
-    const err = await existingPool("nope", () => Promise.resolve(undefined)).catch((e) => e);
-    expect(err).toBeInstanceOf(ApiError);
-    expect((err as ApiError).status).toBe(404);
-    expect((err as ApiError).message).toBe('no SandboxPool "nope"');
+    const err = await existingPool("nope", () => Promise.resolve(undefined)).catch(toApiError);
+    expect(err?.status).toBe(404);
+    expect(err?.code).toBe("NOT_FOUND");
+    expect(err?.message).toBe('no SandboxPool "nope"');
     const p = pool({});
     expect(await existingPool("p", () => Promise.resolve(p))).toBe(p);
     expect(await existingPool(undefined, () => Promise.reject(new Error("not asked")))).toBe(
@@ -180,11 +180,9 @@ describe("sandpit serve's store", () => {
     });
     const err = await store
       .create(input({ spec: { resources: { memory: "2Gi" } } }))
-      .catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(ApiError);
-    expect((err as ApiError).message).toBe(
-      "resources: memory 2Gi is above the platform's maximum 1Gi",
-    );
+      .then(() => undefined, toApiError);
+    expect(err?.status).toBe(400);
+    expect(err?.message).toBe("resources: memory 2Gi is above the platform's maximum 1Gi");
     expect(store.count("acme")).toBe(0);
   });
 });
