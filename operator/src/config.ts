@@ -4,6 +4,7 @@
  */
 import { hostname } from "node:os";
 import { z } from "zod";
+import { type PlatformBounds, platformBoundsFrom } from "./api/bounds.ts";
 import { HOST_PORT_PATTERN, HOST_PORT_RULE } from "./api/rules.ts";
 
 const json = <T extends z.ZodType>(schema: T) =>
@@ -89,6 +90,8 @@ export interface OperatorConfig {
   defaultTtlSeconds: number;
   defaultLimits: { cpu: string; memory: string; ephemeralStorage: string };
   requests: { cpu: string; memory: string; ephemeralStorage: string };
+  /** Floors and ceilings for pools without their own (SANDPIT_MIN_* / SANDPIT_MAX_*). */
+  bounds: PlatformBounds;
   dnsCidrs: string[];
   podNodeSelector: Record<string, string>;
   podTolerations: z.infer<typeof Toleration>[];
@@ -110,8 +113,12 @@ export interface OperatorConfig {
 
 export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
   const parsed = Env.safeParse(env);
-  if (!parsed.success) {
-    const lines = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
+  const bounds = platformBoundsFrom(env);
+  if (!parsed.success || bounds.problems.length) {
+    const lines = [
+      ...(parsed.error?.issues.map((i) => `${i.path.join(".")}: ${i.message}`) ?? []),
+      ...bounds.problems,
+    ];
     throw new Error(`invalid operator settings:\n  ${lines.join("\n  ")}`);
   }
   const e = parsed.data;
@@ -132,6 +139,7 @@ export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
       memory: e.SANDPIT_MEMORY_REQUEST,
       ephemeralStorage: e.SANDPIT_EPHEMERAL_STORAGE_REQUEST,
     },
+    bounds: bounds.bounds,
     dnsCidrs: e.SANDPIT_DNS_CIDRS,
     podNodeSelector: e.SANDPIT_POD_NODE_SELECTOR,
     podTolerations: e.SANDPIT_POD_TOLERATIONS,

@@ -3,7 +3,14 @@
  * or a malformed key list stops it at start-up with a message naming the variable.
  */
 import { readFileSync } from "node:fs";
-import { HOST_PORT_PATTERN, HOST_PORT_RULE, Mount } from "@sandpit/operator/api";
+import {
+  BoundQuantities,
+  HOST_PORT_PATTERN,
+  HOST_PORT_RULE,
+  Mount,
+  type PlatformBounds,
+  platformBoundsFrom,
+} from "@sandpit/operator/api";
 import { z } from "zod";
 
 /** One API key: who it belongs to (tenant), and how many sandboxes it may hold at once. */
@@ -23,6 +30,11 @@ export const ApiKey = z.strictObject({
     .min(60)
     .max(30 * 24 * 3600)
     .optional(),
+  /**
+   * Ceilings for this key's sandboxes (cpu, memory, ephemeralStorage, disk): they lower the
+   * pool's and the platform's, never raise them.
+   */
+  maxResources: BoundQuantities("This key's ceiling").optional(),
 });
 export type ApiKey = z.infer<typeof ApiKey>;
 
@@ -89,6 +101,8 @@ export interface ProvisionerConfig {
   shutdownDelayMs: number;
   maxBodyBytes: number;
   logLevel: string;
+  /** Resource floors and ceilings where a pool sets none (SANDPIT_MIN_* / SANDPIT_MAX_*). */
+  bounds: PlatformBounds;
   /** The volumes DeerFlow's extra_mounts are mapped to, one per container path. */
   deerflowMounts: Mount[];
   /** The E2B-compatible API (docs/e2b.md); undefined: off. */
@@ -100,7 +114,12 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
   const fail = (lines: string[]): never => {
     throw new Error(`invalid provisioner settings:\n  ${lines.join("\n  ")}`);
   };
-  if (!parsed.success) fail(parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`));
+  const bounds = platformBoundsFrom(env);
+  if (!parsed.success || bounds.problems.length)
+    fail([
+      ...(parsed.error?.issues.map((i) => `${i.path.join(".")}: ${i.message}`) ?? []),
+      ...bounds.problems,
+    ]);
   const e = parsed.data!;
   let rawKeys = e.SANDPIT_API_KEYS;
   if (e.SANDPIT_API_KEYS_FILE) rawKeys = readFileSync(e.SANDPIT_API_KEYS_FILE, "utf8");
@@ -136,6 +155,7 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
     shutdownDelayMs: e.SANDPIT_SHUTDOWN_DELAY_MS,
     maxBodyBytes: e.SANDPIT_MAX_BODY_BYTES,
     logLevel: e.SANDPIT_LOG_LEVEL,
+    bounds: bounds.bounds,
     deerflowMounts,
     e2b: e.SANDPIT_E2B_TOKEN_SECRET
       ? { tokenSecret: e.SANDPIT_E2B_TOKEN_SECRET, domain: e.SANDPIT_E2B_DOMAIN }

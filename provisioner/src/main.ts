@@ -24,6 +24,7 @@ const store = new SandboxStore(
   cfg.namespace,
   log,
   cfg.activityIntervalMs,
+  cfg.bounds,
 );
 store.start();
 const { server, beginShutdown } = createApp(cfg, store, log);

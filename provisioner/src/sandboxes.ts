@@ -13,6 +13,7 @@ import {
   LABEL,
   MANAGED_BY,
   POOLS,
+  type PlatformBounds,
   SANDBOXES,
   type Sandbox,
   type SandboxPool,
@@ -26,6 +27,7 @@ import {
   isAlreadyExists,
   isNotFound,
 } from "@sandpit/operator/kube/client";
+import { admitResources, existingPool } from "./limits.ts";
 import type { CreateInput, SandboxBackend } from "./store.ts";
 
 export type { CreateInput };
@@ -130,6 +132,8 @@ export class SandboxStore implements SandboxBackend {
   readonly #tokens = new Map<string, string>(); // by Sandbox uid
   readonly #lastActivity = new Map<string, number>();
   readonly #activityIntervalMs: number;
+  /** The platform's resource bounds, for creates whose pool sets none (./limits.ts). */
+  readonly #bounds: PlatformBounds;
   /**
    * Read-your-writes: what this process created or deleted, until its informer shows it. Without
    * it a create followed at once by a quota check, or a delete followed by a get, would read the
@@ -143,8 +147,15 @@ export class SandboxStore implements SandboxBackend {
    */
   readonly #creating = new Map<string, { tenant: string; made: Promise<Sandbox | undefined> }>();
 
-  constructor(kube: Kube, namespace: string, logger: Logger, activityIntervalMs: number) {
+  constructor(
+    kube: Kube,
+    namespace: string,
+    logger: Logger,
+    activityIntervalMs: number,
+    bounds: PlatformBounds,
+  ) {
     this.#kube = kube;
+    this.#bounds = bounds;
     this.namespace = namespace;
     this.#log = logger;
     this.#activityIntervalMs = activityIntervalMs;
@@ -274,6 +285,9 @@ export class SandboxStore implements SandboxBackend {
    * again gets a new sandbox, never the dying one.
    */
   async create(input: CreateInput): Promise<{ sandbox: Sandbox; created: boolean }> {
+    // Before anything is written: an unknown pool is a 404, limits out of bounds a 400.
+    const pool = await existingPool(input.pool, (p) => this.getPool(p));
+    admitResources(input, pool, this.#bounds);
     const name = input.name ?? `sbx-${randomBytes(10).toString("hex")}`;
     for (let attempt = 0; ; attempt++) {
       const found = await this.#findOrCreate(name, input);

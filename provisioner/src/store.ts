@@ -8,12 +8,14 @@
  * Reads are synchronous (each store keeps what it knows in memory: an informer cache, or the
  * records serve rebuilt from the backend at start); writes and waits are not.
  */
-import type { Sandbox, SandboxPool, SandboxSpec } from "@sandpit/operator/api";
+import type { Quantities, Sandbox, SandboxPool, SandboxSpec } from "@sandpit/operator/api";
 
 export interface CreateInput {
   tenant: string;
   /** How many sandboxes the tenant may hold; a create past it is refused (kind "quota"). */
   quota?: number;
+  /** The API key's ceilings (its maxResources): a create past one is refused (400). */
+  maxResources?: Quantities | undefined;
   /** A stable name for idempotent creates; random when undefined. */
   name?: string;
   pool?: string | undefined;

@@ -296,6 +296,53 @@ describe("the chart, offline", () => {
     );
   });
 
+  it("renders the sandboxes' resource bounds: the same on both components, a LimitRange and a ResourceQuota as the backstop", async () => {
+    const docs = await render("--set", "sandboxes.bounds.max.memory=2Gi");
+    const envOf = (component: string) => {
+      const d = docs.find((x) => x.kind === "Deployment" && x.metadata.name.endsWith(component));
+      const env = (d!.spec as { template: { spec: PodSpec } }).template.spec.containers[0]!.env!;
+      return Object.fromEntries(
+        env
+          .filter((e) => /^SANDPIT_M(IN|AX)_/.test(e.name) && e.name !== "SANDPIT_MAX_BODY_BYTES")
+          .map((e) => [e.name, e.value]),
+      );
+    };
+    expect(envOf("-operator")).toEqual({
+      SANDPIT_MIN_CPU: "10m",
+      SANDPIT_MIN_MEMORY: "16Mi",
+      SANDPIT_MIN_EPHEMERAL_STORAGE: "16Mi",
+      SANDPIT_MIN_DISK: "16Mi",
+      SANDPIT_MAX_CPU: "4",
+      SANDPIT_MAX_MEMORY: "2Gi",
+      SANDPIT_MAX_EPHEMERAL_STORAGE: "8Gi",
+      SANDPIT_MAX_DISK: "4Gi",
+    });
+    expect(envOf("-provisioner")).toEqual(envOf("-operator"));
+    const range = docs.find((d) => d.kind === "LimitRange");
+    expect(range?.metadata).toMatchObject({ namespace: "sandpit-sandboxes" });
+    expect((range!.spec as { limits: unknown[] }).limits).toEqual([
+      expect.objectContaining({
+        type: "Container",
+        min: { cpu: "10m", memory: "16Mi", "ephemeral-storage": "16Mi" },
+        max: { cpu: "4", memory: "2Gi", "ephemeral-storage": "8Gi" },
+      }),
+    ]);
+    const quota = docs.find((d) => d.kind === "ResourceQuota");
+    expect((quota!.spec as { hard: Record<string, string> }).hard).toMatchObject({
+      pods: "500",
+      "limits.cpu": "500",
+    });
+    const off = await render(
+      "--set",
+      "sandboxes.limitRange.enabled=false,sandboxes.resourceQuota.enabled=false",
+    );
+    expect(off.filter((d) => d.kind === "LimitRange" || d.kind === "ResourceQuota")).toEqual([]);
+    // A zero bound would mean no limit: the values' schema refuses it.
+    await expect(render("--set-string", "sandboxes.bounds.max.memory=0")).rejects.toThrow(
+      /bounds\/max\/memory/,
+    );
+  });
+
   it("renders the E2B example: api.<domain> and *.<domain> on an Ingress with TLS", async () => {
     const docs = await render("-f", `${CHART}/examples/e2b-ingress.yaml`);
     const ingress = docs.find((d) => d.kind === "Ingress") as unknown as {

@@ -397,7 +397,12 @@ export interface ProvisionerProcess {
 export async function startProvisioner(o: {
   kubeconfig: string;
   namespace: string;
-  keys?: { key: string; tenant: string; maxSandboxes?: number }[];
+  keys?: {
+    key: string;
+    tenant: string;
+    maxSandboxes?: number;
+    maxResources?: Record<string, string>;
+  }[];
   env?: Record<string, string>;
 }): Promise<ProvisionerProcess> {
   const port = await freePort();
@@ -441,7 +446,12 @@ export async function startStack(o: {
   image: string;
   /** The namespace's prefix. */
   prefix: string;
-  keys?: { key: string; tenant: string; maxSandboxes?: number }[];
+  keys?: {
+    key: string;
+    tenant: string;
+    maxSandboxes?: number;
+    maxResources?: Record<string, string>;
+  }[];
   /** The provisioner's settings besides the harness's. */
   env?: Record<string, string>;
 }): Promise<Stack> {

@@ -59,3 +59,19 @@ capabilities:
 {{- define "sandpit.e2bSecret" -}}
 {{- .Values.provisioner.e2b.existingSecret | default (printf "%s-e2b" (include "sandpit.fullname" .)) -}}
 {{- end -}}
+
+{{/*
+The platform's resource bounds as the operator and provisioner read them (SANDPIT_MIN_* and
+SANDPIT_MAX_*): one set of values, so the two always agree.
+*/}}
+{{- define "sandpit.boundsEnv" -}}
+{{- $b := .Values.sandboxes.bounds }}
+{{- range $side := list "min" "max" }}
+{{- range $dim, $env := dict "cpu" "CPU" "memory" "MEMORY" "ephemeralStorage" "EPHEMERAL_STORAGE" "disk" "DISK" }}
+{{- with index (index $b $side) $dim }}
+- name: SANDPIT_{{ upper $side }}_{{ $env }}
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -7,4 +7,5 @@ export * from "./v1alpha1.ts";
 export * from "./labels.ts";
 export * from "./names.ts";
 export * from "./rules.ts";
+export * from "./bounds.ts";
 export * from "./packages.ts";

@@ -20,6 +20,14 @@ const SUFFIX: Record<string, number> = {
   Ti: 2 ** 40,
 };
 
+/**
+ * A quantity of zero ("0", "0.0", "0m", "0Gi"): Kubernetes reads a zero limit as "no limit", so
+ * no limit anywhere in the API may be zero. Written for QUANTITY_PATTERN's values (no signs, no
+ * exponents), so the CRD's CEL rule and every other check use the same pattern.
+ */
+export const ZERO_QUANTITY_PATTERN = /^[0.]+[a-zA-Z]*$/;
+export const POSITIVE_QUANTITY_RULE = "above zero (a zero limit would mean no limit at all)";
+
 /** The value of a quantity QUANTITY_PATTERN accepts (CPUs, bytes). */
 export function quantityValue(q: string): number {
   const m = QUANTITY_PATTERN.exec(q);

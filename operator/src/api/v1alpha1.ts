@@ -11,12 +11,14 @@ import {
   CLAIM_NAME_RULE,
   MOUNT_PATH_PATTERN,
   MOUNT_PATH_RULE,
+  POSITIVE_QUANTITY_RULE,
   Port,
   QUANTITY_PATTERN,
   QUANTITY_RULE,
   RESERVED_MOUNT_PATHS,
   SUB_PATH_PATTERN,
   SUB_PATH_RULE,
+  ZERO_QUANTITY_PATTERN,
   hasDotSegment,
   reservedMountPath,
 } from "./rules.ts";
@@ -27,11 +29,45 @@ export const VERSION = "v1alpha1";
 /** A CEL rule checked by the API server; messages are what a user sees on a rejected apply. */
 const cel = (rule: string, message: string) => ({ rule, message });
 
+/**
+ * A positive quantity: the API server refuses a zero (CEL), since Kubernetes reads a zero limit
+ * as none at all.
+ */
 const quantity = (what: string) =>
   z
     .string()
+    .max(64)
     .regex(QUANTITY_PATTERN, `${what} is ${QUANTITY_RULE}`)
-    .describe(`${what}, as a Kubernetes quantity (for example 500m, 1, 512Mi, 2Gi).`);
+    .refine((q) => !ZERO_QUANTITY_PATTERN.test(q), `${what} is ${POSITIVE_QUANTITY_RULE}`)
+    .meta({
+      "x-kubernetes-validations": [
+        cel(
+          `!self.matches('${ZERO_QUANTITY_PATTERN.source}')`,
+          `${what} is ${POSITIVE_QUANTITY_RULE}`,
+        ),
+      ],
+    })
+    .describe(`${what}, as a Kubernetes quantity above zero (for example 500m, 1, 512Mi, 2Gi).`);
+
+/** One quantity per bounded dimension (operator/src/api/bounds.ts), each optional. */
+export const BoundQuantities = (side: string) =>
+  z
+    .strictObject({
+      cpu: quantity(`${side} CPU limit`).optional(),
+      memory: quantity(`${side} memory limit`).optional(),
+      ephemeralStorage: quantity(`${side} ephemeral storage limit`).optional(),
+      disk: quantity(`${side} size of the volume at /mnt/user-data (storage.size)`).optional(),
+    })
+    .describe(`${side} of each dimension; the platform's applies to a dimension left out.`);
+
+export const ResourceBounds = z
+  .strictObject({
+    min: BoundQuantities("Floor").optional(),
+    max: BoundQuantities("Ceiling").optional(),
+  })
+  .describe(
+    "Floors and ceilings of the pool's sandboxes' resources, its template's included: a create asking for more or less is refused (400 naming the bound), and a Sandbox outside them is Failed with reason ResourcesOutOfBounds and never started. Each dimension left out keeps the platform's bound (the operator's and provisioner's SANDPIT_MIN_* and SANDPIT_MAX_*).",
+  );
 
 export const Package = z
   .strictObject({
@@ -461,6 +497,7 @@ export const SandboxPoolSpec = z
       .min(60)
       .optional()
       .describe("Lifetime for sandboxes that set none."),
+    resourceBounds: ResourceBounds.optional(),
   })
   .meta({
     "x-kubernetes-validations": [
@@ -494,6 +531,7 @@ export type Mount = z.infer<typeof Mount>;
 export type SharedClaim = z.infer<typeof SharedClaim>;
 export type SandboxSpec = z.infer<typeof SandboxSpec>;
 export type SandboxStatus = z.infer<typeof SandboxStatus>;
+export type ResourceBounds = z.infer<typeof ResourceBounds>;
 export type SandboxPoolSpec = z.infer<typeof SandboxPoolSpec>;
 export type SandboxPoolStatus = z.infer<typeof SandboxPoolStatus>;
 

@@ -24,7 +24,7 @@ import {
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { podMounts } from "../workload/mounts.ts";
 import { init } from "../workload/sandboxd.ts";
-import { effectiveSpec, shapeHash, warmable } from "../workload/spec.ts";
+import { boundsViolation, effectiveSpec, shapeHash, warmable } from "../workload/spec.ts";
 import type { Pools } from "./pools.ts";
 import { claimable, templateHash, warmPods, warmSecretName, warmToken } from "./warm.ts";
 
@@ -73,7 +73,9 @@ export async function reconcilePool(
   const pods = warmPods(ctx, pool);
   const fresh = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] === hash);
   const stale = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] !== hash);
-  const want = warmable(template) ? pool.spec.warm : 0;
+  // A template outside the pool's own bounds gets no warm pods: its members are refused too.
+  const outOfBounds = boundsViolation(template, pool.spec, ctx.cfg);
+  const want = warmable(template) && !outOfBounds ? pool.spec.warm : 0;
 
   await installTemplatePackages(ctx, pool, fresh, signal);
 
@@ -130,6 +132,7 @@ export async function reconcilePool(
     warmReady: pods.filter((p) => !deletions.includes(p) && claimable(pool, p, shape)).length,
     warmable: warmable(template),
     rolling: stale.length > 0,
+    outOfBounds,
   });
   const settling = pods.some((p) => !podReady(p)) || stale.length > 0;
   return settling ? { requeueAfterMs: 5_000 } : undefined;
@@ -220,7 +223,7 @@ async function writePoolStatus(
   ctx: Ctx,
   pools: Pools,
   pool: SandboxPool,
-  s: { warmReady: number; warmable: boolean; rolling: boolean },
+  s: { warmReady: number; warmable: boolean; rolling: boolean; outOfBounds: string | undefined },
 ): Promise<void> {
   const key = keyOf(pool);
   const now = new Date().toISOString();
@@ -233,27 +236,34 @@ async function writePoolStatus(
   const gen = pool.metadata.generation;
   conditions = setCondition(
     conditions,
-    !s.warmable && pool.spec.warm > 0
+    s.outOfBounds
       ? {
           type: "Ready",
-          status: "True",
-          reason: "WarmNotApplicable",
-          message:
-            "the template gives each sandbox a directory of its own user or thread (storage.sharedClaim, or a mount's subPath naming {user} or {thread}), which a pod made ahead of its sandbox cannot know: no warm sandboxes are kept and members start cold",
+          status: "False",
+          reason: "TemplateOutOfBounds",
+          message: `the template breaks the pool's resource bounds (${s.outOfBounds}): no warm sandboxes are kept and members are Failed`,
         }
-      : s.warmReady >= pool.spec.warm
+      : !s.warmable && pool.spec.warm > 0
         ? {
             type: "Ready",
             status: "True",
-            reason: "WarmPoolFilled",
-            message: `${s.warmReady} warm sandboxes ready`,
+            reason: "WarmNotApplicable",
+            message:
+              "the template gives each sandbox a directory of its own user or thread (storage.sharedClaim, or a mount's subPath naming {user} or {thread}), which a pod made ahead of its sandbox cannot know: no warm sandboxes are kept and members start cold",
           }
-        : {
-            type: "Ready",
-            status: "False",
-            reason: "WarmingUp",
-            message: `${s.warmReady} of ${pool.spec.warm} warm sandboxes ready`,
-          },
+        : s.warmReady >= pool.spec.warm
+          ? {
+              type: "Ready",
+              status: "True",
+              reason: "WarmPoolFilled",
+              message: `${s.warmReady} warm sandboxes ready`,
+            }
+          : {
+              type: "Ready",
+              status: "False",
+              reason: "WarmingUp",
+              message: `${s.warmReady} of ${pool.spec.warm} warm sandboxes ready`,
+            },
     gen,
     now,
   );

@@ -370,6 +370,20 @@ export function recordInvalidMounts(
   fail(ctx, sbx, st, { reason, event: reason, action: "Start", message });
 }
 
+/**
+ * The sandbox's limits or disk lie outside its pool's (or the platform's) bounds: it is never
+ * started, and a running pod is stopped, until the spec or the bounds change.
+ */
+export function recordOutOfBounds(
+  ctx: Ctx,
+  sbx: Sandbox,
+  st: SandboxStatusBuilder,
+  problem: string,
+): void {
+  const reason = "ResourcesOutOfBounds";
+  fail(ctx, sbx, st, { reason, event: reason, action: "Start", message: problem });
+}
+
 export function recordReady(
   ctx: Ctx,
   sbx: Sandbox,

@@ -20,7 +20,7 @@ import { controlledByAnother } from "../workload/manifests.ts";
 import { podMounts } from "../workload/mounts.ts";
 import { containerRunning, restartCount } from "../workload/pod-state.ts";
 import { InitRejected, health, init, waitHealthy } from "../workload/sandboxd.ts";
-import { type Effective, effectiveSpec } from "../workload/spec.ts";
+import { type Effective, boundsViolation, effectiveSpec } from "../workload/spec.ts";
 import {
   clearPrevious,
   createPod,
@@ -40,6 +40,7 @@ import {
   recordAdopted,
   recordInitRejected,
   recordInvalidMounts,
+  recordOutOfBounds,
   recordPodCreated,
   recordPodFailed,
   recordPreviousGoing,
@@ -185,6 +186,14 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
     if (pool) pools.release(sbx, pool);
     await stopPod(ctx, pod);
     recordSuspended(ctx, sbx, st, suspension);
+    return { requeueAfterMs: untilExpiry };
+  }
+  // Limits are the platform's policy: a sandbox outside its bounds takes no slot and runs nothing.
+  const outOfBounds = boundsViolation(r.eff, pool?.spec, ctx.cfg);
+  if (outOfBounds) {
+    if (pool) pools.release(sbx, pool);
+    await stopPod(ctx, pod);
+    recordOutOfBounds(ctx, sbx, st, outOfBounds);
     return { requeueAfterMs: untilExpiry };
   }
   const resuming = recordRunning(ctx, sbx, st);

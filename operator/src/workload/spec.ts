@@ -4,6 +4,7 @@
  * spec.
  */
 import { createHash } from "node:crypto";
+import { boundsProblem, resolveBounds } from "../api/bounds.ts";
 import type { Mount, SandboxPoolSpec, SandboxSpec, SharedClaim } from "../api/v1alpha1.ts";
 import type { OperatorConfig } from "../config.ts";
 
@@ -76,6 +77,25 @@ export function effectiveSpec(
     runtimeClassName: spec.runtimeClassName ?? t.runtimeClassName,
     emptyDirs: spec.emptyDirs ?? t.emptyDirs ?? [],
   };
+}
+
+/**
+ * Why a sandbox's effective limits and disk break its pool's bounds (or the platform's), or
+ * undefined: such a sandbox is never started, nor a warm pod of such a template made.
+ */
+export function boundsViolation(
+  e: Effective,
+  pool: SandboxPoolSpec | undefined,
+  cfg: OperatorConfig,
+): string | undefined {
+  return boundsProblem(
+    {
+      ...e.limits,
+      // A shared claim's size is its owner's business; the sandbox makes no claim of its own.
+      ...(e.storage.sharedClaim ? {} : { disk: e.storage.size }),
+    },
+    resolveBounds(pool?.resourceBounds, cfg.bounds),
+  );
 }
 
 export const hashOf = (value: unknown) =>

@@ -135,6 +135,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
     const { sandbox } = await d.store.create({
       tenant: key.tenant,
       quota: key.maxSandboxes,
+      maxResources: key.maxResources,
       name,
       pool: d.cfg.defaultPool,
       labels: who.labels,

@@ -13,6 +13,7 @@ import type { NextFunction, Request, Response } from "express";
 import { z } from "zod";
 import { KubeApiError } from "@sandpit/operator/kube/client";
 import { type ErrorBody, type ErrorCode, HTTP_STATUS } from "@sandpit/sandboxd/protocol";
+import { CreateRefused } from "../limits.ts";
 import { SandboxUnavailable } from "../sandboxes.ts";
 
 interface Log {
@@ -105,6 +106,7 @@ export function fromKube(err: KubeApiError): ApiError {
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof KubeApiError) return fromKube(err);
+  if (err instanceof CreateRefused) return new ApiError(err.code, err.message);
   if (err instanceof SandboxUnavailable) {
     if (err.kind === "capacity")
       return new ApiError("CAPACITY_EXCEEDED", err.message, { retryAfterS: err.retryAfterS ?? 5 });

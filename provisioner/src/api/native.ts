@@ -77,6 +77,7 @@ export function nativeRouter(d: NativeDeps): Router {
     const { sandbox, created } = await d.store.create({
       tenant: key.tenant,
       quota: key.maxSandboxes,
+      maxResources: key.maxResources,
       ...(name ? { name } : {}),
       pool: input.pool ?? d.cfg.defaultPool,
       labels: { ...input.labels, ...who.labels },

@@ -5,8 +5,10 @@
 import {
   EMPTY_DIR_PATTERN,
   EMPTY_DIR_RULE,
+  POSITIVE_QUANTITY_RULE,
   QUANTITY_PATTERN,
   QUANTITY_RULE,
+  ZERO_QUANTITY_PATTERN,
 } from "@sandpit/operator/api";
 import {
   ENV_NAME_PATTERN,
@@ -17,7 +19,10 @@ import {
 } from "@sandpit/sandboxd/protocol";
 import { z } from "zod";
 
-const quantity = z.string().regex(QUANTITY_PATTERN, QUANTITY_RULE);
+const quantity = z
+  .string()
+  .regex(QUANTITY_PATTERN, QUANTITY_RULE)
+  .refine((q) => !ZERO_QUANTITY_PATTERN.test(q), POSITIVE_QUANTITY_RULE);
 const labelKey = z
   .string()
   .regex(
@@ -50,7 +55,10 @@ export const CreateSandbox = z
         memory: quantity.optional(),
         ephemeralStorage: quantity.optional(),
       })
-      .optional(),
+      .optional()
+      .describe(
+        "Limits within the pool's resourceBounds (the platform's where the pool sets none) and the API key's maxResources; outside them the create is refused with 400 naming the bound.",
+      ),
     ttlSeconds: z
       .number()
       .int()

@@ -140,6 +140,7 @@ async function openBackend(
       cfg.namespace,
       log,
       cfg.activityIntervalMs,
+      cfg.bounds,
     );
     return { backend: "kubernetes", store, close: () => Promise.resolve(store.stop()) };
   }
@@ -190,6 +191,7 @@ async function openBackend(
     secret: state.secret,
     log,
     idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_IDLE_MS,
+    bounds: cfg.bounds,
     // Often enough that a sandbox is paused within a few seconds of its idle timeout.
     reapIntervalMs:
       o.reapIntervalMs ?? Math.min(5_000, Math.max(500, (o.idleTimeoutMs ?? DEFAULT_IDLE_MS) / 4)),

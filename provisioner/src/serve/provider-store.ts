@@ -23,7 +23,7 @@ import {
   type SandboxProvider,
   sandboxdConnection,
 } from "@sandpit/sdk";
-import { packageSpec } from "@sandpit/operator/api";
+import { type PlatformBounds, packageSpec } from "@sandpit/operator/api";
 import {
   CAPABILITY_ANNOTATION,
   type CreateInput,
@@ -35,6 +35,7 @@ import {
 import type { SandboxBackend } from "../store.ts";
 import { ApiError } from "../api/errors.ts";
 import { capabilityFor } from "./capability.ts";
+import { admitResources } from "../limits.ts";
 import { type ServeSupport, refuseUnsupported } from "./platform.ts";
 import { MAX_RECORD_BYTES, STATE_LABEL, recordLabels, recordOf } from "./record-labels.ts";
 import { resourcesOf } from "./resources.ts";
@@ -78,6 +79,8 @@ export interface ProviderStoreOptions {
   idleTimeoutMs: number;
   /** How often lifetimes are checked. */
   reapIntervalMs?: number;
+  /** The platform's resource bounds (../limits.ts): serve's SANDPIT_MIN_* / SANDPIT_MAX_*. */
+  bounds: PlatformBounds;
 }
 
 export class ProviderStore implements SandboxBackend {
@@ -155,6 +158,7 @@ export class ProviderStore implements SandboxBackend {
 
   async create(input: CreateInput): Promise<{ sandbox: Sandbox; created: boolean }> {
     refuseUnsupported(this.#o.support, input);
+    admitResources(input, undefined, this.#o.bounds); // serve has no pools
     const name = input.name ?? `sbx-${crypto.randomUUID().replace(/-/g, "").slice(0, 20)}`;
     const dying = this.#deleting.get(name);
     if (dying) await dying.catch(() => undefined);

@@ -133,6 +133,7 @@ export function controlRouter(d: E2bDeps): Router {
     const { sandbox } = await d.store.create({
       tenant: key.tenant,
       quota: key.maxSandboxes,
+      maxResources: key.maxResources,
       pool,
       annotations: {
         [E2B_ANNOTATION.template]: b.templateID,
