@@ -146,6 +146,13 @@ export class SandboxStore implements SandboxBackend {
    * cannot pass it together, yet run in parallel.
    */
   readonly #creating = new Map<string, { tenant: string; made: Promise<Sandbox | undefined> }>();
+  /**
+   * This process's last suspend or resume of a sandbox, by name, until the operator's status
+   * shows it observed. Until then a Ready read is the pod from before the write (one being
+   * stopped, after a pause then a resume) and its address must not be handed out, and the
+   * cached spec is corrected to what was written (so a pause is seen as a pause at once).
+   */
+  readonly #lifecycleWrites = new Map<string, { generation: number; suspended: boolean }>();
 
   constructor(
     kube: Kube,
@@ -162,6 +169,7 @@ export class SandboxStore implements SandboxBackend {
     this.#informer = new Informer<Sandbox>(kube, { resource: SANDBOXES, namespace, logger });
     const notify = (s: Sandbox) => {
       this.#caughtUp(s, false);
+      if (this.#observed(s)) this.#lifecycleWrites.delete(s.metadata.name);
       for (const w of this.#waiters.get(s.metadata.name) ?? []) w(s);
     };
     this.#informer.on("add", notify);
@@ -170,6 +178,7 @@ export class SandboxStore implements SandboxBackend {
       this.#caughtUp(s, true);
       this.#tokens.delete(s.metadata.uid!);
       this.#lastActivity.delete(s.metadata.name);
+      this.#lifecycleWrites.delete(s.metadata.name);
       for (const w of this.#waiters.get(s.metadata.name) ?? []) w(undefined);
     });
   }
@@ -233,10 +242,22 @@ export class SandboxStore implements SandboxBackend {
     }
   }
 
+  /** Whether the operator's status of `s` reflects this process's last suspend or resume. */
+  #observed(s: Sandbox): boolean {
+    const written = this.#lifecycleWrites.get(s.metadata.name);
+    return !written || (s.status?.observedGeneration ?? 0) >= written.generation;
+  }
+
   /** The cache, corrected by this process's own writes it does not show yet. */
   #lookup(name: string): Sandbox | undefined {
     const own = this.#freshOwnWrites().get(name);
-    return own ? own.sandbox : this.#informer.get(name, this.namespace);
+    const s = own ? own.sandbox : this.#informer.get(name, this.namespace);
+    const written = this.#lifecycleWrites.get(name);
+    if (!s || !written || this.#observed(s)) return s;
+    return {
+      ...s,
+      spec: { ...s.spec, lifecycle: { ...s.spec.lifecycle, suspended: written.suspended } },
+    };
   }
 
   #freshOwnWrites() {
@@ -412,6 +433,7 @@ export class SandboxStore implements SandboxBackend {
    */
   async waitReady(name: string, timeoutMs: number, signal?: AbortSignal): Promise<Sandbox> {
     const verdict = (s: Sandbox | undefined): Sandbox | SandboxUnavailable | undefined => {
+      if (s && !this.#observed(s)) return undefined;
       const v = readiness(name, s, "see its events");
       if (v || !s) return v;
       const cap = s.status?.conditions?.find(
@@ -492,9 +514,12 @@ export class SandboxStore implements SandboxBackend {
   }
 
   async setSuspended(name: string, suspended: boolean): Promise<void> {
-    await this.#kube.patch(SANDBOXES, this.namespace, name, "merge", {
+    const written = await this.#kube.patch<Sandbox>(SANDBOXES, this.namespace, name, "merge", {
       spec: { lifecycle: { suspended } },
     });
+    const generation = written.metadata.generation;
+    if (generation !== undefined && (written.status?.observedGeneration ?? 0) < generation)
+      this.#lifecycleWrites.set(name, { generation, suspended });
     // Resuming also reports activity, which wakes a sandbox the operator suspended (idle, LRU).
     if (!suspended) await this.reportActivity(name, true);
   }

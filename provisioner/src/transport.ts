@@ -25,8 +25,11 @@ export class Transport {
     s: Sandbox,
     options: { timeoutMs?: number; signal?: AbortSignal | undefined } = {},
   ): Promise<Sandbox> {
-    if (s.status?.phase === "Ready" && s.status.endpoint) return s;
-    if (s.status?.phase === "Suspended") await this.#store.setSuspended(s.metadata.name, false);
+    // Even a Ready `s` goes through waitReady: the store knows whether that Ready is from
+    // before a suspend or resume this process wrote (a stopping pod's address). A pause not
+    // yet in the status is a pause all the same: the call resumes it.
+    if (s.status?.phase === "Suspended" || s.spec.lifecycle?.suspended)
+      await this.#store.setSuspended(s.metadata.name, false);
     return this.#store.waitReady(
       s.metadata.name,
       options.timeoutMs ?? this.#readyTimeoutMs,
