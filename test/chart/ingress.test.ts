@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
-import { Agent } from "undici";
+import { Agent, fetch } from "undici";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { type IngressController, startIngressController } from "../cluster/ingress.ts";
 import { waitFor } from "../cluster/harness.ts";
@@ -92,7 +92,10 @@ async function makeCertificates(): Promise<{ crt: string; key: string }> {
   };
 }
 
-/** What the test itself fetches through the controller with: the zone's address, the CA. */
+/**
+ * What the test itself fetches through the controller with (undici's own fetch: Node's bundled
+ * one refuses a dispatcher of another undici version): the zone's address, the CA.
+ */
 function throughController(address: string): Agent {
   return new Agent({
     connect: {
@@ -159,6 +162,18 @@ beforeAll(async () => {
   );
   installed = true;
   log(`installed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  // Traefik routes once it has seen the Ingress, its Secret and the pods' endpoints.
+  const dispatcher = throughController(controller.address);
+  try {
+    await waitFor(`https://${host}/healthz through Traefik`, 60_000, async () => {
+      const res = await fetch(`https://${host}/healthz`, { dispatcher });
+      return res.status === 200;
+    });
+  } catch (err) {
+    throw new Error(`${String(err)}\n${controller.logs()}`, { cause: err });
+  } finally {
+    await dispatcher.close();
+  }
 }, 900_000);
 
 afterAll(async () => {
@@ -240,23 +255,20 @@ describe("the chart's Ingress behind Traefik, E2B SDKs routing by host", () => {
   it("routes the native host and api.<domain> through the controller, with the test's certificate", async () => {
     const dispatcher = throughController(controller!.address);
     try {
-      await waitFor(`https://${host}/healthz through Traefik`, 60_000, async () => {
-        const res = await fetch(`https://${host}/healthz`, { dispatcher } as RequestInit);
-        return res.status === 200;
-      });
+      expect((await fetch(`https://${host}/healthz`, { dispatcher })).status).toBe(200);
       // The control plane answers by host; a bad key is E2B's 401, from the provisioner.
       const refused = await fetch(`https://api.${domain}/v2/sandboxes`, {
         dispatcher,
         headers: { "x-api-key": "e2b_0000000000000000000000000000000000000000" },
-      } as RequestInit);
+      });
       expect(refused.status).toBe(401);
       const listed = await fetch(`https://api.${domain}/v2/sandboxes`, {
         dispatcher,
         headers: { "x-api-key": KEY },
-      } as RequestInit);
+      });
       expect(listed.status).toBe(200);
       // A host under the domain that names no sandbox port: the provisioner's E2B 404.
-      const stray = await fetch(`https://not-a-sandbox.${domain}/`, { dispatcher } as RequestInit);
+      const stray = await fetch(`https://not-a-sandbox.${domain}/`, { dispatcher });
       expect(stray.status).toBe(404);
     } finally {
       await dispatcher.close();
