@@ -15,9 +15,7 @@
  * The release watches its own sandbox namespace only (operator.watchNamespace), so it never
  * competes with the operators other suites run at the same time.
  */
-import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { promisify } from "node:util";
 import {
   ApiextensionsV1Api,
   AppsV1Api,
@@ -31,12 +29,9 @@ import {
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { createProvider } from "@sandpit/sdk";
-import { chartImageArgs } from "../cluster/images.ts";
 import { waitFor } from "../cluster/harness.ts";
+import { CHART, clusterBin, helmRunner, releaseValues as releaseValuesFor } from "./release.ts";
 
-const run = promisify(execFile);
-const ROOT = new URL("../../", import.meta.url).pathname;
-const CHART = `${ROOT}charts/sandpit`;
 const log = (line: string) => process.stderr.write(`[chart] ${line}\n`);
 
 const kubeconfig = inject("kubeconfig");
@@ -55,40 +50,18 @@ const systemNs = `sandpit-chart-${id}`;
 const sandboxNs = `sandpit-chart-sbx-${id}`;
 const fullname = `${release}-sandpit`;
 
-let helmBin: string;
+let helm: (...args: string[]) => Promise<string>;
 let installed = false;
 
-/** Runs helm against the test cluster; resolves with stdout, rejects with stderr in the message. */
-async function helm(...args: string[]): Promise<string> {
-  try {
-    const { stdout } = await run(helmBin, args, {
-      env: { ...process.env, KUBECONFIG: kubeconfig, HELM_CACHE_HOME: `/tmp/sandpit-helm-${id}` },
-      maxBuffer: 32 << 20,
-      timeout: 600_000,
-    });
-    return stdout;
-  } catch (err) {
-    const e = err as { stderr?: string; message: string };
-    throw new Error(`helm ${args.slice(0, 2).join(" ")}: ${e.stderr || e.message}`, {
-      cause: err,
-    });
-  }
-}
-
-const releaseValues = () => [
-  ...chartImageArgs({
-    operator: inject("clusterOperatorImage"),
-    provisioner: inject("clusterProvisionerImage"),
-    sandbox: inject("clusterSandboxImage"),
-  }),
-  "--set",
-  `sandboxes.namespace=${sandboxNs}`,
-  "--set",
-  `operator.watchNamespace=${sandboxNs}`,
-  // The test cluster's DNS is a host process on the node address, not a kube-dns pod.
-  "--set-json",
-  'sandboxes.dnsCidrs=["10.244.0.1/32"]',
-];
+const releaseValues = () =>
+  releaseValuesFor(
+    {
+      operator: inject("clusterOperatorImage"),
+      provisioner: inject("clusterProvisionerImage"),
+      sandbox: inject("clusterSandboxImage"),
+    },
+    sandboxNs,
+  );
 
 type Doc = {
   kind: string;
@@ -196,8 +169,7 @@ async function podLogs(component: string, tail = 200): Promise<string> {
 }
 
 beforeAll(async () => {
-  const { stdout } = await run(`${ROOT}test/cluster/build.sh`, [], { timeout: 30 * 60_000 });
-  helmBin = `${stdout.trim()}/helm`;
+  helm = helmRunner(await clusterBin(), kubeconfig, id);
 });
 
 afterAll(async () => {
@@ -373,6 +345,22 @@ describe("the chart, offline", () => {
     expect((await render()).some((d) => d.kind === "Ingress")).toBe(false);
     const off = await render("--set", "provisioner.e2b.enabled=false");
     expect(off.some((d) => d.metadata.name === `${fullname}-e2b`)).toBe(false);
+  });
+
+  it("renders the Traefik variant of the E2B example: the same hosts and TLS, Traefik's annotations", async () => {
+    const docs = await render("-f", `${CHART}/examples/e2b-ingress-traefik.yaml`);
+    const ingress = docs.find((d) => d.kind === "Ingress") as unknown as {
+      metadata: { annotations: Record<string, string> };
+      spec: { ingressClassName: string; tls: unknown[]; rules: { host: string }[] };
+    };
+    const hosts = ["sandpit.example.com", "api.sandboxes.example.com", "*.sandboxes.example.com"];
+    expect(ingress.spec.ingressClassName).toBe("traefik");
+    expect(ingress.spec.rules.map((r) => r.host)).toEqual(hosts);
+    expect(ingress.spec.tls).toEqual([{ secretName: "sandboxes-example-com-wildcard", hosts }]);
+    expect(ingress.metadata.annotations).toEqual({
+      "traefik.ingress.kubernetes.io/router.entrypoints": "websecure",
+      "traefik.ingress.kubernetes.io/router.tls": "true",
+    });
   });
 });
 

@@ -100,16 +100,18 @@ targets=(
 
 # kube-router (the NetworkPolicy enforcer) and CoreDNS each have a module and cache key of
 # their own, so changing them never rebuilds Kubernetes; they are linked into the same bin dir.
-# extra NAME MODULE PACKAGE
+# extra NAME MODULE PACKAGE [VERSION_VAR]: VERSION_VAR, a Go string variable set to the module's
+# version (-X), for programs that report it (otherwise they say "dev").
 extra() {
-  local name=$1 module=$2 pkg=$3 dir="$tools/$1" version hash out
+  local name=$1 module=$2 pkg=$3 version_var=${4:-} dir="$tools/$1" version hash out xflags=
   version="$(modver "$dir/go.mod" "$module")"
-  hash="$({ echo "$recipe"; cat "$dir/go.mod" "$dir/go.sum"; } | sha256sum | cut -c1-12)"
+  [[ -z "$version_var" ]] || xflags=" -X $version_var=$version"
+  hash="$({ echo "$recipe$xflags"; cat "$dir/go.mod" "$dir/go.sum"; } | sha256sum | cut -c1-12)"
   out="$cache_root/${name}-${version}_${go_version}_${goos}-${goarch}_${hash}/$name"
   if [[ ! -x "$out" ]]; then
     mkdir -p "$(dirname "$out")"
     log "building $name $version"
-    (cd "$dir" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -p "$jobs" -ldflags "-s -w" \
+    (cd "$dir" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -p "$jobs" -ldflags "-s -w$xflags" \
       -o "$out.tmp" "$pkg") || die "go build of $name failed"
     mv -f "$out.tmp" "$out"
   fi
@@ -138,6 +140,8 @@ extras() {
   extra kube-router github.com/cloudnativelabs/kube-router/v2 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
   extra coredns github.com/coredns/coredns github.com/coredns/coredns
   extra kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
+  extra traefik github.com/traefik/traefik/v3 github.com/traefik/traefik/v3/cmd/traefik \
+    github.com/traefik/traefik/v3/pkg/version.Version
   own hostpath-provisioner
 }
 
