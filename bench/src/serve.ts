@@ -59,6 +59,13 @@ const serve = await startServe(
   // Debug: the Docker provider's "warm container ready" lines tell when serve's pool is refilled.
   { ...serveEnv, SANDPIT_LOG_LEVEL: "debug" },
 );
+// Counted from what serve wrote so far, then line by line: nothing written in between is lost
+// (this runs in one tick).
+const READY_LINE = '"warm container ready"';
+let warmedUp = serve.stderr().split(READY_LINE).length - 1;
+createInterface({ input: serve.child.stderr! }).on("line", (line) => {
+  if (line.includes(READY_LINE)) warmedUp++;
+});
 const coldDir = await mkdtemp(join(tmpdir(), "sandpit-bench-serve-cold-"));
 const serveCold = await startServe(
   ["--backend", "docker", "--image", IMAGE, "--warm", "0", "--state-dir", coldDir],
@@ -98,10 +105,6 @@ async function serveRefilled(): Promise<void> {
 }
 /** serve's warm creates so far (each took one warmed-up container), and its warmed-up ones. */
 let claims = 0;
-let warmedUp = 0;
-createInterface({ input: serve.child.stderr! }).on("line", (line) => {
-  if (line.includes('"warm container ready"')) warmedUp++;
-});
 
 async function viaServe(base = serve.url): Promise<number> {
   const t0 = now();
