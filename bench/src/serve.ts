@@ -18,6 +18,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { promisify } from "node:util";
 import { DockerProvider } from "@sandpit/sdk/docker";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
@@ -32,6 +33,8 @@ const CREATE_RUNS = 15;
 const COLD_RUNS = 5;
 /** serve's warm containers: the Docker provider's default prefix. */
 const SERVE_WARM = "name=^sandpit-warm-";
+/** After a refill, before a sample: the engine quiet again on both sides. */
+const SETTLE_MS = 2_000;
 const RTT_WARMUP = 30;
 const RTT_RUNS = 300;
 const run = promisify(execFile);
@@ -53,8 +56,16 @@ const serveEnv = {
 };
 const serve = await startServe(
   ["--backend", "docker", "--image", IMAGE, "--warm", "1", "--state-dir", stateDir],
-  serveEnv,
+  // Debug: the Docker provider's "warm container ready" lines tell when serve's pool is refilled.
+  { ...serveEnv, SANDPIT_LOG_LEVEL: "debug" },
 );
+// Counted from what serve wrote so far, then line by line: nothing written in between is lost
+// (this runs in one tick).
+const READY_LINE = '"warm container ready"';
+let warmedUp = serve.stderr().split(READY_LINE).length - 1;
+createInterface({ input: serve.child.stderr! }).on("line", (line) => {
+  if (line.includes(READY_LINE)) warmedUp++;
+});
 const coldDir = await mkdtemp(join(tmpdir(), "sandpit-bench-serve-cold-"));
 const serveCold = await startServe(
   ["--backend", "docker", "--image", IMAGE, "--warm", "0", "--state-dir", coldDir],
@@ -81,15 +92,19 @@ const servelike = () => ({
   "serve.sandpit.dev/r3": randomBytes(31).toString("hex"),
 });
 
-/** Until serve's pool holds a running blank container again, then as long as a direct refill. */
+/**
+ * Until serve's pool holds a warmed-up blank container again (answering, its warm-up commands
+ * run): the Docker provider logs each at debug level, as `fillWarmPool()` resolves on the
+ * direct side. Then the same settle as the direct side's.
+ */
 async function serveRefilled(): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    if ((await dockerNames(SERVE_WARM)).some((n) => !warmBefore.includes(n))) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  // Running is not warmed up (answering, a few commands run): give it the time that takes.
-  await new Promise((r) => setTimeout(r, 3_000));
+  for (let i = 0; i < 1200 && warmedUp <= claims; i++) await new Promise((r) => setTimeout(r, 100));
+  if (warmedUp <= claims) throw new Error("serve's warm pool was not refilled within 120 s");
+  claims++;
+  await new Promise((r) => setTimeout(r, SETTLE_MS));
 }
+/** serve's warm creates so far (each took one warmed-up container), and its warmed-up ones. */
+let claims = 0;
 
 async function viaServe(base = serve.url): Promise<number> {
   const t0 = now();
@@ -129,7 +144,7 @@ try {
   };
   const directWarm = async () => {
     await warm.fillWarmPool();
-    await new Promise((r) => setTimeout(r, 3_000)); // as long as serve's settle
+    await new Promise((r) => setTimeout(r, SETTLE_MS));
     return viaProvider(warm, servelike());
   };
   await serveWarm();
@@ -190,7 +205,7 @@ try {
   const r = { serve: summarize(serveRtt), direct: summarize(directRtt) };
   const verdict = (a: Summary, b: Summary) => (a.p50 <= 1.2 * b.p50 + 2 ? "met" : "missed");
   const host = hostInfo();
-  const section = `## sandpit serve on Docker
+  const section = `## sandpit serve on Docker: claims of warmed-up containers
 
 Command: \`node_modules/.bin/node bench/src/serve.ts\`, run ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC, commit
 \`${commitMeasured() ?? "?"}\`, ${host.cpus} CPUs, load average ${loadavg()[0]!.toFixed(2)} at the end. \`sandpit serve
@@ -199,8 +214,9 @@ the bench, on the same engine and image, interleaved with it. Through serve: \`P
 (answers once Ready) then \`POST …/proxy/v1/commands/run {"command":"true"}\`; directly:
 \`create({language, threadId, labels})\` with labels shaped like serve's, then
 \`commands.run("true")\`. Warm: serve with \`--warm 1\` and a provider with \`warm: 1\`, each
-pool refilled (and given 3 s to warm up) before each sample, so every create claims a warm
-container. Goal: through serve ≤ 1.2x the direct p50 + 2 ms.
+pool refilled before each sample (serve's: until its Docker provider logs a warmed-up
+container; the direct one's: \`fillWarmPool()\`), then ${SETTLE_MS / 1000} s for the engine to settle,
+so every create claims a warmed-up container. Goal: through serve ≤ 1.2x the direct p50 + 2 ms.
 
 | Metric (ms: p50 / p99 / max)                                                   | through serve | Docker provider directly | ratio p50 | goal |
 | ------------------------------------------------------------------------------ | ------------: | -----------------------: | --------: | ---- |
@@ -214,7 +230,7 @@ in a file of its state directory and reads them over the container's own (list, 
 reaper): serve's creates claim warm containers like any other.
 `;
   process.stdout.write(`${section}\n`);
-  await updateResultsMd("## sandpit serve on Docker", section);
+  await updateResultsMd("## sandpit serve on Docker: claims of warmed-up containers", section);
 } finally {
   await serve.stop();
   await serveCold.stop();

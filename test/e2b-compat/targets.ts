@@ -97,3 +97,25 @@ export const SANDPIT_TARGET: E2BTarget = {
       "a known bug, open in issue 15: the polled watcher can miss a write made within sandboxd's 50 ms merge window after the create (the streamed watcher reports it)",
   },
 };
+
+/** Sandpit's E2B-compatible API on `sandpit serve` (docs/serve.md), by backend. */
+export const SERVE_TARGETS: Record<"local" | "docker", E2BTarget> = {
+  local: {
+    name: "sandpit serve (local) /e2b",
+    lacks: {
+      richLibrariesPreinstalled:
+        "local sandboxes use this machine's Python, which need not have pandas or matplotlib; the suite installs them",
+      homeCwd:
+        "/home/user is a link to the workspace inside bubblewrap (as in the sandbox image), so the kernel's getcwd() names /mnt/user-data/workspace (docs/e2b.md, Paths)",
+      polledWatchWrites: SANDPIT_TARGET.lacks.polledWatchWrites!,
+    },
+  },
+  docker: {
+    name: "sandpit serve (docker) /e2b",
+    lacks: {
+      richLibrariesPreinstalled: SANDPIT_TARGET.lacks.richLibrariesPreinstalled!,
+      homeCwd: SANDPIT_TARGET.lacks.homeCwd!.replace(/; a bind mount from the operator.*$/, ""),
+      polledWatchWrites: SANDPIT_TARGET.lacks.polledWatchWrites!,
+    },
+  },
+};

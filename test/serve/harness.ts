@@ -22,6 +22,11 @@ export interface ServeProcess {
   child: ChildProcess;
   /** What it wrote on stderr so far. */
   stderr: () => string;
+  /**
+   * The value of a later `NAME=value` line on stdout, waited for at most `ms`; rejected at once
+   * when stderr matches `failWhen`.
+   */
+  line: (name: string, ms: number, failWhen?: RegExp) => Promise<string>;
   /** SIGTERM, and waits for the exit. */
   stop: () => Promise<void>;
   /** SIGKILL, and waits for the exit: nothing of serve gets to clean up. */
@@ -42,16 +47,26 @@ export const KEY_LIST = [
   { key: KEYS.deerflow, tenant: "deerflow", maxSandboxes: 20 },
 ];
 
+/**
+ * Starts serve. Its first sandbox (made once it serves) is off unless `firstSandbox`: the suites
+ * count and list sandboxes, and would find it.
+ */
 export async function startServe(
   args: string[],
   env: Record<string, string> = { SANDPIT_API_KEYS: JSON.stringify(KEY_LIST) },
+  { firstSandbox = false }: { firstSandbox?: boolean } = {},
 ): Promise<ServeProcess> {
-  const child = spawn(process.execPath, [MAIN, "--port", "0", ...args], {
+  const flags = ["--port", "0", ...(firstSandbox ? [] : ["--no-first-sandbox"]), ...args];
+  const child = spawn(process.execPath, [MAIN, ...flags], {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stderr = "";
-  child.stderr!.on("data", (c: Buffer) => (stderr = (stderr + c.toString()).slice(-20_000)));
+  const lineSeen = new Set<() => void>();
+  child.stderr!.on("data", (c: Buffer) => {
+    stderr = (stderr + c.toString()).slice(-20_000);
+    for (const f of lineSeen) f();
+  });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const lines: Record<string, string> = {};
   await new Promise<void>((resolve, reject) => {
@@ -63,6 +78,7 @@ export async function startServe(
     createInterface({ input: child.stdout! }).on("line", (line) => {
       const [k, ...v] = line.split("=");
       lines[k!] = v.join("=");
+      for (const f of lineSeen) f();
       if (k === "SANDPIT_URL") {
         clearTimeout(timer);
         // The key line, if any, follows in the same write.
@@ -80,6 +96,28 @@ export async function startServe(
     generatedKey: lines.SANDPIT_API_KEY,
     child,
     stderr: () => stderr,
+    line: (name, ms, failWhen) =>
+      new Promise<string>((resolve, reject) => {
+        const check = () => {
+          if (lines[name] !== undefined) {
+            finish();
+            resolve(lines[name]);
+          } else if (failWhen?.test(stderr)) {
+            finish();
+            reject(new Error(`serve printed no ${name}= line:\n${stderr}`));
+          }
+        };
+        const finish = () => {
+          clearTimeout(timer);
+          lineSeen.delete(check);
+        };
+        const timer = setTimeout(() => {
+          finish();
+          reject(new Error(`serve printed no ${name}= line within ${ms} ms:\n${stderr}`));
+        }, ms);
+        lineSeen.add(check);
+        check();
+      }),
     stop: () => signal("SIGTERM"),
     kill: () => signal("SIGKILL"),
   };

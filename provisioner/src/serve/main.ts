@@ -21,6 +21,7 @@ import { E2B_PREFIX } from "../api/e2b/index.ts";
 import { createApp } from "../server.ts";
 import type { SandboxBackend } from "../store.ts";
 import { type ServeSupport } from "./platform.ts";
+import { describeFirst, firstSandbox } from "./first-sandbox.ts";
 import { ProviderStore } from "./provider-store.ts";
 import { defaultStateDir, e2bTokenSecret, generatedKeysFile, openState } from "./state.ts";
 
@@ -62,6 +63,8 @@ export interface Serving {
   stateDir: string;
   /** The key generated into the state directory; undefined when keys were given. */
   generatedKey: string | undefined;
+  /** A key serve accepts: the generated one, else the first of those given. */
+  apiKey: string;
   /** Stops serving and lets go of the backend; sandboxes stay (local ones paused). */
   close(): Promise<void>;
 }
@@ -112,6 +115,7 @@ export async function startServe(o: ServeOptions = {}): Promise<Serving> {
     backend,
     stateDir: state.dir,
     generatedKey: generated?.firstKey,
+    apiKey: cfg.keys[0]!.key,
     close: async () => {
       beginShutdown();
       await new Promise<void>((resolve) => {
@@ -213,12 +217,17 @@ sandboxes.
   --idle-timeout <s>  pause sandboxes idle this many seconds (default 900; 0: never)
   --kubeconfig <p>    kubernetes: the cluster (its Sandpit operator runs the sandboxes)
   --namespace <ns>    kubernetes: where sandboxes live (default sandpit-sandboxes)
+  --no-first-sandbox  do not make (or find again) the first sandbox at start
+
+Once serving, it makes a first sandbox with the first key (thread "first-sandbox", a TTL of an
+hour; a restart finds it again), runs a line of Python and of TypeScript in it and prints how to
+reach it.
 
 API keys: SANDPIT_API_KEYS (JSON list of {key, tenant, maxSandboxes}) or SANDPIT_API_KEYS_FILE;
 without either, a key is generated into the state directory and printed.
 The E2B API's token secret is SANDPIT_E2B_TOKEN_SECRET, else one kept in the state directory.
-Prints SANDPIT_URL=..., SANDPIT_E2B_URL=... (and SANDPIT_API_KEY=...) on stdout once serving;
-logs go to stderr.`;
+Prints SANDPIT_URL=..., SANDPIT_E2B_URL=... (and SANDPIT_API_KEY=...) on stdout once serving,
+then SANDPIT_SANDBOX_ID=... once the first sandbox ran; logs go to stderr.`;
 
 /** The command line form: parses `argv`, serves until SIGTERM or SIGINT. */
 export async function serveCli(argv: string[]): Promise<void> {
@@ -237,6 +246,7 @@ export async function serveCli(argv: string[]): Promise<void> {
         "idle-timeout": { type: "string" },
         kubeconfig: { type: "string" },
         namespace: { type: "string" },
+        "no-first-sandbox": { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -288,7 +298,7 @@ export async function serveCli(argv: string[]): Promise<void> {
       (serving.generatedKey ? `SANDPIT_API_KEY=${serving.generatedKey}\n` : ""),
   );
   // Returns once serving has stopped, not before: `sandpit serve` (cli/) exits when it returns.
-  await new Promise<void>((resolve) => {
+  const stopped = new Promise<void>((resolve) => {
     for (const signal of ["SIGTERM", "SIGINT"] as const) {
       process.once(signal, () => {
         setTimeout(() => process.exit(0), 20_000).unref();
@@ -296,6 +306,20 @@ export async function serveCli(argv: string[]): Promise<void> {
       });
     }
   });
+  if (!values["no-first-sandbox"]) {
+    // serve is up either way: a first sandbox that cannot start is reported, not fatal.
+    try {
+      const first = await firstSandbox(serving.url, serving.apiKey);
+      const keyRef = serving.generatedKey ? "$SANDPIT_API_KEY" : "<a key of SANDPIT_API_KEYS>";
+      process.stderr.write(describeFirst(first, keyRef));
+      process.stdout.write(`SANDPIT_SANDBOX_ID=${first.id}\n`);
+    } catch (err) {
+      process.stderr.write(
+        `sandpit serve: the first sandbox did not run (${(err as Error).message}); serving anyway\n`,
+      );
+    }
+  }
+  await stopped;
 }
 
 function fail(message: string): never {

@@ -68,7 +68,7 @@ class KubeSandbox implements SandboxdLifecycle {
   readonly #d: InstanceDeps;
   readonly #name: string;
   readonly #uid: string;
-  #client: { endpoint: string; client: SandboxdClient } | undefined;
+  #client: { endpoint: string; token: string; client: SandboxdClient } | undefined;
 
   constructor(d: InstanceDeps, name: string, uid: string) {
     this.#d = d;
@@ -95,14 +95,17 @@ class KubeSandbox implements SandboxdLifecycle {
     const ready = await this.#d.transport.ready(s);
     void this.#d.store.reportActivity(this.#name);
     const endpoint = ready.status!.endpoint!;
-    if (this.#client?.endpoint !== endpoint) {
-      // A resumed sandbox runs in a new pod at a new address.
+    // Both stores answer from memory (the Kubernetes one caches the token per uid).
+    const token = await this.#d.store.token(ready);
+    if (this.#client?.endpoint !== endpoint || this.#client.token !== token) {
+      // A resumed sandbox runs in a new pod at a new address; on serve's local backend, a new
+      // sandboxd on the same socket with a new token.
       void this.#client?.client.close();
-      const token = await this.#d.store.token(ready);
       // A pod's address, or (serve's local backend) sandboxd's unix socket.
       const { socketPath } = splitEndpoint(endpoint);
       this.#client = {
         endpoint,
+        token,
         client: new SandboxdClient(
           socketPath
             ? { baseUrl: "http://sandboxd", socketPath, token }

@@ -774,6 +774,7 @@ export class DockerProvider implements SandboxProvider {
         for (let n = 0; n < 5; n++) await client.runCommand({ command: "true" });
         await client.close();
         this.warmNames.push(name);
+        this.logger?.debug({ container: name }, "warm container ready");
       }
     })()
       .catch((err: unknown) => this.logger?.warn({ err }, "could not fill the warm pool"))

@@ -88,6 +88,8 @@ export async function bwrapArgs(o: BwrapOptions): Promise<string[]> {
   if (o.network) args.push("--share-net");
   args.push(...(await systemMounts(o.readOnly)));
   args.push("--bind", o.dataDir, o.virtualRoot, "--bind", o.runDir, o.runMount);
+  // E2B programs live in /home/user: as in the sandbox image, it names the workspace.
+  args.push("--symlink", `${o.virtualRoot}/workspace`, "/home/user");
   for (const m of o.mounts ?? [])
     args.push(m.readOnly ? "--ro-bind" : "--bind", m.source, m.target);
   args.push("--chdir", o.virtualRoot);
