@@ -144,7 +144,7 @@ describe.each(NODE_VERSIONS)("the installed sandpit CLI on Node %s", (version) =
   });
 
   it(
-    "serves the native API on local sandboxes with the URL and key it prints, and stops on SIGTERM leaving nothing running",
+    "serves the native API on local sandboxes with the URL, key and first sandbox it prints, and stops on SIGTERM leaving nothing running",
     { timeout: 180_000 },
     async () => {
       const stateDir = await mkdtemp(join(tmpdir(), "sandpit-consumer-serve-"));
@@ -189,7 +189,8 @@ describe.each(NODE_VERSIONS)("the installed sandpit CLI on Node %s", (version) =
           createInterface({ input: child.stdout }).on("line", (line) => {
             const [k, ...v] = line.split("=");
             printed[k!] = v.join("=");
-            if (printed.SANDPIT_URL && printed.SANDPIT_API_KEY) {
+            // The first sandbox (Python and TypeScript run in it) is printed last.
+            if (printed.SANDPIT_URL && printed.SANDPIT_API_KEY && printed.SANDPIT_SANDBOX_ID) {
               clearTimeout(timer);
               resolve();
             }
@@ -220,12 +221,22 @@ describe.each(NODE_VERSIONS)("the installed sandpit CLI on Node %s", (version) =
         // Without the key: the API refuses.
         expect((await fetch(`${url}/v1/sandboxes`)).status).toBe(401);
 
+        expect(stderr).toMatch(/first sandbox/i);
+        const listed = (await (await fetch(`${url}/v1/sandboxes`, { headers: auth })).json()) as {
+          sandboxes: { id: string }[];
+        };
+        expect(listed.sandboxes.map((x) => x.id).sort()).toEqual(
+          [printed.SANDPIT_SANDBOX_ID!, sandbox.id].sort(),
+        );
+
         // Removed through the API, then serve stopped: serve leaves nothing of its own running.
-        const removed = await fetch(`${url}/v1/sandboxes/${encodeURIComponent(sandbox.id)}`, {
-          method: "DELETE",
-          headers: auth,
-        });
-        expect(removed.status).toBeLessThan(300);
+        for (const id of [sandbox.id, printed.SANDPIT_SANDBOX_ID!]) {
+          const removed = await fetch(`${url}/v1/sandboxes/${encodeURIComponent(id)}`, {
+            method: "DELETE",
+            headers: auth,
+          });
+          expect(removed.status).toBeLessThan(300);
+        }
         child.kill("SIGTERM");
         expect(await exited).toBe(0);
         expect(await leftBehind(stateDir)).toEqual([]);
