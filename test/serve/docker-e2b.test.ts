@@ -1,14 +1,13 @@
 /**
- * Both E2B conformance suites (test/e2b-compat) against `sandpit serve --backend docker`, on
- * its E2B API out of the box, as test/serve/e2b-local.test.ts does on local; the engine and
- * image are the docker project's global setup's.
+ * The Python E2B conformance suite (test/e2b-compat: the official Python SDKs in pytest) against
+ * `sandpit serve --backend docker`, on its E2B API out of the box, as test/serve/e2b-local.test.ts
+ * runs the JS suite on local; the engine and image are the docker project's global setup's.
  */
 import { mkdtemp, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, inject } from "vitest";
 import { loadPytest } from "../deerflow/pytest-suite.ts";
-import { e2bConformance } from "../e2b-compat/conformance.ts";
 import { PYTEST_SUITE } from "../e2b-compat/pytest.ts";
 import { type E2BConnection, SERVE_TARGETS, targetEnv } from "../e2b-compat/targets.ts";
 import { type ServeProcess, startServe, removeState } from "./harness.ts";
@@ -51,8 +50,6 @@ afterAll(async () => {
   await serve?.stop();
   if (stateDir) await removeState(stateDir);
 });
-
-e2bConformance(TARGET, () => connection);
 
 (await loadPytest(PYTEST_SUITE))(`E2B conformance (Python SDK) against ${TARGET.name}`, () =>
   targetEnv(TARGET, connection),

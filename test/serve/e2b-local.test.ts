@@ -1,17 +1,17 @@
 /**
- * Both E2B conformance suites (test/e2b-compat: the official JS SDKs in vitest, the official
- * Python SDKs in pytest) against `sandpit serve --backend local`, on its E2B API out of the box:
- * no token secret given (serve keeps its own in the state directory), `E2B_API_URL` and
- * `E2B_SANDBOX_URL` both the SANDPIT_E2B_URL it prints, sandboxd reached over its unix socket.
+ * The JS E2B conformance suite (test/e2b-compat: the official JS SDKs in vitest) against
+ * `sandpit serve --backend local`, on its E2B API out of the box: no token secret given (serve
+ * keeps its own in the state directory), `E2B_API_URL` and `E2B_SANDBOX_URL` both the
+ * SANDPIT_E2B_URL it prints, sandboxd reached over its unix socket. The Python suite runs against
+ * serve on Docker (test/serve/docker-e2b.test.ts): the E2B API is one code path over either
+ * backend, and both suites on both backends would add a quarter of an hour to every test run.
  */
 import { mkdtemp, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect } from "vitest";
-import { loadPytest } from "../deerflow/pytest-suite.ts";
 import { e2bConformance } from "../e2b-compat/conformance.ts";
-import { PYTEST_SUITE } from "../e2b-compat/pytest.ts";
-import { type E2BConnection, SERVE_TARGETS, targetEnv } from "../e2b-compat/targets.ts";
+import { type E2BConnection, SERVE_TARGETS } from "../e2b-compat/targets.ts";
 import { type ServeProcess, startServe, removeState } from "./harness.ts";
 
 const KEY = "e2b-serve-key-0123456789abcdef";
@@ -51,7 +51,3 @@ afterAll(async () => {
 });
 
 e2bConformance(TARGET, () => connection);
-
-(await loadPytest(PYTEST_SUITE))(`E2B conformance (Python SDK) against ${TARGET.name}`, () =>
-  targetEnv(TARGET, connection),
-);
