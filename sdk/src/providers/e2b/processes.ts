@@ -21,6 +21,7 @@ import type {
   CommandHandle,
   ProcessInfo,
   ProcessSignal,
+  PtyConnectOptions,
   PtyCreateOptions,
   PtyHandle,
   PtySize,
@@ -193,9 +194,10 @@ export class E2BCommands implements SandboxCommands {
   async connect(pid: number, o: CommandConnectOptions = {}): Promise<CommandHandle> {
     checkPid(pid);
     const offset = o.offset ?? 0;
-    if (!Number.isInteger(offset) || offset < 0)
-      throw new SandboxError("offset must be a non-negative integer", "INVALID_ARGUMENT");
-    if (offset > 0)
+    if (offset !== "end" && (!Number.isInteger(offset) || offset < 0))
+      throw new SandboxError('offset must be a non-negative integer or "end"', "INVALID_ARGUMENT");
+    // "end" is what envd does anyway: output from the moment of attaching.
+    if (offset !== "end" && offset > 0)
       throw new SandboxError(
         "E2B keeps no output of a process to replay: a new client sees new output only (offset 0)",
         "INVALID_ARGUMENT",
@@ -393,13 +395,13 @@ export class E2BPty implements SandboxPty {
     return handle;
   }
 
-  async connect(
-    pid: number,
-    o: { onData: (data: Uint8Array) => void; signal?: AbortSignal },
-  ): Promise<PtyHandle> {
+  /** envd replays nothing: `replay` either way is new output only. */
+  async connect(pid: number, o: PtyConnectOptions): Promise<PtyHandle> {
     checkPid(pid);
     if (typeof o?.onData !== "function")
       throw new SandboxError("onData must be a function", "INVALID_ARGUMENT");
+    if (o.replay !== undefined && typeof o.replay !== "boolean")
+      throw new SandboxError("replay must be a boolean", "INVALID_ARGUMENT");
     this.#host.alive();
     if (o.signal?.aborted) throw abortReason(o.signal);
     let h: E2BHandle;

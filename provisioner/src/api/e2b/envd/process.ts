@@ -1,9 +1,9 @@
 /**
  * envd's `process.Process` service onto the SandboxInstance's background processes and
  * terminals. A started process is a sandboxd background process (or terminal, with `pty`):
- * `Start` streams its start (pid), its output and its end; `Connect` attaches again (sandboxd
- * replays the output it still holds, then follows); input, signals, stdin closing and terminal
- * resizing go to sandboxd by pid.
+ * `Start` streams its start (pid), its output and its end; `Connect` attaches again and, as
+ * envd's does, follows from that moment (what sandboxd kept is not replayed); input, signals,
+ * stdin closing and terminal resizing go to sandboxd by pid.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
@@ -231,9 +231,11 @@ async function stream(
       if (!info || info.exitCode !== undefined)
         throw new RpcError("not_found", `process with pid ${target} not found`);
       isPty = info.pty;
+      // envd follows from the moment of attaching: nothing sandboxd kept is replayed.
       handle = isPty
-        ? await instance.pty.connect(target, { onData: output("pty") })
+        ? await instance.pty.connect(target, { onData: output("pty"), replay: false })
         : await instance.commands.connect(target, {
+            offset: "end",
             onStdout: output("stdout"),
             onStderr: output("stderr"),
           });
