@@ -31,7 +31,7 @@ import type {
   SandboxPty,
 } from "../../types.ts";
 import { abortReason, checkEnvs, checkPtySize, inputBytes, virtualPath } from "../cloud-common.ts";
-import { fromE2B } from "./errors.ts";
+import { fromE2B, fromE2BStart } from "./errors.ts";
 
 /** Environment variables Sandpit sets on what it starts, so that `list()` can report them. */
 export const MARKERS = {
@@ -162,7 +162,7 @@ export class E2BCommands implements SandboxCommands {
         ...(o.onStderr ? { onStderr: o.onStderr } : {}),
       });
     } catch (err) {
-      throw fromE2B(err, "starting a background command");
+      throw fromE2BStart(err, "starting a background command");
     }
     const handle = new E2BCommandHandle(h, this, 0);
     if (o.stdin) await handle.sendStdin(o.stdin);
@@ -387,7 +387,7 @@ export class E2BPty implements SandboxPty {
         timeoutMs: 0,
       });
     } catch (err) {
-      throw fromE2B(err, "creating a terminal");
+      throw fromE2BStart(err, "creating a terminal");
     }
     const handle = new E2BPtyHandle(h, this);
     o.signal?.addEventListener("abort", () => void handle.disconnect(), { once: true });
