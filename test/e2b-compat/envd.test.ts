@@ -104,6 +104,19 @@ describe("commands", () => {
     expect(seen.join("")).toBe("late one\n");
   });
 
+  it("lists a command as started after its client went away", async () => {
+    const h = await sbx.commands.run("sleep 30", { background: true, envs: { ONLY: "here" } });
+    await h.disconnect();
+    await new Promise((r) => setTimeout(r, 200));
+    const listed = (await sbx.commands.list()).find((p) => p.pid === h.pid);
+    expect(listed).toMatchObject({
+      cmd: "/bin/bash",
+      args: ["-l", "-c", "sleep 30"],
+      envs: { ONLY: "here" },
+    });
+    expect(await sbx.commands.kill(h.pid)).toBe(true);
+  });
+
   it("gives a command without stdin an empty standard input", async () => {
     expect((await sbx.commands.run("cat; echo done")).stdout).toBe("done\n");
   });

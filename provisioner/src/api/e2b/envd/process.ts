@@ -110,8 +110,17 @@ async function sendInput(
   else await instance.commands.sendStdin(pid, input.value);
 }
 
+/** What the translator kept of a process that has exited. */
+function forget(state: SandboxState, pid: number): void {
+  state.signalled.delete(pid);
+  state.configs.delete(pid);
+}
+
 async function list(instance: SandboxInstance, state: SandboxState) {
-  const running = (await instance.commands.list()).filter((p) => p.exitCode === undefined);
+  const all = await instance.commands.list();
+  // Exits no stream saw (every client had gone).
+  for (const p of all) if (p.exitCode !== undefined) forget(state, p.pid);
+  const running = all.filter((p) => p.exitCode === undefined);
   return create(d("ListResponse"), {
     processes: running.map((p) => ({
       pid: p.pid,
@@ -293,8 +302,8 @@ async function stream(
     // wait() rejects once disconnect() ran: the client is gone, nothing to tell it.
     out.end(out.closed.aborted ? undefined : err);
   } finally {
-    state.signalled.delete(pid);
-    if (method === "Start") state.configs.delete(pid);
+    // A client that went away leaves the process running: List still shows it as started.
+    if (exited) forget(state, pid);
   }
 }
 
