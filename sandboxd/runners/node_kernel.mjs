@@ -6,7 +6,8 @@
 // mark is written to both, so sandboxd knows it has all of the cell's output.
 //
 // A cell: TypeScript types are stripped (enums and namespaces transformed); static imports become
-// dynamic ones (`import x from "m"` -> `const x = (await import("m")).default`), relative specifiers
+// dynamic ones (`import x from "m"` -> `const x = (await __sandpit_import("m")).default`), bare
+// names resolved from the working directory, then from the cells' directory, relative specifiers
 // taken from the working directory; top-level await is rewritten as the Node REPL does, with the
 // cell's declarations kept global. If the last statement is an expression, its value is the main
 // result. SIGINT interrupts the cell: synchronous code is broken off (breakOnSigint); a cell
@@ -85,8 +86,42 @@ const specifierOf = (s) =>
     ? pathToFileURL(resolve(process.cwd(), s)).href
     : s;
 
+/** `import(specifier)` as a module in `dir` would do it (Node's resolution from there). */
+const importers = new Map();
+function importerIn(dir) {
+  const filename = resolve(dir, "[sandpit-import].js");
+  if (!importers.has(filename)) {
+    const load = new vm.Script("(specifier) => import(specifier)", {
+      filename,
+      importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
+    }).runInThisContext();
+    importers.set(filename, { filename, load });
+  }
+  return importers.get(filename);
+}
+
+/**
+ * A cell's static import. A bare name is looked for from the working directory first (up its
+ * node_modules, as Node does: what `npm install` put in the project or the home directory), then
+ * from the cells' directory (the packages installed for the sandbox).
+ */
+globalThis.__sandpit_import = async (specifier) => {
+  const resolved = specifierOf(specifier);
+  if (resolved !== specifier || specifier.startsWith("node:")) return import(resolved);
+  const local = importerIn(process.cwd());
+  try {
+    return await local.load(specifier);
+  } catch (err) {
+    // Only the package itself missing there, not something it imports.
+    const missing =
+      err?.code === "ERR_MODULE_NOT_FOUND" && String(err.message).includes(local.filename);
+    if (!missing) throw err;
+  }
+  return importerIn(cellDir).load(specifier);
+};
+
 /** Static imports as dynamic ones; whether the last statement is an expression. */
-function rewrite(js) {
+function rewrite(js, number) {
   let tree;
   try {
     tree = acorn.parse(js, {
@@ -100,7 +135,7 @@ function rewrite(js) {
   const edits = [];
   for (const node of tree.body) {
     if (node.type !== "ImportDeclaration") continue;
-    const from = `await import(${JSON.stringify(specifierOf(node.source.value))})`;
+    const from = `await __sandpit_import(${JSON.stringify(node.source.value)})`;
     const names = [];
     let ns = null;
     let def = null;
@@ -116,7 +151,8 @@ function rewrite(js) {
     const parts = [];
     if (!ns && !def && names.length === 0) parts.push(`${from};`);
     else {
-      const m = `__sandpit_import_${node.start}`;
+      // Named for the cell too: cells share one global scope.
+      const m = `__sandpit_import_${number}_${node.start}`;
       parts.push(`const ${ns ?? m} = ${from};`);
       if (def) parts.push(`const ${def} = ${ns ?? m}.default;`);
       if (names.length) parts.push(`const { ${names.join(", ")} } = ${ns ?? m};`);
@@ -136,7 +172,7 @@ function clean(text, filename, number) {
 async function runCell(number, code) {
   const filename = resolve(cellDir, `cell-${number}.ts`);
   const stripped = stripTypes(code);
-  const { js, lastIsExpression } = rewrite(stripped);
+  const { js, lastIsExpression } = rewrite(stripped, number);
   const awaited = processTopLevelAwait(js);
   const script = new vm.Script(awaited ?? js, {
     filename,

@@ -1,7 +1,7 @@
 /**
  * The background-process routes (docs/architecture.md, "Background processes"): start, list,
- * look up, attach to the output (NDJSON, replayed from any offset the ring still holds, then live,
- * then the exit), stdin in chunks, close stdin, signal. Behind the same token as every native route.
+ * look up, attach to the output (NDJSON, replayed from any offset the ring still holds, or from
+ * the end for new output only, then live, then the exit), stdin in chunks, close stdin, signal. Behind the same token as every native route.
  */
 import type { Terminals } from "./ptys.ts";
 import express, { type Request, type Response } from "express";
@@ -71,11 +71,14 @@ function pid(req: Request): number {
   return Number(text);
 }
 
+/** `?offset=`: a byte offset of the combined output (default 0), or `end`: new output only. */
 function offset(req: Request, proc: BackgroundProcess): number {
   const text = req.query.offset;
   if (text === undefined) return 0;
+  // The end as it is now: the reader follows from the moment it attaches.
+  if (text === "end") return proc.ring.end;
   if (typeof text !== "string" || !/^\d{1,15}$/.test(text))
-    throw new SandboxdError("INVALID_ARGUMENT", "offset must be a non-negative integer");
+    throw new SandboxdError("INVALID_ARGUMENT", 'offset must be a non-negative integer or "end"');
   const n = Number(text);
   if (n > proc.ring.end) {
     throw new SandboxdError(

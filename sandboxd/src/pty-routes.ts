@@ -64,22 +64,29 @@ export function ptyRouter(terminals: Terminals): Router {
 }
 
 /**
- * `GET /v1/pty/<pid>/connect`: the kept output first, then live output, as binary frames; binary
- * frames from the client are input. Text frames are JSON control messages: `{"type":"resize",
- * "cols","rows"}` from the client, `{"type":"exit","exitCode"}` from the server (then close
- * 1000). An unknown pid closes with 4404, a bad control message with 1008 and the reason.
+ * `GET /v1/pty/<pid>/connect`: the kept output first (none with `?replay=false`), then live
+ * output, as binary frames; binary frames from the client are input. Text frames are JSON
+ * control messages: `{"type":"resize","cols","rows"}` from the client, `{"type":"exit",
+ * "exitCode"}` from the server (then close 1000). An unknown pid closes with 4404, a bad control
+ * message or `replay` value with 1008 and the reason.
  */
 export function ptyUpgradeRoute(terminals: Terminals): UpgradeRoute {
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_INPUT_BYTES });
   return {
     path: /^\/v1\/pty\/(\d{1,9})\/connect$/,
     handle(req, socket, head, match) {
-      wss.handleUpgrade(req, socket, head, (ws) => attach(terminals, Number(match[1]), ws));
+      const replay = new URL(req.url ?? "/", "http://x").searchParams.get("replay");
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        // `?replay=false`: new output only (a client that follows from the moment it attaches).
+        if (replay !== null && replay !== "true" && replay !== "false")
+          ws.close(PTY_CLOSE.badMessage, "replay must be true or false");
+        else attach(terminals, Number(match[1]), ws, replay !== "false");
+      });
     },
   };
 }
 
-function attach(terminals: Terminals, pid: number, ws: WebSocket): void {
+function attach(terminals: Terminals, pid: number, ws: WebSocket, replay: boolean): void {
   let terminal;
   try {
     terminal = terminals.get(pid);
@@ -87,15 +94,18 @@ function attach(terminals: Terminals, pid: number, ws: WebSocket): void {
     ws.close(PTY_CLOSE.notFound, (err as Error).message);
     return;
   }
-  const detach = terminal.attach({
-    send: (data, done) => ws.send(data, { binary: true }, () => done()),
-    exit: (exitCode) => {
-      const message: PtyServerMessage = { type: "exit", exitCode };
-      ws.send(JSON.stringify(message));
-      ws.close(1000, "exited");
+  const detach = terminal.attach(
+    {
+      send: (data, done) => ws.send(data, { binary: true }, () => done()),
+      exit: (exitCode) => {
+        const message: PtyServerMessage = { type: "exit", exitCode };
+        ws.send(JSON.stringify(message));
+        ws.close(1000, "exited");
+      },
+      close: () => ws.close(PTY_CLOSE.goingAway, "sandboxd is stopping"),
     },
-    close: () => ws.close(PTY_CLOSE.goingAway, "sandboxd is stopping"),
-  });
+    replay,
+  );
   ws.on("message", (data: RawData, isBinary: boolean) => {
     const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
     if (isBinary) return terminal.write(bytes);

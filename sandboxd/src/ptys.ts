@@ -151,19 +151,20 @@ export class Terminal {
   }
 
   /**
-   * Attaches a client: it gets the kept output at once, then everything new; a terminal that
-   * already exited reports its exit right after. Returns the detach function.
+   * Attaches a client: it gets the kept output at once (unless `replay` is false: new output
+   * only), then everything new; a terminal that already exited reports its exit right after.
+   * Returns the detach function.
    */
-  attach(client: TerminalClient): () => void {
+  attach(client: TerminalClient, replay = true): () => void {
     this.lastUsed = Date.now();
-    const replay = this.ring.contents();
+    const kept = replay ? this.ring.contents() : Buffer.alloc(0);
     if (this.exitCode !== undefined) {
-      if (replay.length) client.send(replay, () => undefined);
+      if (kept.length) client.send(kept, () => undefined);
       client.exit(this.exitCode);
       return () => undefined;
     }
     this.clients.set(client, 0);
-    if (replay.length) this.deliver(client, replay);
+    if (kept.length) this.deliver(client, kept);
     return () => {
       this.lastUsed = Date.now();
       this.clients.delete(client);

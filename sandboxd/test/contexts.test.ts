@@ -127,6 +127,49 @@ describe("code contexts (sandboxd)", () => {
     expect(listed).toBe(0);
   });
 
+  it("resolves a TypeScript cell's imports from its directory up, then Sandpit's packages", async () => {
+    const { mkdir, writeFile } = await import("node:fs/promises");
+    const pkg = async (dir: string, name: string, source: string) => {
+      await mkdir(`${dir}/node_modules/${name}`, { recursive: true });
+      await writeFile(
+        `${dir}/node_modules/${name}/package.json`,
+        JSON.stringify({ name, type: "module", exports: { import: "./index.js" } }),
+      );
+      await writeFile(`${dir}/node_modules/${name}/index.js`, source);
+    };
+    // What `npm install` put in a project (or the home directory), and what Sandpit installed.
+    const project = `${d.root}/workspace/proj`;
+    await mkdir(`${project}/sub`, { recursive: true });
+    await pkg(project, "from-project", 'export default "project";');
+    await pkg(project, "both", 'export const where = "project";');
+    await pkg(project, "broken", 'import "not-installed-anywhere"; export default 1;');
+    await pkg(`${d.root}/.sandpit`, "from-sandpit", 'export default "sandpit";');
+    await pkg(`${d.root}/.sandpit`, "both", 'export const where = "sandpit";');
+    const res = await d.call("/v1/contexts", json({ language: "typescript", cwd: "proj/sub" }));
+    expect(res.status, await res.clone().text()).toBe(201);
+    const { id } = (await res.json()) as { id: string };
+    try {
+      const code =
+        'import a from "from-project";\nimport b from "from-sandpit";\n' +
+        'import { where } from "both";\nimport * as path from "path";\n' +
+        "[a, b, where, typeof path.join]";
+      expect(await cell(id, { code })).toContainEqual({
+        type: "result",
+        result: {
+          isMainResult: true,
+          text: "[ 'project', 'sandpit', 'project', 'function' ]",
+          json: ["project", "sandpit", "project", "function"],
+        },
+      });
+      // A package found whose own import is missing is that error, not a search elsewhere.
+      const failed = await cell(id, { code: 'import x from "broken";' });
+      const error = failed.find((e) => e.type === "error");
+      expect(JSON.stringify(error)).toContain("not-installed-anywhere");
+    } finally {
+      await remove(id);
+    }
+  });
+
   it("answers bad input with 4xx envelopes", async () => {
     const bad = async (path: string, init: RequestInit, status: number) => {
       const res = await d.call(path, init);

@@ -28,7 +28,7 @@ async function start(body: Record<string, unknown>): Promise<number> {
 }
 
 /** The whole output stream of a process (it must exit), as events. */
-async function output(pid: number, offset = 0): Promise<Event[]> {
+async function output(pid: number, offset: number | "end" = 0): Promise<Event[]> {
   const res = await d.call(`/v1/processes/${pid}/output?offset=${offset}`);
   expect(res.headers.get("content-type")).toContain("application/x-ndjson");
   return (await res.text())
@@ -94,6 +94,33 @@ describe("background processes", () => {
     // From an offset still held: exactly the bytes after it.
     const tail = await output(pid, 200_001);
     expect(tail.slice(1, -1)).toEqual([{ stream: "stdout", data: "end\n", offset: 200_001 }]);
+  });
+
+  it("follow from the end (new output only) with offset=end", async () => {
+    const gate = `${d.root}/gate-${randomUUID()}`;
+    // Started streamed: once its first line is read, the ring holds it.
+    const started = await d.call("/v1/processes", {
+      ...json({
+        command: `echo before; while [ ! -e ${gate} ]; do sleep 0.05; done; echo after >&2`,
+      }),
+      headers: { "content-type": "application/json", accept: "application/x-ndjson" },
+    });
+    const reader = started.body!.getReader();
+    let text = "";
+    while (!text.includes("before")) text += new TextDecoder().decode((await reader.read()).value);
+    await reader.cancel();
+    const pid = (JSON.parse(text.split("\n")[0]!) as { pid: number }).pid;
+
+    const pending = output(pid, "end");
+    await new Promise((r) => setTimeout(r, 200));
+    const { writeFile } = await import("node:fs/promises");
+    await writeFile(gate, "");
+    const events = await pending;
+    expect(events[0]).toMatchObject({ stream: "attached", pid, offset: 7, droppedBytes: 0 });
+    expect(events.slice(1, -1)).toEqual([{ stream: "stderr", data: "after\n", offset: 7 }]);
+    expect(events.at(-1)).toMatchObject({ stream: "exit", exitCode: 0 });
+    // Exited: from the end there is the exit line alone.
+    expect((await output(pid, "end")).map((e) => e.stream)).toEqual(["attached", "exit"]);
   });
 
   it("tell a slow reader what it missed instead of buffering for it", async () => {
@@ -218,7 +245,7 @@ describe("background processes", () => {
       );
     }
     const pid = await start({ command: "true" });
-    for (const offset of ["-1", "x", "1e3", "999999"]) {
+    for (const offset of ["-1", "x", "1e3", "999999", "END", "start"]) {
       const res = await d.call(`/v1/processes/${pid}/output?offset=${offset}`);
       expect(res.status, offset).toBe(400);
     }

@@ -30,8 +30,8 @@ class Client {
   closed: Promise<{ code: number; reason: string }>;
   private readonly opened: Promise<void>;
 
-  constructor(pid: number, token = d.token) {
-    this.ws = new WebSocket(`${d.url.replace("http", "ws")}/v1/pty/${pid}/connect`, {
+  constructor(pid: number, token = d.token, query = "") {
+    this.ws = new WebSocket(`${d.url.replace("http", "ws")}/v1/pty/${pid}/connect${query}`, {
       headers: { authorization: `Bearer ${token}` },
     });
     this.opened = new Promise((resolve, reject) => {
@@ -123,6 +123,21 @@ describe("terminals", () => {
     expect(res.status).toBe(204);
     await d.call(`/v1/pty/${pid}`, { method: "DELETE" });
     await second.closed;
+  });
+
+  it("with replay=false, sends a client new output only", async () => {
+    const pid = await create({ command: "cat" });
+    const first = new Client(pid);
+    await first.type("before-attach\r");
+    await first.waitFor(/before-attach/);
+    const second = new Client(pid, d.token, "?replay=false");
+    await second.type("after-attach\r");
+    await second.waitFor(/after-attach/);
+    expect(second.output).not.toContain("before-attach");
+    const bad = new Client(pid, d.token, "?replay=maybe");
+    expect(await bad.closed).toEqual({ code: 1008, reason: "replay must be true or false" });
+    await d.call(`/v1/pty/${pid}`, { method: "DELETE" });
+    await Promise.all([first.closed, second.closed]);
   });
 
   it("kills the whole session, jobs in their own groups included", async () => {

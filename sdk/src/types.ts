@@ -159,8 +159,11 @@ export interface ProcessInfo {
 }
 
 export interface CommandConnectOptions {
-  /** Replay output from this byte offset of the process's combined output (default: 0). */
-  offset?: number;
+  /**
+   * Replay output from this byte offset of the process's combined output (default: 0), or
+   * `"end"`: no replay, only the output written from the moment of attaching.
+   */
+  offset?: number | "end";
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
   signal?: AbortSignal;
@@ -188,13 +191,20 @@ export interface CommandHandle {
 
 export interface SandboxPty {
   create(options: PtyCreateOptions): Promise<PtyHandle>;
-  connect(
-    pid: number,
-    options: { onData: (data: Uint8Array) => void; signal?: AbortSignal },
-  ): Promise<PtyHandle>;
+  connect(pid: number, options: PtyConnectOptions): Promise<PtyHandle>;
   sendInput(pid: number, data: string | Uint8Array): Promise<void>;
   resize(pid: number, size: PtySize): Promise<void>;
   kill(pid: number): Promise<boolean>;
+}
+
+export interface PtyConnectOptions {
+  onData: (data: Uint8Array) => void;
+  /**
+   * Whether the new client first gets the terminal's recent output the target keeps (default
+   * true); false: only what the terminal writes from the moment of attaching.
+   */
+  replay?: boolean;
+  signal?: AbortSignal;
 }
 
 export interface PtySize {

@@ -62,17 +62,15 @@ contractSuite(
     return { provider, teardown: stack.stop };
   },
   {
-    // Visible, not silent: every test of this file is listed as skipped under this reason.
-    skipReason:
-      "known failures, open in issue 15 (5 of 89 on the last run): Connect replays held output where envd follows from the moment of attaching (3 tests: pty re-attach, dev server read again, a new client after disconnect), sandboxd's limit of 200 processes is reached by the 201-process test (E2B documents no limit; the limit surfaces as RateLimitError), and a TypeScript kernel does not resolve packages npm installed into $HOME (its cells resolve from sandboxd's state directory)",
     lacks: [
       // envd streams a process's output from the moment a client connects (the translator
-      // replays what sandboxd holds, but the e2b provider follows envd: new output only), and
+      // follows from then too: commands.connect offset "end", pty.connect replay false), and
       // forgets a process once it exits.
       "replay",
       "ptyReplay",
-      // E2B documents no per-sandbox limit on processes, terminals or contexts.
-      "limits",
+      // "limits" it has: sandboxd's per-sandbox limits, answered as E2B's API answers no room
+      // (Connect's resource_exhausted, the code interpreter's 507), which the provider reports
+      // as CAPACITY_EXCEEDED.
     ],
     platform: {
       provider: "e2b",

@@ -179,16 +179,25 @@ export function processesContract(
         await until(() => h.stdout === "one\n", "the first line arrives");
         await h.disconnect();
         await expectSandboxError(h.wait(), "CONFLICT");
+        await expectSandboxError(
+          sbx.commands.connect(h.pid, { offset: "start" as "end" }),
+          "INVALID_ARGUMENT",
+        );
+        // From the end, on every target: what the process writes from now on, and only that.
+        const fromEnd = await sbx.commands.connect(h.pid, { offset: "end" });
+        const endResult = fromEnd.wait();
         if (!replay) {
           // Nothing kept: no offset to replay from; the exited process is then gone.
           await expectSandboxError(sbx.commands.connect(h.pid, { offset: 4 }), "INVALID_ARGUMENT");
           const late = await sbx.commands.connect(h.pid);
           await sbx.filesystem.write(gate, "");
           expect(await late.wait()).toEqual({ exitCode: 0, stdout: "", stderr: "two\n" });
+          expect(await endResult).toEqual({ exitCode: 0, stdout: "", stderr: "two\n" });
           await expectSandboxError(sbx.commands.connect(h.pid), "NOT_FOUND");
           return;
         }
         await sbx.filesystem.write(gate, "");
+        expect(await endResult).toEqual({ exitCode: 0, stdout: "", stderr: "two\n" });
         const late = await sbx.commands.connect(h.pid, { offset: 4 });
         expect(await late.wait()).toEqual({ exitCode: 0, stdout: "", stderr: "two\n" });
         const full = await sbx.commands.connect(h.pid);

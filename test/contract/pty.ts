@@ -120,11 +120,17 @@ export function ptyContract(
         const second = new Screen();
         const again = await other.pty.connect(h.pid, { onData: second.onData });
         expect(again.pid).toBe(h.pid);
+        // Asked for no replay, every target gives new output only.
+        const third = new Screen();
+        const quiet = await other.pty.connect(h.pid, { onData: third.onData, replay: false });
         if (has("ptyReplay")) await second.waitFor(/first-21/);
         await again.sendInput("echo second-$((20+2))\r");
         await second.waitFor(/second-22/);
+        await third.waitFor(/second-22/);
+        expect(third.text).not.toContain("first-21");
         // Without replay, the new client sees what came after it attached, and only that.
         if (!has("ptyReplay")) expect(second.text).not.toContain("first-21");
+        await quiet.disconnect();
         await again.sendInput("exit 7\r");
         expect(await again.wait()).toEqual({ exitCode: 7 });
       },

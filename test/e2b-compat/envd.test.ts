@@ -89,6 +89,34 @@ describe("commands", () => {
     expect((await again.wait()).exitCode).toBe(0);
   });
 
+  it("connects to a running command from that moment on, as envd does (no replay)", async () => {
+    const h = await sbx.commands.run('echo early; read line; echo "late $line"', {
+      background: true,
+      stdin: true,
+    });
+    await expect.poll(() => h.stdout, { timeout: 10_000 }).toBe("early\n");
+    await h.disconnect();
+    const seen: string[] = [];
+    const again = await sbx.commands.connect(h.pid, { onStdout: (d) => void seen.push(d) });
+    await sbx.commands.sendStdin(h.pid, "one\n");
+    const r = await again.wait();
+    expect(r.stdout).toBe("late one\n");
+    expect(seen.join("")).toBe("late one\n");
+  });
+
+  it("lists a command as started after its client went away", async () => {
+    const h = await sbx.commands.run("sleep 30", { background: true, envs: { ONLY: "here" } });
+    await h.disconnect();
+    await new Promise((r) => setTimeout(r, 200));
+    const listed = (await sbx.commands.list()).find((p) => p.pid === h.pid);
+    expect(listed).toMatchObject({
+      cmd: "/bin/bash",
+      args: ["-l", "-c", "sleep 30"],
+      envs: { ONLY: "here" },
+    });
+    expect(await sbx.commands.kill(h.pid)).toBe(true);
+  });
+
   it("gives a command without stdin an empty standard input", async () => {
     expect((await sbx.commands.run("cat; echo done")).stdout).toBe("done\n");
   });
@@ -146,6 +174,28 @@ describe("pty", () => {
     expect(await sbx.pty.kill(term.pid)).toBe(true);
     const err = await term.wait().catch((e: unknown) => e);
     expect((err as CommandExitError).exitCode).toBe(-1);
+  });
+
+  it("re-attaches to a terminal from that moment on, as envd does (no replay)", async () => {
+    const decoder = new TextDecoder();
+    let first = "";
+    const term = await sbx.pty.create({
+      cols: 80,
+      rows: 24,
+      onData: (d) => void (first += decoder.decode(d, { stream: true })),
+    });
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode("echo first-$((20+1))\n"));
+    await expect.poll(() => first, { timeout: 10_000 }).toContain("first-21");
+    await term.disconnect();
+    let second = "";
+    const again = await sbx.pty.connect(term.pid, {
+      onData: (d) => void (second += decoder.decode(d, { stream: true })),
+    });
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode("echo second-$((20+2))\n"));
+    await expect.poll(() => second, { timeout: 10_000 }).toContain("second-22");
+    expect(second).not.toContain("first-21");
+    expect(await sbx.pty.kill(term.pid)).toBe(true);
+    await again.wait().catch(() => undefined);
   });
 });
 

@@ -93,8 +93,6 @@ export const SANDPIT_TARGET: E2BTarget = {
       "the sandbox image ships no pandas or matplotlib (E2B's code-interpreter template does); the suite installs them",
     homeCwd:
       "/home/user is a link to the workspace, not a mount, so the kernel's getcwd() names /mnt/user-data/workspace (docs/e2b.md, Paths); a bind mount from the operator would fix it",
-    polledWatchWrites:
-      "a known bug, open in issue 15: the polled watcher can miss a write made within sandboxd's 50 ms merge window after the create (the streamed watcher reports it)",
   },
 };
 

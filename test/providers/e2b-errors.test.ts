@@ -8,6 +8,7 @@ import {
   FileNotFoundError,
   NotFoundError,
   RateLimitError,
+  SandboxError as E2BSandboxError,
   SandboxNotFoundError,
   ServiceBusyError,
   TimeoutError,
@@ -15,7 +16,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxError, type SandboxInstance } from "@sandpit/sdk";
 import { E2BProvider, type E2BProviderOptions } from "@sandpit/sdk/e2b";
-import { e2bErrorCode } from "../../sdk/src/providers/e2b/errors.ts";
+import { e2bErrorCode, fromE2B, fromE2BStart } from "../../sdk/src/providers/e2b/errors.ts";
 import { FakeE2B } from "../fakes/e2b.ts";
 import { closedPort } from "../fakes/net.ts";
 import { bwrapUsable } from "../fakes/sandbox-host.ts";
@@ -184,6 +185,20 @@ describe.skipIf(!usable)(title, () => {
       "CONNECTION_FAILED",
     );
     expect(err.message).toContain("ECONNREFUSED");
+  });
+
+  it("no room in the sandbox → CAPACITY_EXCEEDED: resource_exhausted on a start, 507 from the interpreter", () => {
+    // envd's resource_exhausted, as the SDK raises it: a rate limit anywhere but on a start.
+    const exhausted = new RateLimitError("at most 200 background processes: Rate limit exceeded");
+    expect(fromE2BStart(exhausted, "starting a command")).toMatchObject({
+      code: "CAPACITY_EXCEEDED",
+      cause: exhausted,
+    });
+    expect(fromE2BStart(exhausted, "starting a command").message).toContain("200");
+    expect(fromE2B(exhausted, "listing processes").code).toBe("RATE_LIMITED");
+    expect(fromE2BStart(new NotFoundError("gone"), "x").code).toBe("NOT_FOUND");
+    // The code interpreter's errors carry only the status.
+    expect(e2bErrorCode(new E2BSandboxError("507 Insufficient Storage"))).toBe("CAPACITY_EXCEEDED");
   });
 
   it("keeps SandboxErrors as they are and maps unknown errors to INTERNAL", () => {

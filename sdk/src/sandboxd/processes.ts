@@ -1,7 +1,8 @@
 /**
  * `commands` of the sandboxd-backed providers (local, docker, kubernetes): foreground runs as
  * before, and background processes through sandboxd's /v1/processes API. A handle is one NDJSON
- * stream of the process's output (replayed from an offset, then live, then the exit line); the
+ * stream of the process's output (replayed from an offset or none from the end, then live, then
+ * the exit line); the
  * process itself belongs to the sandbox, so a handle, its client or its connection going away
  * never stops it.
  */
@@ -72,8 +73,8 @@ export class SandboxdCommands implements SandboxCommands {
   async connect(pid: number, options: CommandConnectOptions = {}): Promise<CommandHandle> {
     checkPid(pid);
     const offset = options.offset ?? 0;
-    if (!Number.isSafeInteger(offset) || offset < 0) {
-      throw new SandboxError("offset must be a non-negative integer", "INVALID_ARGUMENT");
+    if (offset !== "end" && (!Number.isSafeInteger(offset) || offset < 0)) {
+      throw new SandboxError('offset must be a non-negative integer or "end"', "INVALID_ARGUMENT");
     }
     return this.#attach(`/v1/processes/${pid}/output?offset=${offset}`, undefined, options);
   }

@@ -9,7 +9,7 @@ import { PtySize, type PtyInfo, type PtyServerMessage } from "@sandpit/sandboxd/
 import type { WebSocket } from "undici";
 import { SandboxError } from "../errors.ts";
 import type { SandboxdClient } from "../sandboxd-client.ts";
-import type { PtyCreateOptions, PtyHandle, SandboxPty } from "../types.ts";
+import type { PtyConnectOptions, PtyCreateOptions, PtyHandle, SandboxPty } from "../types.ts";
 
 type WithClient = <T>(op: (c: SandboxdClient) => Promise<T>) => Promise<T>;
 
@@ -37,7 +37,7 @@ export class SandboxdPty implements SandboxPty {
     );
     let handle: PtyHandle;
     try {
-      handle = await this.open(pid, o.onData);
+      handle = await this.open(pid, o.onData, true);
     } catch (err) {
       await this.kill(pid).catch(() => undefined);
       throw err;
@@ -55,16 +55,15 @@ export class SandboxdPty implements SandboxPty {
     return handle;
   }
 
-  async connect(
-    pid: number,
-    o: { onData: (data: Uint8Array) => void; signal?: AbortSignal },
-  ): Promise<PtyHandle> {
+  async connect(pid: number, o: PtyConnectOptions): Promise<PtyHandle> {
     checkPid(pid);
     checkOnData(o?.onData);
+    if (o.replay !== undefined && typeof o.replay !== "boolean")
+      throw new SandboxError("replay must be a boolean", "INVALID_ARGUMENT");
     checkNotAborted(o.signal);
     // A WebSocket refused before it opens tells nothing; asking first gives NOT_FOUND its code.
     await this.info(pid);
-    const handle = await this.open(pid, o.onData);
+    const handle = await this.open(pid, o.onData, o.replay ?? true);
     o.signal?.addEventListener("abort", () => void handle.disconnect(), { once: true });
     return handle;
   }
@@ -89,8 +88,13 @@ export class SandboxdPty implements SandboxPty {
     return this.with((c) => c.call<PtyInfo>("GET", `/v1/pty/${pid}`));
   }
 
-  private async open(pid: number, onData: (data: Uint8Array) => void): Promise<PtyHandle> {
-    const ws = await this.with((c) => c.webSocket(`/v1/pty/${pid}/connect`));
+  private async open(
+    pid: number,
+    onData: (data: Uint8Array) => void,
+    replay: boolean,
+  ): Promise<PtyHandle> {
+    const query = replay ? "" : "?replay=false";
+    const ws = await this.with((c) => c.webSocket(`/v1/pty/${pid}/connect${query}`));
     return TerminalSocket.open(pid, ws, onData, this);
   }
 }

@@ -183,13 +183,14 @@ export class DaytonaCommands implements SandboxCommands {
   }
 
   async connect(pid: number, o: CommandConnectOptions = {}): Promise<CommandHandle> {
-    const offset = o.offset ?? 0;
-    if (!Number.isInteger(offset) || offset < 0)
-      throw new SandboxError("offset must be a non-negative integer", "INVALID_ARGUMENT");
+    let offset = o.offset ?? 0;
+    if (offset !== "end" && (!Number.isInteger(offset) || offset < 0))
+      throw new SandboxError('offset must be a non-negative integer or "end"', "INVALID_ARGUMENT");
     if (o.signal?.aborted) throw abortReason(o.signal);
     const { sessionId, cmdId } = await this.command(pid);
-    if (offset > 0) {
-      // The log so far (it only grows): an offset past its end is no offset of this output.
+    if (offset === "end" || offset > 0) {
+      // The log so far (it only grows): an offset past its end is no offset of this output,
+      // and its end is where "end" follows from.
       let logged: { stdout: string; stderr: string };
       try {
         const r = await this.#host.sandbox.process.getSessionCommandLogs(sessionId, cmdId);
@@ -198,7 +199,8 @@ export class DaytonaCommands implements SandboxCommands {
         throw fromDaytona(err, `reading the output of process ${pid}`);
       }
       const size = Buffer.byteLength(logged.stdout) + Buffer.byteLength(logged.stderr);
-      if (offset > size)
+      if (offset === "end") offset = size;
+      else if (offset > size)
         throw new SandboxError(
           `offset ${offset} is past the end of process ${pid}'s output (${size} bytes)`,
           "INVALID_ARGUMENT",

@@ -15,7 +15,13 @@
 import { randomInt } from "node:crypto";
 import type { PtyHandle as SdkPtyHandle } from "@daytonaio/sdk";
 import { SandboxError } from "../../errors.ts";
-import type { PtyCreateOptions, PtyHandle, PtySize, SandboxPty } from "../../types.ts";
+import type {
+  PtyConnectOptions,
+  PtyCreateOptions,
+  PtyHandle,
+  PtySize,
+  SandboxPty,
+} from "../../types.ts";
 import {
   abortReason,
   checkEnvs,
@@ -69,13 +75,13 @@ export class DaytonaPty implements SandboxPty {
     return handle;
   }
 
-  async connect(
-    pid: number,
-    o: { onData: (data: Uint8Array) => void; signal?: AbortSignal },
-  ): Promise<PtyHandle> {
+  /** The daemon replays nothing: `replay` either way is new output only. */
+  async connect(pid: number, o: PtyConnectOptions): Promise<PtyHandle> {
     checkPid(pid);
     if (typeof o?.onData !== "function")
       throw new SandboxError("onData must be a function", "INVALID_ARGUMENT");
+    if (o.replay !== undefined && typeof o.replay !== "boolean")
+      throw new SandboxError("replay must be a boolean", "INVALID_ARGUMENT");
     if (o.signal?.aborted) throw abortReason(o.signal);
     await this.#exists(pid);
     let h: SdkPtyHandle;

@@ -48,6 +48,9 @@ export function e2bErrorCode(err: unknown): SandboxErrorCode {
     if (status === 401 || status === 403) return "UNAUTHORIZED";
     if (status === 429) return "RATE_LIMITED";
     if (status === 409) return "CONFLICT";
+    // E2B's status for no room (envd's REST answers it as NotEnoughSpaceError; the code
+    // interpreter's errors carry it in the message, as a context past the sandbox's limit).
+    if (status === 507) return "CAPACITY_EXCEEDED";
     // A request E2B's API understood but the backend does not carry out (a self-hosted E2B
     // API refusing a feature it lacks answers 400 "... not supported ...").
     if (status === 400 && /\bnot supported\b/i.test(err.message)) return "NOT_SUPPORTED";
@@ -75,6 +78,17 @@ export function fromE2B(err: unknown, what: string): SandboxError {
     code,
     err,
   );
+}
+
+/**
+ * fromE2B for a call that starts something inside a sandbox (a command, a terminal). envd
+ * answers a sandbox with no room for another with Connect's `resource_exhausted`, which the E2B
+ * SDK raises as its RateLimitError; what it means here is the sandbox's capacity, not a rate.
+ */
+export function fromE2BStart(err: unknown, what: string): SandboxError {
+  const mapped = fromE2B(err, what);
+  if (mapped.code !== "RATE_LIMITED" || err instanceof SandboxError) return mapped;
+  return new SandboxError(mapped.message, "CAPACITY_EXCEEDED", err);
 }
 
 function hasName(err: unknown, name: string): boolean {

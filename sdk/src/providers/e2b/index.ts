@@ -71,7 +71,7 @@ import {
   VIRTUAL_WORKSPACE,
   virtualPath,
 } from "../cloud-common.ts";
-import { fromE2B } from "./errors.ts";
+import { fromE2B, fromE2BStart } from "./errors.ts";
 import { E2BFilesystem } from "./filesystem.ts";
 import { E2BCommands, E2BPty, type E2BProcessHost } from "./processes.ts";
 import { codeResult } from "./results.ts";
@@ -406,7 +406,7 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
         ...(o.onStderr ? { onStderr: o.onStderr } : {}),
       });
     } catch (err) {
-      throw fromE2B(err, "starting a command");
+      throw fromE2BStart(err, "starting a command");
     }
     const h = handle;
     const onAbort = () => void h.kill().catch(() => undefined);

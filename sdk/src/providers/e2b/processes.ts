@@ -21,6 +21,7 @@ import type {
   CommandHandle,
   ProcessInfo,
   ProcessSignal,
+  PtyConnectOptions,
   PtyCreateOptions,
   PtyHandle,
   PtySize,
@@ -30,7 +31,7 @@ import type {
   SandboxPty,
 } from "../../types.ts";
 import { abortReason, checkEnvs, checkPtySize, inputBytes, virtualPath } from "../cloud-common.ts";
-import { fromE2B } from "./errors.ts";
+import { fromE2B, fromE2BStart } from "./errors.ts";
 
 /** Environment variables Sandpit sets on what it starts, so that `list()` can report them. */
 export const MARKERS = {
@@ -161,7 +162,7 @@ export class E2BCommands implements SandboxCommands {
         ...(o.onStderr ? { onStderr: o.onStderr } : {}),
       });
     } catch (err) {
-      throw fromE2B(err, "starting a background command");
+      throw fromE2BStart(err, "starting a background command");
     }
     const handle = new E2BCommandHandle(h, this, 0);
     if (o.stdin) await handle.sendStdin(o.stdin);
@@ -193,9 +194,10 @@ export class E2BCommands implements SandboxCommands {
   async connect(pid: number, o: CommandConnectOptions = {}): Promise<CommandHandle> {
     checkPid(pid);
     const offset = o.offset ?? 0;
-    if (!Number.isInteger(offset) || offset < 0)
-      throw new SandboxError("offset must be a non-negative integer", "INVALID_ARGUMENT");
-    if (offset > 0)
+    if (offset !== "end" && (!Number.isInteger(offset) || offset < 0))
+      throw new SandboxError('offset must be a non-negative integer or "end"', "INVALID_ARGUMENT");
+    // "end" is what envd does anyway: output from the moment of attaching.
+    if (offset !== "end" && offset > 0)
       throw new SandboxError(
         "E2B keeps no output of a process to replay: a new client sees new output only (offset 0)",
         "INVALID_ARGUMENT",
@@ -385,7 +387,7 @@ export class E2BPty implements SandboxPty {
         timeoutMs: 0,
       });
     } catch (err) {
-      throw fromE2B(err, "creating a terminal");
+      throw fromE2BStart(err, "creating a terminal");
     }
     const handle = new E2BPtyHandle(h, this);
     o.signal?.addEventListener("abort", () => void handle.disconnect(), { once: true });
@@ -393,13 +395,13 @@ export class E2BPty implements SandboxPty {
     return handle;
   }
 
-  async connect(
-    pid: number,
-    o: { onData: (data: Uint8Array) => void; signal?: AbortSignal },
-  ): Promise<PtyHandle> {
+  /** envd replays nothing: `replay` either way is new output only. */
+  async connect(pid: number, o: PtyConnectOptions): Promise<PtyHandle> {
     checkPid(pid);
     if (typeof o?.onData !== "function")
       throw new SandboxError("onData must be a function", "INVALID_ARGUMENT");
+    if (o.replay !== undefined && typeof o.replay !== "boolean")
+      throw new SandboxError("replay must be a boolean", "INVALID_ARGUMENT");
     this.#host.alive();
     if (o.signal?.aborted) throw abortReason(o.signal);
     let h: E2BHandle;

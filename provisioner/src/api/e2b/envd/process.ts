@@ -1,9 +1,9 @@
 /**
  * envd's `process.Process` service onto the SandboxInstance's background processes and
  * terminals. A started process is a sandboxd background process (or terminal, with `pty`):
- * `Start` streams its start (pid), its output and its end; `Connect` attaches again (sandboxd
- * replays the output it still holds, then follows); input, signals, stdin closing and terminal
- * resizing go to sandboxd by pid.
+ * `Start` streams its start (pid), its output and its end; `Connect` attaches again and, as
+ * envd's does, follows from that moment (what sandboxd kept is not replayed); input, signals,
+ * stdin closing and terminal resizing go to sandboxd by pid.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
@@ -110,8 +110,17 @@ async function sendInput(
   else await instance.commands.sendStdin(pid, input.value);
 }
 
+/** What the translator kept of a process that has exited. */
+function forget(state: SandboxState, pid: number): void {
+  state.signalled.delete(pid);
+  state.configs.delete(pid);
+}
+
 async function list(instance: SandboxInstance, state: SandboxState) {
-  const running = (await instance.commands.list()).filter((p) => p.exitCode === undefined);
+  const all = await instance.commands.list();
+  // Exits no stream saw (every client had gone).
+  for (const p of all) if (p.exitCode !== undefined) forget(state, p.pid);
+  const running = all.filter((p) => p.exitCode === undefined);
   return create(d("ListResponse"), {
     processes: running.map((p) => ({
       pid: p.pid,
@@ -231,9 +240,11 @@ async function stream(
       if (!info || info.exitCode !== undefined)
         throw new RpcError("not_found", `process with pid ${target} not found`);
       isPty = info.pty;
+      // envd follows from the moment of attaching: nothing sandboxd kept is replayed.
       handle = isPty
-        ? await instance.pty.connect(target, { onData: output("pty") })
+        ? await instance.pty.connect(target, { onData: output("pty"), replay: false })
         : await instance.commands.connect(target, {
+            offset: "end",
             onStdout: output("stdout"),
             onStderr: output("stderr"),
           });
@@ -291,8 +302,8 @@ async function stream(
     // wait() rejects once disconnect() ran: the client is gone, nothing to tell it.
     out.end(out.closed.aborted ? undefined : err);
   } finally {
-    state.signalled.delete(pid);
-    if (method === "Start") state.configs.delete(pid);
+    // A client that went away leaves the process running: List still shows it as started.
+    if (exited) forget(state, pid);
   }
 }
 
