@@ -105,7 +105,6 @@ export const SERVE_TARGETS: Record<"local" | "docker", E2BTarget> = {
         "local sandboxes use this machine's Python, which need not have pandas or matplotlib; the suite installs them",
       homeCwd:
         "/home/user is a link to the workspace inside bubblewrap (as in the sandbox image), so the kernel's getcwd() names /mnt/user-data/workspace (docs/e2b.md, Paths)",
-      polledWatchWrites: SANDPIT_TARGET.lacks.polledWatchWrites!,
     },
   },
   docker: {
@@ -113,7 +112,6 @@ export const SERVE_TARGETS: Record<"local" | "docker", E2BTarget> = {
     lacks: {
       richLibrariesPreinstalled: SANDPIT_TARGET.lacks.richLibrariesPreinstalled!,
       homeCwd: SANDPIT_TARGET.lacks.homeCwd!.replace(/; a bind mount from the operator.*$/, ""),
-      polledWatchWrites: SANDPIT_TARGET.lacks.polledWatchWrites!,
     },
   },
 };
