@@ -3,25 +3,30 @@
  * Builds @sandpit/cli's published form into cli/dist (the repository runs cli/src directly;
  * package.json's publishConfig points the packed package at dist, see scripts/pack.ts):
  *
- * - tsc (cli/tsconfig.build.json): cli/src as ES modules for Node 22, with source maps;
- *   dist/main.js is the `sandpit` bin.
+ * - The CLI, bundled by esbuild: dist/main.js is the `sandpit` bin (it turns on Node's compile
+ *   cache, then imports dist/run.js), dist/run.js is the whole command line in one file, the
+ *   CLI's own modules and commander included. Every `sandpit` invocation is a fresh process
+ *   whose start-up is mostly loading modules, and a module costs more to find and instantiate
+ *   than to compile. What the CLI loads only on demand stays out of run.js: the MCP server's
+ *   own code is a chunk beside it, and npm packages (the SDK, the MCP SDK, zod) are imported
+ *   from node_modules as before, so `@sandpit/sdk` is the one copy an app shares (one
+ *   SandboxError class for `instanceof`).
  * - `sandpit serve` (provisioner/src/serve/main.ts), bundled by esbuild into dist/serve.js, and
- *   the CLI's `@sandpit/provisioner/serve` import made relative to it. The provisioner, and the
+ *   the CLI's `@sandpit/provisioner/serve` import pointed at it. The provisioner, and the
  *   parts of the operator and sandboxd it imports, are private workspaces: they reach users
- *   inside this one file rather than as packages of their own. Every npm package stays outside
- *   the bundle, for npm to install (and to share with the SDK: one SandboxError class): the build
- *   fails unless each one it imports is a dependency of the CLI, or for `@sandpit/sdk/...` an
- *   export the SDK publishes, so the published manifest is complete.
+ *   inside this one file rather than as packages of their own.
+ *
+ * In both bundles every npm package but commander stays outside, for npm to install: the build
+ * fails unless each one imported is a dependency of the CLI, or for `@sandpit/sdk/...` an export
+ * the SDK publishes, so the published manifest is complete.
  *
  *   node cli/scripts/build.ts
  */
-import { spawnSync } from "node:child_process";
-import { readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { builtinModules, createRequire } from "node:module";
+import { readFile, rm } from "node:fs/promises";
+import { builtinModules } from "node:module";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { build, type Metafile } from "esbuild";
-import { rewriteSpecifiers } from "../../sdk/scripts/build.ts";
+import { build, type BuildOptions, type Metafile } from "esbuild";
 
 const cliDir = fileURLToPath(new URL("../", import.meta.url));
 const repoRoot = join(cliDir, "..");
@@ -30,8 +35,11 @@ const dist = join(cliDir, "dist");
 /** The workspaces that are never published: bundled into serve.js instead of imported. */
 const PRIVATE = /^@sandpit\/(provisioner|operator|sandboxd)(\/|$)/;
 
-/** Where the CLI's import of serve lands in dist. */
-const SERVE_TARGET = { "@sandpit/provisioner/serve": "serve.js" };
+/** Where the CLI's import of `@sandpit/provisioner/serve` lands: beside run.js and its chunks. */
+const SERVE_FILE = "./serve.js";
+
+/** npm packages bundled into run.js: small, and loaded by every invocation. */
+const BUNDLED = new Set(["commander"]);
 
 /** A bare specifier's package: `@scope/name` or `name`. */
 export function packageOf(specifier: string): string {
@@ -65,29 +73,33 @@ function externalImports(meta: Metafile): string[] {
   return [...out].sort();
 }
 
-async function bundleServe(): Promise<void> {
-  const result = await build({
-    entryPoints: [join(repoRoot, "provisioner", "src", "serve", "main.ts")],
-    outfile: join(dist, "serve.js"),
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node22",
-    sourcemap: true,
-    metafile: true,
-    legalComments: "none",
-    logLevel: "warning",
-    plugins: [
-      {
-        name: "npm-packages-external",
-        setup(b) {
-          b.onResolve({ filter: /^[^./]/ }, (args) =>
-            PRIVATE.test(args.path) ? undefined : { path: args.path, external: true },
-          );
-        },
+const COMMON = {
+  bundle: true,
+  platform: "node",
+  format: "esm",
+  target: "node22",
+  sourcemap: true,
+  metafile: true,
+  legalComments: "none",
+  logLevel: "warning",
+} as const satisfies BuildOptions;
+
+/** Bare specifiers stay imports, except the private workspaces and the packages in `bundled`. */
+function npmPackagesExternal(bundled: (specifier: string) => boolean): BuildOptions["plugins"] {
+  return [
+    {
+      name: "npm-packages-external",
+      setup(b) {
+        b.onResolve({ filter: /^[^./]/ }, (args) =>
+          bundled(args.path) ? undefined : { path: args.path, external: true },
+        );
       },
-    ],
-  });
+    },
+  ];
+}
+
+/** Fails the build when `file` imports what the published CLI does not provide. */
+async function checkImports(file: string, meta: Metafile): Promise<void> {
   const cli = JSON.parse(await readFile(join(cliDir, "package.json"), "utf8")) as {
     dependencies: Record<string, string>;
   };
@@ -95,31 +107,57 @@ async function bundleServe(): Promise<void> {
     publishConfig: { exports: Record<string, unknown> };
   };
   const missing = unresolvedImports(
-    externalImports(result.metafile),
+    externalImports(meta).filter((spec) => spec !== SERVE_FILE),
     cli.dependencies,
     sdk.publishConfig.exports,
   );
   if (missing.length)
     throw new Error(
-      `dist/serve.js imports what the published CLI does not provide: ${missing.join(", ")} ` +
+      `${file} imports what the published CLI does not provide: ${missing.join(", ")} ` +
         "(add the package to cli/package.json's dependencies, or the subpath to the SDK's publishConfig.exports)",
     );
 }
 
+async function bundleServe(): Promise<void> {
+  const result = await build({
+    ...COMMON,
+    entryPoints: [join(repoRoot, "provisioner", "src", "serve", "main.ts")],
+    outfile: join(dist, "serve.js"),
+    plugins: npmPackagesExternal((spec) => PRIVATE.test(spec)),
+  });
+  await checkImports("dist/serve.js", result.metafile);
+}
+
+/**
+ * dist/main.js and dist/run.js; chunks (what loads on demand) beside them, at the same depth, so
+ * version.ts's `../package.json` is the package's manifest from any of them.
+ */
+async function bundleCli(): Promise<void> {
+  const plugins = npmPackagesExternal((spec) => BUNDLED.has(packageOf(spec)));
+  plugins!.unshift({
+    name: "serve-beside",
+    setup(b) {
+      b.onResolve({ filter: /^@sandpit\/provisioner\/serve$/ }, () => ({
+        path: SERVE_FILE,
+        external: true,
+      }));
+    },
+  });
+  const result = await build({
+    ...COMMON,
+    entryPoints: [join(cliDir, "src", "main.ts"), join(cliDir, "src", "run.ts")],
+    outdir: dist,
+    splitting: true,
+    chunkNames: "[name]-[hash]",
+    plugins,
+  });
+  await checkImports("dist/main.js", result.metafile);
+}
+
 export async function buildCli(): Promise<void> {
   await rm(dist, { recursive: true, force: true });
-  const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
-  const r = spawnSync(process.execPath, [tsc, "-p", join(cliDir, "tsconfig.build.json")], {
-    stdio: "inherit",
-  });
-  if (r.status !== 0) throw new Error(`tsc failed (exit ${r.status})`);
+  await bundleCli();
   await bundleServe();
-  for (const file of (await readdir(dist, { recursive: true })).filter((f) => f.endsWith(".js"))) {
-    const path = join(dist, file);
-    const text = await readFile(path, "utf8");
-    const out = rewriteSpecifiers(text, path, dist, SERVE_TARGET);
-    if (out !== text) await writeFile(path, out);
-  }
 }
 
 if (import.meta.main) await buildCli();

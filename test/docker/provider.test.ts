@@ -6,7 +6,7 @@
 import { execFile, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:net";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -113,6 +113,58 @@ describe("discovery across processes", () => {
     await again.kill();
     await second.close();
   }, 120_000);
+});
+
+describe("sandboxd records: a known sandbox without the engine", () => {
+  it("a later process reaches the sandbox through its 0600 record alone; a stale record falls back and is written again; kill removes it", async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), "sandpit-records-"));
+    // A provider whose engine socket does not exist: anything it does through the engine fails.
+    const noEngine = () =>
+      provider({ stateDir, socketPath: join(stateDir, "no-engine.sock"), runtime: "docker" });
+    try {
+      const first = provider({ stateDir });
+      const s = await first.create({
+        language: "python",
+        threadId: "records",
+        workingDirectory: "/mnt/user-data/work",
+      });
+      await first.close();
+      const file = join(stateDir, `${s.sandboxId}.sandboxd.json`);
+      expect((await stat(file)).mode & 0o777).toBe(0o600);
+
+      // Known: resume and run with no engine at all, the stored defaults included.
+      const blind = noEngine();
+      const known = await blind.resume(s.sandboxId);
+      expect((await known.commands.run("pwd")).stdout).toBe("/mnt/user-data/work\n");
+      await blind.close();
+
+      // Stale (stopped from outside): no engine, no sandbox; with the engine, it starts again.
+      await docker("stop", "-t", "1", s.sandboxId);
+      await expectSandboxError(noEngine().resume(s.sandboxId), "CONNECTION_FAILED");
+      const second = provider({ stateDir });
+      const back = await second.resume(s.sandboxId);
+      expect((await back.commands.run("echo back")).stdout).toBe("back\n");
+      await second.close();
+
+      // Stale (a token that is not this sandbox's): refused, so the engine path writes it again.
+      const good = await readFile(file, "utf8");
+      await writeFile(file, JSON.stringify({ ...JSON.parse(good), token: "0".repeat(64) }));
+      await expectSandboxError(noEngine().resume(s.sandboxId), "CONNECTION_FAILED");
+      const third = provider({ stateDir });
+      expect((await (await third.resume(s.sandboxId)).commands.run("true")).exitCode).toBe(0);
+      expect(JSON.parse(await readFile(file, "utf8"))).toEqual(JSON.parse(good));
+      await third.close();
+      const fourth = noEngine();
+      expect((await (await fourth.resume(s.sandboxId)).commands.run("true")).exitCode).toBe(0);
+      await fourth.close();
+
+      // Killed: the record goes with the container.
+      await (await provider({ stateDir }).resume(s.sandboxId)).kill();
+      await expect(stat(file)).rejects.toMatchObject({ code: "ENOENT" });
+    } finally {
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  }, 180_000);
 });
 
 describe("host ports", () => {

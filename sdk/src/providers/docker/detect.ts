@@ -1,13 +1,16 @@
 /**
  * Which container engine to use: Docker when its socket answers; on macOS, Apple's `container`
  * CLI when Docker does not (`container --version` succeeds). Errors say how to start an engine.
+ *
+ * Both runtimes load here, on the provider's first engine call: a process that only reaches a
+ * known sandbox through its sandboxd record (./sandboxd-records.ts) never loads dockerode, the
+ * largest part of a CLI invocation's start-up.
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import type { Logger } from "../../logger.ts";
 import { SandboxError } from "../../errors.ts";
-import { AppleContainerRuntime } from "./apple-runtime.ts";
-import { DockerRuntime } from "./docker-runtime.ts";
+import { loadWithPackages } from "../../optional-package.ts";
 import type { ContainerRuntime } from "./runtime.ts";
 
 const run = promisify(execFile);
@@ -33,7 +36,13 @@ export async function detectRuntime(
   logger?: Logger,
   platform: NodeJS.Platform = process.platform,
 ): Promise<ContainerRuntime> {
-  if (o.runtime === "apple") return new AppleContainerRuntime();
+  const apple = async () => new (await import("./apple-runtime.ts")).AppleContainerRuntime();
+  if (o.runtime === "apple") return apple();
+  const { DockerRuntime } = await loadWithPackages(
+    "docker",
+    ["dockerode"],
+    () => import("./docker-runtime.ts"),
+  );
   const docker = new DockerRuntime(o.socketPath ?? defaultDockerSocket());
   try {
     await docker.ping();
@@ -41,7 +50,7 @@ export async function detectRuntime(
   } catch (err) {
     if (o.runtime === "auto" && platform === "darwin" && (await appleContainerAvailable())) {
       logger?.info("Docker is not running; using Apple's container runtime");
-      return new AppleContainerRuntime();
+      return apple();
     }
     if (err instanceof SandboxError) throw err;
     throw new SandboxError(

@@ -13,6 +13,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { chmod, mkdir, rm } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 import type { Logger } from "../../logger.ts";
 import { z } from "zod";
@@ -34,6 +35,7 @@ import type {
   SandboxState,
 } from "../../types.ts";
 import { ClaimedLabels } from "./claimed-labels.ts";
+import { SandboxdRecords } from "./sandboxd-records.ts";
 import { LIFETIME_LABEL, LifetimeOverrides } from "./lifetime.ts";
 import { detectRuntime } from "./detect.ts";
 import {
@@ -43,6 +45,11 @@ import {
   type ContainerRuntime,
   type ContainerSpec,
 } from "./runtime.ts";
+
+// dockerode loads with the first engine call (./detect.ts), not here; but an installation
+// without it should still hear so where the provider loads (factories.ts names the package), so
+// it is looked up, not loaded.
+createRequire(import.meta.url).resolve("dockerode");
 
 /** Re-exported so the provider's entry point carries its options schema. */
 export { DockerProviderOptions };
@@ -88,7 +95,8 @@ class DockerSandbox implements SandboxdLifecycle {
   readonly name: string;
   private readonly provider: DockerProvider;
   private client: SandboxdClient | null = null;
-  private container: ContainerInfo;
+  /** Null for a sandbox reached through its sandboxd record, with no engine call made. */
+  private container: ContainerInfo | null;
   private connecting: Promise<SandboxdClient> | null = null;
   /**
    * The inspect this object was adopted from, used by the first connect instead of inspecting
@@ -98,11 +106,24 @@ class DockerSandbox implements SandboxdLifecycle {
   private readonly forwarder = new PortForwarder(() => this.connect());
   record: SandboxRecord = {};
 
-  constructor(provider: DockerProvider, info: ContainerInfo) {
+  constructor(provider: DockerProvider, name: string, info: ContainerInfo | null) {
     this.provider = provider;
-    this.name = info.name;
+    this.name = name;
     this.container = info;
     this.adoptedFrom = info;
+  }
+
+  /** A sandbox reached through its sandboxd record: `client` was just seen to answer. */
+  static recorded(
+    provider: DockerProvider,
+    name: string,
+    client: SandboxdClient,
+    record: SandboxRecord,
+  ): DockerSandbox {
+    const s = new DockerSandbox(provider, name, null);
+    s.client = client;
+    s.record = record;
+    return s;
   }
 
   connect(): Promise<SandboxdClient> {
@@ -116,6 +137,7 @@ class DockerSandbox implements SandboxdLifecycle {
     this.container = info;
     this.adoptedFrom = null;
     this.client = await this.provider.waitReady(info);
+    await this.provider.remember(info);
     return this.client;
   }
 
@@ -148,6 +170,7 @@ class DockerSandbox implements SandboxdLifecycle {
     if (!info.running) info = await rt.start(this.name);
     this.container = info;
     this.client = await this.provider.waitReady(info);
+    await this.provider.remember(info);
     return this.client;
   }
 
@@ -180,10 +203,8 @@ class DockerSandbox implements SandboxdLifecycle {
     await this.dropClient();
     const rt = await this.provider.runtime();
     const info = await rt.inspect(this.name);
-    await rt.remove(this.name, info?.volume ?? this.container.volume);
-    await this.provider.removeSocketDir(this.name);
-    await this.provider.lifetimes.remove(this.name);
-    await this.provider.claimed.remove(this.name);
+    await rt.remove(this.name, info?.volume ?? this.container?.volume ?? `${this.name}-data`);
+    await this.provider.removeHostState(this.name);
     this.provider.forget(this.name);
   }
 
@@ -204,17 +225,7 @@ class DockerSandbox implements SandboxdLifecycle {
 
   /** Reads the defaults create() stored in the sandbox (working directory, timeout). */
   async loadRecord(): Promise<void> {
-    try {
-      const bytes = await (await this.connect()).readFile(RECORD_PATH);
-      const parsed = JSON.parse(new TextDecoder().decode(bytes)) as SandboxRecord;
-      this.record = {
-        workingDirectory:
-          typeof parsed.workingDirectory === "string" ? parsed.workingDirectory : undefined,
-        timeoutMs: typeof parsed.timeoutMs === "number" ? parsed.timeoutMs : undefined,
-      };
-    } catch {
-      this.record = {}; // none stored (a sandbox created without defaults)
-    }
+    this.record = await readRecord(await this.connect()).catch(() => ({}));
   }
 
   /** Closes port forwards and connections; the container keeps running (released, warm). */
@@ -248,12 +259,14 @@ export class DockerProvider implements SandboxProvider {
   private reapEveryMs = 0;
   readonly lifetimes: LifetimeOverrides;
   readonly claimed: ClaimedLabels;
+  private readonly sandboxds: SandboxdRecords;
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
     this.logger = logger;
     this.lifetimes = new LifetimeOverrides(this.options.stateDir);
     this.claimed = new ClaimedLabels(this.options.stateDir);
+    this.sandboxds = new SandboxdRecords(this.options.stateDir);
   }
 
   /** The container engine, detected once; CONNECTION_FAILED when none answers. */
@@ -375,8 +388,16 @@ export class DockerProvider implements SandboxProvider {
         "NOT_FOUND",
       );
     }
-    const rt = await this.runtime();
     let pending = this.sandboxes.get(sandboxId);
+    if (!pending) {
+      const known = await this.fromRecord(sandboxId);
+      if (known) {
+        this.sandboxes.set(sandboxId, Promise.resolve(known));
+        return this.instance(known);
+      }
+    }
+    const rt = await this.runtime();
+    pending ??= this.sandboxes.get(sandboxId); // another resume may have adopted it meanwhile
     if (!pending) {
       pending = rt.inspect(sandboxId).then(async (info) => {
         if (!info) throw new SandboxError(`no docker sandbox ${sandboxId}`, "NOT_FOUND");
@@ -401,6 +422,51 @@ export class DockerProvider implements SandboxProvider {
     }
     await sandbox.loadRecord();
     return this.instance(sandbox);
+  }
+
+  /**
+   * A sandbox through its sandboxd record alone, when that sandboxd answers with the sandbox's
+   * token: one request (reading the sandbox's stored defaults), no engine call. Null when there
+   * is no record, the sandbox's lifetime is over (the engine path removes it), or the record is
+   * stale (refused, wrong token, no answer): the engine path then finds the container, starts it
+   * if it was stopped, and writes the record again.
+   */
+  private async fromRecord(name: string): Promise<DockerSandbox | null> {
+    const rec = await this.sandboxds.read(name);
+    if (!rec) return null;
+    const labels: Record<string, string> = rec.expiresAt
+      ? { [LIFETIME_LABEL.expiresAt]: rec.expiresAt }
+      : {};
+    const at = await this.lifetimes.expiresAt(name, labels);
+    if (at !== undefined && at <= Date.now()) return null;
+    const client = clientAt(rec.endpoint, rec.token);
+    try {
+      return DockerSandbox.recorded(this, name, client, await readRecord(client));
+    } catch {
+      await client.close().catch(() => undefined);
+      return null;
+    }
+  }
+
+  /** Keeps where a container's sandboxd answers for later processes (./sandboxd-records.ts). */
+  async remember(info: ContainerInfo): Promise<void> {
+    const token = info.env.SANDBOXD_TOKEN;
+    if (!info.endpoint || !token) return;
+    const expiresAt = (await this.claimed.of(info))[LIFETIME_LABEL.expiresAt];
+    await this.sandboxds.write(info.name, { endpoint: info.endpoint, token, expiresAt }).catch(
+      // Only a shortcut for later processes: a state directory that cannot be written costs
+      // them the engine calls, not this one its sandbox.
+      (err: unknown) =>
+        this.logger?.warn({ err, container: info.name }, "could not keep sandboxd's address"),
+    );
+  }
+
+  /** What the host keeps about a container beside the engine, removed with it. */
+  async removeHostState(name: string): Promise<void> {
+    await this.removeSocketDir(name);
+    await this.lifetimes.remove(name);
+    await this.claimed.remove(name);
+    await this.sandboxds.remove(name);
   }
 
   /** This provider's sandboxes (running or stopped), from the engine alone: nothing is started. */
@@ -465,9 +531,7 @@ export class DockerProvider implements SandboxProvider {
     const mine = await this.sandboxes.get(c.name)?.catch(() => undefined);
     if (mine) return mine.kill();
     await (await this.runtime()).remove(c.name, c.volume);
-    await this.removeSocketDir(c.name);
-    await this.lifetimes.remove(c.name);
-    await this.claimed.remove(c.name);
+    await this.removeHostState(c.name);
   }
 
   /** Lets go of a sandbox without stopping it: it stays warm for its thread until the reaper. */
@@ -504,14 +568,7 @@ export class DockerProvider implements SandboxProvider {
     let current = info;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
       if (current.endpoint) {
-        const socketPath = current.endpoint.startsWith("unix:")
-          ? current.endpoint.slice(5)
-          : undefined;
-        const client = new SandboxdClient({
-          baseUrl: socketPath ? "http://sandboxd" : `http://${current.endpoint}`,
-          socketPath,
-          token,
-        });
+        const client = clientAt(current.endpoint, token);
         try {
           await client.health(2_000);
           return client;
@@ -541,7 +598,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   private adopt(info: ContainerInfo): DockerSandbox {
-    return new DockerSandbox(this, info);
+    return new DockerSandbox(this, info.name, info);
   }
 
   /** The labels of a sandbox made by this create: on its container, or kept for its claim. */
@@ -838,12 +895,8 @@ export class DockerProvider implements SandboxProvider {
 
   /** sandboxd's unauthenticated /healthz, over whichever endpoint the container has. */
   private async health(c: ContainerInfo): Promise<HealthResponse | null> {
-    const socketPath = c.endpoint?.startsWith("unix:") ? c.endpoint.slice(5) : undefined;
-    const client = new SandboxdClient({
-      baseUrl: socketPath ? "http://sandboxd" : `http://${c.endpoint}`,
-      socketPath,
-      token: "-",
-    });
+    if (!c.endpoint) return null;
+    const client = clientAt(c.endpoint, "-");
     try {
       return await client.health(2_000);
     } catch {
@@ -858,6 +911,41 @@ export class DockerProvider implements SandboxProvider {
       workingDirectory: sandbox.record.workingDirectory,
       timeoutMs: sandbox.record.timeoutMs,
     });
+  }
+}
+
+/** A client for sandboxd at a container's endpoint ("host:port" or "unix:/path"). */
+function clientAt(endpoint: string, token: string): SandboxdClient {
+  const socketPath = endpoint.startsWith("unix:") ? endpoint.slice(5) : undefined;
+  return new SandboxdClient({
+    baseUrl: socketPath ? "http://sandboxd" : `http://${endpoint}`,
+    socketPath,
+    token,
+  });
+}
+
+/**
+ * The defaults create() stored in the sandbox ({} when it stored none: sandboxd's own
+ * NOT_FOUND). Rejects when sandboxd did not answer, or refused the token.
+ */
+async function readRecord(client: SandboxdClient): Promise<SandboxRecord> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await client.readFile(RECORD_PATH);
+  } catch (err) {
+    // An error envelope (its cause) is sandboxd's answer: the file is not there.
+    if (err instanceof SandboxError && err.code === "NOT_FOUND" && err.cause) return {};
+    throw err;
+  }
+  try {
+    const parsed = JSON.parse(new TextDecoder().decode(bytes)) as SandboxRecord;
+    return {
+      workingDirectory:
+        typeof parsed.workingDirectory === "string" ? parsed.workingDirectory : undefined,
+      timeoutMs: typeof parsed.timeoutMs === "number" ? parsed.timeoutMs : undefined,
+    };
+  } catch {
+    return {}; // not ours (code in the sandbox may write there)
   }
 }
 
