@@ -409,39 +409,52 @@ describe("a replica whose cache lags", () => {
     await gate?.close();
   });
 
+  const lag: ProvisionerApi = (...args) => provisionerCall(lagging.url, ...args);
+
+  /** A Ready sandbox made through the lagging replica, and a command through its proxy. */
+  async function serving(threadId: string) {
+    const s = await lag("POST", "/v1/sandboxes", KEY_A, { threadId });
+    expect(s.status, JSON.stringify(s.json)).toBe(201);
+    const id = s.json.id as string;
+    const run = () =>
+      lag("POST", `/v1/sandboxes/${id}/proxy/v1/commands/run`, KEY_A, { command: "echo up" });
+    expect((await run()).status).toBe(200);
+    return { id, run };
+  }
+
+  /**
+   * Holds the replica's watch events, pauses `id` through it and waits until the operator has
+   * suspended it: the replica's cache still says Ready, with the stopped pod's address. Then
+   * `during` starts a call, the events flow again 3 s later, and the call's answer is returned
+   * with whether it came while they were held.
+   */
+  async function afterPauseBehindGate<T>(id: string, during: () => Promise<T>) {
+    gate.hold();
+    let held = true;
+    try {
+      expect((await lag("POST", `/v1/sandboxes/${id}/pause`, KEY_A)).status).toBe(202);
+      await waitForPhase(c, ns, id, "Suspended", 60_000);
+      const answer = during().then((value) => ({ value, whileHeld: held }));
+      await new Promise((r) => setTimeout(r, 3_000));
+      held = false;
+      gate.release();
+      return await answer;
+    } finally {
+      gate.release();
+    }
+  }
+
   test(
     "a resume right after a pause answers only once the sandbox serves, never with the stopped pod",
     { timeout: 300_000 },
     async () => {
-      const lag: ProvisionerApi = (...args) => provisionerCall(lagging.url, ...args);
-      const s = await lag("POST", "/v1/sandboxes", KEY_A, { threadId: "flip-flop" });
-      expect(s.status, JSON.stringify(s.json)).toBe(201);
-      const id = s.json.id as string;
-      const run = () =>
-        lag("POST", `/v1/sandboxes/${id}/proxy/v1/commands/run`, KEY_A, { command: "echo up" });
-      expect((await run()).status).toBe(200);
-      gate.hold();
-      let resumed: Awaited<ReturnType<ProvisionerApi>>;
-      let answeredWhileHeld = false;
-      try {
-        expect((await lag("POST", `/v1/sandboxes/${id}/pause`, KEY_A)).status).toBe(202);
-        await waitForPhase(c, ns, id, "Suspended", 60_000);
-        const resuming = lag("POST", `/v1/sandboxes/${id}/resume`, KEY_A).then((r) => {
-          answeredWhileHeld = gateHeld;
-          return r;
-        });
-        let gateHeld = true;
-        // Its cache still shows the Ready from before the pause: it must not be believed.
-        await new Promise((r) => setTimeout(r, 3_000));
-        gateHeld = false;
-        gate.release();
-        resumed = await resuming;
-      } finally {
-        gate.release();
-      }
-      expect(answeredWhileHeld).toBe(false);
-      expect(resumed.status, JSON.stringify(resumed.json)).toBe(200);
-      expect(resumed.json.phase).toBe("Ready");
+      const { id, run } = await serving("flip-flop");
+      const resumed = await afterPauseBehindGate(id, () =>
+        lag("POST", `/v1/sandboxes/${id}/resume`, KEY_A),
+      );
+      expect(resumed.whileHeld).toBe(false);
+      expect(resumed.value.status, JSON.stringify(resumed.value.json)).toBe(200);
+      expect(resumed.value.json.phase).toBe("Ready");
       const out = await run();
       expect(out.status, JSON.stringify(out.json)).toBe(200);
       expect(out.json.stdout).toBe("up\n");
@@ -452,25 +465,8 @@ describe("a replica whose cache lags", () => {
     "a call right after a pause resumes the sandbox and runs, though the cache still says Ready",
     { timeout: 300_000 },
     async () => {
-      const lag: ProvisionerApi = (...args) => provisionerCall(lagging.url, ...args);
-      const s = await lag("POST", "/v1/sandboxes", KEY_A, { threadId: "pause-then-call" });
-      expect(s.status, JSON.stringify(s.json)).toBe(201);
-      const id = s.json.id as string;
-      const run = () =>
-        lag("POST", `/v1/sandboxes/${id}/proxy/v1/commands/run`, KEY_A, { command: "echo up" });
-      expect((await run()).status).toBe(200);
-      gate.hold();
-      let out: Awaited<ReturnType<ProvisionerApi>>;
-      try {
-        expect((await lag("POST", `/v1/sandboxes/${id}/pause`, KEY_A)).status).toBe(202);
-        await waitForPhase(c, ns, id, "Suspended", 60_000);
-        const calling = run();
-        await new Promise((r) => setTimeout(r, 3_000));
-        gate.release();
-        out = await calling;
-      } finally {
-        gate.release();
-      }
+      const { id, run } = await serving("pause-then-call");
+      const out = (await afterPauseBehindGate(id, run)).value;
       expect(out.status, JSON.stringify(out.json)).toBe(200);
       expect(out.json.stdout).toBe("up\n");
     },
