@@ -3,13 +3,15 @@
  * with flags, its URL read from the SANDPIT_URL line it prints. Stopped (or SIGKILLed) by PID.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { LocalProvider } from "@sandpit/sdk";
 import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
+import { afterAll, beforeAll, expect } from "vitest";
 import type { ContractTarget } from "../contract/suite.ts";
+import type { E2BConnection } from "../e2b-compat/targets.ts";
 
 const MAIN = new URL("../../provisioner/src/serve/main.ts", import.meta.url).pathname;
 
@@ -196,5 +198,51 @@ export async function serveContractTarget(
       await serve.stop();
       await removeState(stateDir);
     },
+  };
+}
+
+/**
+ * `sandpit serve` with `args`, its E2B API on out of the box (no token secret given: serve keeps
+ * its own, private to its user, in the state directory), for a file running an E2B conformance
+ * suite: started before the file's tests, stopped and its state removed after. Returns the
+ * connection the suites take (a key with room, and a key whose quota is one sandbox).
+ */
+export function serveForE2b(
+  name: string,
+  args: string[],
+  env: Record<string, string> = {},
+): () => E2BConnection {
+  const key = `e2b-serve-${name}-key-0123456789abcdef`;
+  const quotaKey = `e2b-serve-${name}-quota-0123456789abcdef`;
+  let stateDir: string | undefined;
+  let serve: ServeProcess | undefined;
+  let connection: E2BConnection | undefined;
+  beforeAll(async () => {
+    stateDir = await mkdtemp(join(tmpdir(), `sandpit-serve-e2b-${name}-`));
+    serve = await startServe([...args, "--state-dir", stateDir], {
+      ...env,
+      SANDPIT_API_KEYS: JSON.stringify([
+        { key, tenant: "e2b", maxSandboxes: 50 },
+        { key: quotaKey, tenant: "e2b-quota", maxSandboxes: 1 },
+      ]),
+      // Package installs (pandas, matplotlib) on a cold pip cache take minutes.
+      SANDPIT_READY_TIMEOUT_MS: "600000",
+    });
+    expect(serve.e2bUrl).toBe(`${serve.url}/e2b`);
+    expect((await stat(join(stateDir, "e2b-secret"))).mode & 0o777).toBe(0o600);
+    connection = {
+      apiKey: key,
+      apiUrl: serve.e2bUrl,
+      sandboxUrl: serve.e2bUrl,
+      quota: { apiKey: quotaKey, maxSandboxes: 1 },
+    };
+  });
+  afterAll(async () => {
+    await serve?.stop();
+    if (stateDir) await removeState(stateDir);
+  });
+  return () => {
+    if (!connection) throw new Error("serve for the E2B suite did not start");
+    return connection;
   };
 }
