@@ -346,6 +346,16 @@ export function processesContract(
         });
         expect((await sbx.commands.run("echo alive")).stdout).toBe("alive\n");
       }, 60_000);
+
+      it("an abort while the run is still being set up stops it too", async () => {
+        const sbx = sandbox();
+        const abort = new AbortController();
+        // Aborted before any request of the run has been answered.
+        const run = sbx.commands.run("sleep 60", { signal: abort.signal });
+        abort.abort();
+        await expect(run).rejects.toMatchObject({ name: "AbortError" });
+        expect((await sbx.commands.run("echo alive")).stdout).toBe("alive\n");
+      }, 30_000);
     });
 }
 

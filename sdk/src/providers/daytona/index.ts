@@ -456,6 +456,10 @@ export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
       } catch (err) {
         throw fromDaytona(err, "starting a command");
       }
+      // An abort while the session and command were being set up fired before any listener:
+      // it is honoured here (the finally below deletes the session, stopping the command).
+      if (o.signal?.aborted) throw abortReason(o.signal);
+      o.signal?.addEventListener("abort", onAbort, { once: true });
       let stdout = "";
       let stderr = "";
       const logs = proc.getSessionCommandLogs(
@@ -476,7 +480,6 @@ export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
           (timer = setTimeout(() => resolve("deadline"), o.timeoutMs + DEADLINE_GRACE_MS)),
       );
       let outcome: unknown;
-      o.signal?.addEventListener("abort", onAbort, { once: true });
       try {
         outcome = await Promise.race([logs, deadline]);
         if (o.signal?.aborted) throw abortReason(o.signal);

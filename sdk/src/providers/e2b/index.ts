@@ -410,6 +410,11 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
     }
     const h = handle;
     const onAbort = () => void h.kill().catch(() => undefined);
+    // An abort while the command was being started fired before this listener: kill it now.
+    if (o.signal?.aborted) {
+      onAbort();
+      throw abortReason(o.signal);
+    }
     o.signal?.addEventListener("abort", onAbort, { once: true });
     try {
       if (o.stdin !== undefined) {
