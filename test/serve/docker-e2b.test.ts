@@ -3,19 +3,14 @@
  * `sandpit serve --backend docker`, on its E2B API out of the box, as test/serve/e2b-local.test.ts
  * runs the JS suite on local; the engine and image are the docker project's global setup's.
  */
-import { inject } from "vitest";
 import { loadPytest } from "../deerflow/pytest-suite.ts";
 import { PYTEST_SUITE } from "../e2b-compat/pytest.ts";
 import { SERVE_TARGETS, targetEnv } from "../e2b-compat/targets.ts";
+import { dockerServeArgs, dockerServeEnv } from "./docker-backend.ts";
 import { serveForE2b } from "./harness.ts";
 
 const TARGET = SERVE_TARGETS.docker;
-// No warm pool: its blank containers belong to no serve state, so nothing would remove them.
-const connection = serveForE2b(
-  "docker",
-  ["--backend", "docker", "--image", inject("sandboxImage"), "--warm", "0"],
-  { DOCKER_HOST: `unix://${inject("dockerSocket")}` },
-);
+const connection = serveForE2b("docker", dockerServeArgs(), dockerServeEnv());
 
 (await loadPytest(PYTEST_SUITE))(`E2B conformance (Python SDK) against ${TARGET.name}`, () =>
   targetEnv(TARGET, connection()),

@@ -3,38 +3,21 @@
  * project's global setup: the provisioner's API suites (test/serve/api-suite.ts), and the SDK
  * contract suite through the kubernetes provider pointed at it.
  */
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
-import { inject } from "vitest";
 import { contractSuite } from "../contract/suite.ts";
 import { serveApiSuite } from "./api-suite.ts";
+import { dockerLeftovers, dockerServeArgs, dockerServeEnv } from "./docker-backend.ts";
 import { serveContractTarget } from "./harness.ts";
 
-const run = promisify(execFile);
-// No warm pool here: its blank containers belong to no serve state, so nothing would remove them.
-const args = () => ["--backend", "docker", "--image", inject("sandboxImage"), "--warm", "0"];
-const dockerEnv = () => ({ DOCKER_HOST: `unix://${inject("dockerSocket")}` });
-
 serveApiSuite("docker", {
-  args: args(),
+  args: dockerServeArgs(),
   supports: { resources: true, networkDeny: true },
-  leftovers: async (_stateDir, stateId) => {
-    const { stdout } = await run("docker", [
-      "ps",
-      "-a",
-      "--format",
-      "{{.Names}}",
-      "--filter",
-      `label=serve.sandpit.dev/state=${stateId}`,
-    ]);
-    return stdout.split("\n").filter(Boolean);
-  },
-  env: dockerEnv(),
+  leftovers: dockerLeftovers,
+  env: dockerServeEnv(),
 });
 
 contractSuite(
   "kubernetes provider → sandpit serve (docker)",
-  () => serveContractTarget(args(), dockerEnv()),
+  () => serveContractTarget(dockerServeArgs(), dockerServeEnv()),
   {
     // What serve carries out of create's platform options on Docker (the kubernetes provider
     // refuses, before asking, what the native API has no field for: network "internet", an
