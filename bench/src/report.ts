@@ -18,7 +18,7 @@ export function hostInfo() {
 export function commitMeasured(): string | null {
   const git = spawnSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" });
   if (git.status !== 0) return null;
-  const dirty = spawnSync("git", ["status", "--porcelain", "--", "runtime", "sdk"], {
+  const dirty = spawnSync("git", ["status", "--porcelain", "--", "sandboxd", "sdk"], {
     encoding: "utf8",
   });
   return `${git.stdout.trim()}${dirty.stdout.trim() ? " (sandboxd/ or sdk/ modified)" : ""}`;
