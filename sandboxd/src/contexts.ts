@@ -44,6 +44,12 @@ export const MAX_QUEUED = 8;
 const START_TIMEOUT_MS = 30_000;
 /** After a kernel exits, how long to wait for the rest of its output. */
 const PIPE_GRACE_MS = 100;
+/**
+ * How long the unfinished last line of a cell's output is held for its newline. `print(x)` is
+ * two writes (the text, then the newline) with unbuffered streams; clients expect one message
+ * per line, as Jupyter's batched streams give them, whatever the pipe's timing under load.
+ */
+const LINE_HOLD_MS = 20;
 /** Startup output kept to explain a kernel that would not start. */
 const STARTUP_OUTPUT_BYTES = 4096;
 
@@ -55,17 +61,47 @@ export interface ContextsHost {
   idleMs: number;
 }
 
-/** One stream of one cell: kept up to the cap, decoded without splitting characters. */
+/**
+ * One stream of one cell: kept up to the cap, decoded without splitting characters, and passed
+ * on in whole lines (an unfinished line goes after LINE_HOLD_MS, or at the cell's end).
+ */
 class CellStream extends OutputCap {
   private readonly decoder = new StringDecoder("utf8");
+  private readonly emit: (text: string) => void;
+  private held = "";
+  private holdTimer: NodeJS.Timeout | undefined;
 
-  text(b: Buffer): string {
-    const part = this.take(b);
-    return part ? this.decoder.write(part) : "";
+  constructor(capBytes: number, emit: (text: string) => void) {
+    super(capBytes);
+    this.emit = emit;
   }
 
-  end(): string {
-    return this.decoder.end();
+  feed(b: Buffer): void {
+    const part = this.take(b);
+    const text = this.held + (part ? this.decoder.write(part) : "");
+    const cut = text.lastIndexOf("\n") + 1;
+    if (cut > 0) this.emit(text.slice(0, cut));
+    this.held = text.slice(cut);
+    if (!this.held) {
+      clearTimeout(this.holdTimer);
+      this.holdTimer = undefined;
+    } else if (!this.holdTimer) {
+      this.holdTimer = setTimeout(() => this.flush(), LINE_HOLD_MS);
+    }
+  }
+
+  /** Everything held goes now: the cell is over (or the line waited long enough). */
+  flush(): void {
+    clearTimeout(this.holdTimer);
+    this.holdTimer = undefined;
+    const text = this.held;
+    this.held = "";
+    if (text) this.emit(text);
+  }
+
+  end(): void {
+    this.held += this.decoder.end();
+    this.flush();
   }
 }
 
@@ -304,8 +340,12 @@ export class CodeContext {
       const cell: RunningCell = {
         sink,
         started: performance.now(),
-        stdout: new CellStream(outputCapBytes),
-        stderr: new CellStream(outputCapBytes),
+        stdout: new CellStream(outputCapBytes, (data) =>
+          sink({ type: "stdout", data: executor.virtualise(data) }),
+        ),
+        stderr: new CellStream(outputCapBytes, (data) =>
+          sink({ type: "stderr", data: executor.virtualise(data) }),
+        ),
         done: false,
         marks: 0,
         timedOut: false,
@@ -315,10 +355,8 @@ export class CodeContext {
           signal?.removeEventListener("abort", onAbort);
           this.cell = null;
           this.lastUsedMs = Date.now();
-          for (const s of ["stdout", "stderr"] as const) {
-            const rest = cell[s].end();
-            if (rest) sink({ type: s, data: executor.virtualise(rest) });
-          }
+          cell.stdout.end();
+          cell.stderr.end();
           if (failure) sink({ type: "failure", error: failure });
           else {
             sink({
@@ -356,8 +394,7 @@ export class CodeContext {
   private output(stream: "stdout" | "stderr", b: Buffer): void {
     const cell = this.cell;
     if (!cell || b.length === 0) return;
-    const text = cell[stream].text(b);
-    if (text) cell.sink({ type: stream, data: this.host.executor.virtualise(text) });
+    cell[stream].feed(b);
   }
 
   private marked(): void {

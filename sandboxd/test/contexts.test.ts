@@ -63,6 +63,25 @@ describe("code contexts (sandboxd)", () => {
     }
   });
 
+  it("passes output on in whole lines, however the writes are split, and a held line still streams", async () => {
+    const id = await create();
+    try {
+      // One line in three writes with pauses between them (as print() under load can arrive),
+      // then an unfinished line that must still come out while the cell runs on.
+      const events = await cell(id, {
+        code:
+          "import sys, time\n" +
+          "for part in ('si', 'de', '\\n'):\n    sys.stdout.write(part); sys.stdout.flush(); time.sleep(0.005)\n" +
+          "sys.stdout.write('working'); sys.stdout.flush(); time.sleep(0.3)\n" +
+          "print(' done')",
+      });
+      const chunks = events.flatMap((e) => (e.type === "stdout" ? [e.data] : []));
+      expect(chunks).toEqual(["side\n", "working", " done\n"]);
+    } finally {
+      await remove(id);
+    }
+  });
+
   it("caps a cell's output and says so", async () => {
     const id = await create();
     try {
