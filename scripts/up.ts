@@ -177,7 +177,11 @@ async function helmBinary(): Promise<string> {
   return join(stdout.trim(), "helm");
 }
 
-async function installChart(cluster: Cluster, imgs: ClusterImages): Promise<void> {
+async function installChart(
+  cluster: Cluster,
+  imgs: ClusterImages,
+  publicUrl: string | undefined,
+): Promise<void> {
   const helm = await helmBinary();
   const args = [
     "upgrade",
@@ -205,6 +209,7 @@ async function installChart(cluster: Cluster, imgs: ClusterImages): Promise<void
     "--set",
     `operator.watchNamespace=${SANDBOX_NS}`,
     ...(cluster.kind === "local" ? ["--set-json", `sandboxes.dnsCidrs=["${LOCAL_DNS_CIDR}"]`] : []),
+    ...(publicUrl ? ["--set", `provisioner.publicUrl=${publicUrl}`] : []),
   ];
   const { stdout } = await run(helm, args, {
     env: { ...process.env, KUBECONFIG: cluster.kubeconfig },
@@ -256,6 +261,19 @@ async function applyPool(kc: KubeConfig): Promise<void> {
       return;
     }
     await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+/** http://<ClusterIP> of the provisioner's Service, or undefined before the chart made it. */
+async function provisionerClusterUrl(kc: KubeConfig): Promise<string | undefined> {
+  try {
+    const svc = await kc
+      .makeApiClient(CoreV1Api)
+      .readNamespacedService({ name: `${RELEASE}-provisioner`, namespace: SYSTEM_NS });
+    return svc.spec?.clusterIP ? `http://${svc.spec.clusterIP}` : undefined;
+  } catch (err) {
+    if ((err as { code?: number }).code === 404) return undefined;
+    throw err;
   }
 }
 
@@ -336,7 +354,16 @@ async function main(): Promise<void> {
   for (const [name, image] of Object.entries(imgs)) detail(`${name.padEnd(11)} ${image}`);
 
   step(3, "installing the Helm chart charts/sandpit");
-  await installChart(cluster, imgs);
+  // The URLs the provisioner hands out (DeerFlow's sandbox_url) are built from its publicUrl,
+  // never from a request's Host. On the local cluster this machine reaches the Service's
+  // ClusterIP, which exists only once the chart has made the Service: a first install is
+  // followed by an upgrade that names it (the address stays the same from then on).
+  const localUrl = async () =>
+    cluster.kind === "local" ? provisionerClusterUrl(kc) : Promise.resolve(undefined);
+  const before = await localUrl();
+  await installChart(cluster, imgs, before);
+  const after = await localUrl();
+  if (after !== before) await installChart(cluster, imgs, after);
 
   step(4, `applying the warm SandboxPool ${POOL}`);
   await applyPool(kc);

@@ -48,6 +48,14 @@ const Env = z.object({
   SANDPIT_API_KEYS: z.string().optional(),
   SANDPIT_API_KEYS_FILE: z.string().optional(),
   SANDPIT_LISTEN: z.string().regex(HOST_PORT_PATTERN, HOST_PORT_RULE).default("0.0.0.0:8080"),
+  /**
+   * host:port of /metrics, a port of its own: what an Ingress or a port-forward of the API
+   * exposes never includes the service's internals.
+   */
+  SANDPIT_METRICS_LISTEN: z
+    .string()
+    .regex(HOST_PORT_PATTERN, HOST_PORT_RULE)
+    .default("0.0.0.0:9090"),
   /** Base URL clients reach this service at, for the URLs it hands out. */
   SANDPIT_PUBLIC_URL: z.string().url().optional(),
   /** How long a create waits for Ready before answering 504. */
@@ -95,6 +103,8 @@ export interface ProvisionerConfig {
   defaultPool: string | undefined;
   keys: ApiKey[];
   listen: { host: string; port: number };
+  /** Where /metrics is served; undefined: not served (`sandpit serve`). */
+  metricsListen: { host: string; port: number } | undefined;
   publicUrl: string | undefined;
   readyTimeoutMs: number;
   activityIntervalMs: number;
@@ -107,6 +117,11 @@ export interface ProvisionerConfig {
   deerflowMounts: Mount[];
   /** The E2B-compatible API (docs/e2b.md); undefined: off. */
   e2b: { tokenSecret: string; domain: string | undefined } | undefined;
+}
+
+function hostPort(address: string): { host: string; port: number } {
+  const at = address.lastIndexOf(":");
+  return { host: address.slice(0, at) || "0.0.0.0", port: Number(address.slice(at + 1)) };
 }
 
 export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
@@ -139,16 +154,13 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
     : [];
   if (e.SANDPIT_E2B_DOMAIN && !e.SANDPIT_E2B_TOKEN_SECRET)
     fail(["SANDPIT_E2B_DOMAIN: the E2B API needs SANDPIT_E2B_TOKEN_SECRET too"]);
-  const at = e.SANDPIT_LISTEN.lastIndexOf(":");
   return {
     kubeconfig: e.SANDPIT_KUBECONFIG,
     namespace: e.SANDPIT_NAMESPACE,
     defaultPool: e.SANDPIT_DEFAULT_POOL,
     keys: keys.data!,
-    listen: {
-      host: e.SANDPIT_LISTEN.slice(0, at) || "0.0.0.0",
-      port: Number(e.SANDPIT_LISTEN.slice(at + 1)),
-    },
+    listen: hostPort(e.SANDPIT_LISTEN),
+    metricsListen: hostPort(e.SANDPIT_METRICS_LISTEN),
     publicUrl: e.SANDPIT_PUBLIC_URL?.replace(/\/$/, ""),
     readyTimeoutMs: e.SANDPIT_READY_TIMEOUT_MS,
     activityIntervalMs: e.SANDPIT_ACTIVITY_INTERVAL_MS,

@@ -27,7 +27,11 @@ const store = new SandboxStore(
   cfg.bounds,
 );
 store.start();
-const { server, beginShutdown } = createApp(cfg, store, log);
+const { server, metricsServer, beginShutdown } = createApp(cfg, store, log);
+if (cfg.metricsListen) {
+  const { host, port } = cfg.metricsListen;
+  metricsServer.listen(port, host, () => log.info({ address: `${host}:${port}` }, "metrics"));
+}
 server.listen(cfg.listen.port, cfg.listen.host, () => {
   const a = server.address();
   log.info(
@@ -48,6 +52,7 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
     beginShutdown();
     setTimeout(() => {
       setTimeout(() => process.exit(0), 20_000).unref();
+      metricsServer.close();
       server.close(() => {
         store.stop();
         process.exit(0);

@@ -5,6 +5,7 @@
  * store (./store.ts) only; every route that sends a sandbox traffic goes through one Transport.
  */
 import { createServer, type Server } from "node:http";
+import { isIPv6 } from "node:net";
 import express, { type Request } from "express";
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
@@ -21,6 +22,8 @@ import { Transport } from "./transport.ts";
 
 export interface App {
   server: Server;
+  /** /metrics alone, for its own port (SANDPIT_METRICS_LISTEN); the caller listens. */
+  metricsServer: Server;
   registry: Registry;
   /** From now on /readyz says 503, so the Service stops sending new traffic here. */
   beginShutdown: () => void;
@@ -33,7 +36,7 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxBackend, log: Lo
     store,
     keys: new KeyRing(cfg.keys),
     transport: new Transport(store, cfg.readyTimeoutMs),
-    baseUrl: (req: Request) => cfg.publicUrl ?? `${req.protocol}://${req.get("host")}`,
+    baseUrl: (req: Request) => cfg.publicUrl ?? arrivedAt(req),
   };
   let shuttingDown = false;
   // First in line: E2B's hosts and its data plane's /health and /metrics are not the service's.
@@ -52,7 +55,6 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxBackend, log: Lo
   app.use(e2b.middleware);
   app.use(
     opsRouter({
-      registry,
       notReady: () =>
         shuttingDown ? "shutting down" : store.isSynced ? undefined : "sandbox cache not synced",
     }),
@@ -73,9 +75,35 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxBackend, log: Lo
   });
   return {
     server,
+    metricsServer: metricsOnly(registry),
     registry,
     beginShutdown: () => {
       shuttingDown = true;
     },
   };
+}
+
+/**
+ * The base URL from the address this connection reached, never from its Host header: a client
+ * (or anything between it and us) chooses the header, so reflecting it would let a caller have
+ * Sandpit hand out URLs that point elsewhere. Deployments behind an Ingress or a Service name set
+ * SANDPIT_PUBLIC_URL (the chart always does).
+ */
+function arrivedAt(req: Request): string {
+  const host = (req.socket.localAddress ?? "127.0.0.1").replace(/^::ffff:/, "");
+  return `http://${isIPv6(host) ? `[${host}]` : host}:${req.socket.localPort}`;
+}
+
+/** A server answering GET /metrics and nothing else. */
+function metricsOnly(registry: Registry): Server {
+  return createServer((req, res) => {
+    if (req.method !== "GET" || req.url?.split("?")[0] !== "/metrics") {
+      res.writeHead(404, { "content-type": "text/plain" }).end("only /metrics is served here\n");
+      return;
+    }
+    registry.metrics().then(
+      (body) => res.writeHead(200, { "content-type": registry.contentType }).end(body),
+      (err: unknown) => res.writeHead(500, { "content-type": "text/plain" }).end(`${err}\n`),
+    );
+  });
 }

@@ -26,6 +26,7 @@ describe("settings", () => {
     const cfg = readConfig({ SANDPIT_API_KEYS: KEYS });
     expect(cfg.namespace).toBe("sandpit-sandboxes");
     expect(cfg.listen).toEqual({ host: "0.0.0.0", port: 8080 });
+    expect(cfg.metricsListen).toEqual({ host: "0.0.0.0", port: 9090 });
     expect(cfg.keys).toEqual([{ key: "k".repeat(24), tenant: "acme", maxSandboxes: 100 }]);
     expect(cfg.activityIntervalMs).toBe(15_000);
   });

@@ -217,6 +217,10 @@ describe("the chart, offline", () => {
     [["--set", "metrics.serviceMonitor.enabled=true"], /ServiceMonitor/],
     [["--set", "provisioner.e2b.domain=Not_A_Domain"], /e2b\/domain|domain/],
     [["--set", "provisioner.ingress.enabled=true"], /needs provisioner\.ingress\.host or/],
+    [
+      ["--set", "provisioner.ingress.enabled=true,provisioner.ingress.host=sandpit.example.com"],
+      /ingress\.host needs provisioner\.publicUrl/,
+    ],
   ])("refuses bad values %j with a message naming them", async (args, message) => {
     const err = await render(...(args as string[])).then(
       () => undefined,
@@ -224,6 +228,38 @@ describe("the chart, offline", () => {
     );
     expect(err, "helm template accepted the values").toBeInstanceOf(Error);
     expect(err!.message).toMatch(message);
+  });
+
+  it("builds handed-out URLs from publicUrl or the Service, and serves /metrics on a port of its own", async () => {
+    const env = async (...args: string[]) => {
+      const docs = await render(...args);
+      const d = docs.find(
+        (x) => x.kind === "Deployment" && x.metadata.name.endsWith("-provisioner"),
+      );
+      const pod = (d!.spec as { template: { spec: PodSpec } }).template.spec;
+      const vars = Object.fromEntries(pod.containers[0]!.env!.map((e) => [e.name, e.value]));
+      return { docs, vars, ports: pod.containers[0]!.ports! };
+    };
+    // Never the Host header: without publicUrl, the Service's own cluster address.
+    const plain = await env();
+    expect(plain.vars.SANDPIT_PUBLIC_URL).toBe(`http://${fullname}-provisioner.${systemNs}.svc`);
+    expect((await env("--set", "provisioner.service.port=8080")).vars.SANDPIT_PUBLIC_URL).toBe(
+      `http://${fullname}-provisioner.${systemNs}.svc:8080`,
+    );
+    expect(
+      (await env("--set", "provisioner.publicUrl=https://sandpit.example.com")).vars
+        .SANDPIT_PUBLIC_URL,
+    ).toBe("https://sandpit.example.com");
+    // /metrics: its own container port and Service; the API's Service (an Ingress's backend) lacks it.
+    expect(plain.vars.SANDPIT_METRICS_LISTEN).toBe("0.0.0.0:9090");
+    expect(plain.ports.map((p) => p.name)).toEqual(["http", "metrics"]);
+    const services = plain.docs.filter((x) => x.kind === "Service");
+    const api = services.find((x) => x.metadata.name === `${fullname}-provisioner`)!;
+    const metrics = services.find((x) => x.metadata.name === `${fullname}-provisioner-metrics`)!;
+    const portsOf = (x: Doc) =>
+      (x.spec as { ports: { name: string; targetPort: string }[] }).ports.map((p) => p.targetPort);
+    expect(portsOf(api)).toEqual(["http"]);
+    expect(portsOf(metrics)).toEqual(["metrics"]);
   });
 
   it("renders restricted pods, least-privilege RBAC, ClusterIP services and kept CRDs", async () => {

@@ -156,6 +156,8 @@ beforeAll(async () => {
     "--set",
     `provisioner.ingress.host=${host}`,
     "--set",
+    `provisioner.publicUrl=https://${host}`,
+    "--set",
     `provisioner.e2b.domain=${domain}`,
     "--set-json",
     `provisioner.apiKeys=[{"key":"${KEY}","tenant":"ingress","maxSandboxes":5}]`,

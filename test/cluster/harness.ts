@@ -387,6 +387,8 @@ export async function childrenOf(c: Clients, ns: string, sandbox: string) {
 
 export interface ProvisionerProcess {
   url: string;
+  /** /metrics, on its own port. */
+  metricsUrl: string;
   apiKey: string;
   logs: () => string;
   stop: () => Promise<void>;
@@ -406,6 +408,7 @@ export async function startProvisioner(o: {
   env?: Record<string, string>;
 }): Promise<ProvisionerProcess> {
   const port = await freePort();
+  const metricsPort = await freePort();
   const apiKey =
     `test-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`.padEnd(
       32,
@@ -420,6 +423,7 @@ export async function startProvisioner(o: {
       SANDPIT_KUBECONFIG: o.kubeconfig,
       SANDPIT_NAMESPACE: o.namespace,
       SANDPIT_LISTEN: `127.0.0.1:${port}`,
+      SANDPIT_METRICS_LISTEN: `127.0.0.1:${metricsPort}`,
       SANDPIT_API_KEYS: JSON.stringify(keys),
       SANDPIT_LOG_LEVEL: "info",
       // No Service in front of it: nothing to wait for on SIGTERM.
@@ -428,7 +432,12 @@ export async function startProvisioner(o: {
     },
     `${url}/readyz`,
   );
-  return { ...service, url, apiKey: keys[0]!.key };
+  return {
+    ...service,
+    url,
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
+    apiKey: keys[0]!.key,
+  };
 }
 
 /** A namespace of its own with the real operator and provisioner on it: what provisioner suites need. */

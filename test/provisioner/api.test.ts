@@ -4,6 +4,7 @@
  * Retry-After), body limits, the proxy (a cut upload leaves no file; a paused sandbox wakes on
  * access) and the DeerFlow-compatible API with its capability URL.
  */
+import { randomBytes } from "node:crypto";
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import {
@@ -383,10 +384,53 @@ describe("service endpoints", () => {
       doc.paths["/v1/sandboxes"].post.requestBody.content["application/json"].schema.properties
         .threadId,
     ).toBeDefined();
-    expect((await api("GET", "/metrics", undefined)).json).toMatch(
-      /sandpit_provisioner_requests_total/,
-    );
     expect((await api("GET", "/readyz", undefined)).status).toBe(200);
+  });
+
+  test("/metrics has a port of its own: the API's port, which an Ingress exposes, has none", async () => {
+    const own = await fetch(prov.metricsUrl);
+    expect(own.status).toBe(200);
+    expect(await own.text()).toMatch(/sandpit_provisioner_requests_total/);
+    const onApi = await api("GET", "/metrics", undefined);
+    expect(onApi.status).toBe(404);
+    expect(onApi.json.error.code).toBe("NOT_FOUND");
+    const other = await fetch(prov.metricsUrl.replace(/\/metrics$/, "/v1/sandboxes"));
+    expect(other.status).toBe(404);
+  });
+
+  test("the URLs handed out never come from the Host header", async () => {
+    // A caller (or a proxy it controls) choosing the Host must not make Sandpit hand out a
+    // URL pointing elsewhere: DeerFlow would send its commands there.
+    const id = randomBytes(8).toString("hex");
+    const body = JSON.stringify({ sandbox_id: id, thread_id: `t-${id}`, user_id: "u" });
+    const url = new URL(prov.url);
+    const answer = await new Promise<{ status: number; json: Record<string, unknown> }>(
+      (resolve, reject) => {
+        const req = request(
+          {
+            host: url.hostname,
+            port: url.port,
+            method: "POST",
+            path: "/api/sandboxes",
+            headers: {
+              host: "attacker.example:4444",
+              "content-type": "application/json",
+              "x-api-key": prov.apiKey,
+            },
+          },
+          (res) => {
+            let text = "";
+            res.on("data", (c: Buffer) => (text += c));
+            res.on("end", () => resolve({ status: res.statusCode!, json: JSON.parse(text) }));
+          },
+        );
+        req.on("error", reject);
+        req.end(body);
+      },
+    );
+    expect(answer.status, JSON.stringify(answer.json)).toBe(200);
+    expect(answer.json.sandbox_url).toMatch(new RegExp(`^${prov.url}/aio/`));
+    await api("DELETE", `/api/sandboxes/${id}`, undefined, undefined, { "x-api-key": prov.apiKey });
   });
 });
 

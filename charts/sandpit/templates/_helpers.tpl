@@ -75,3 +75,19 @@ SANDPIT_MAX_*): one set of values, so the two always agree.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The base of the URLs the provisioner hands out: provisioner.publicUrl, else its Service's cluster
+address. Never the request's Host header (a caller chooses that). An Ingress host with no
+publicUrl is refused: the URL clients use is then only known to whoever installs the chart.
+*/}}
+{{- define "sandpit.provisionerUrl" -}}
+{{- $p := .Values.provisioner -}}
+{{- if $p.publicUrl -}}
+{{- $p.publicUrl -}}
+{{- else if and $p.ingress.enabled $p.ingress.host -}}
+{{- fail "provisioner.ingress.host needs provisioner.publicUrl: the URL clients reach the provisioner at (for example https://<ingress.host>), which the URLs it hands out are built from" -}}
+{{- else -}}
+http://{{ include "sandpit.fullname" . }}-provisioner.{{ .Release.Namespace }}.svc{{ if ne (int $p.service.port) 80 }}:{{ $p.service.port }}{{ end }}
+{{- end -}}
+{{- end -}}

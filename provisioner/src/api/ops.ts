@@ -1,13 +1,12 @@
 /**
  * The service's own routes, without an API key: liveness, readiness (for the Service to route
- * by), Prometheus metrics and the OpenAPI document.
+ * by) and the OpenAPI document (public, as any API's reference is). Prometheus metrics are not
+ * here: they have a port of their own (server.ts), which no Ingress exposes.
  */
 import { Router } from "express";
-import type { Registry } from "prom-client";
 import { openApi } from "./openapi.ts";
 
 export interface OpsDeps {
-  registry: Registry;
   /** Why this replica should get no traffic now, or undefined when it should. */
   notReady: () => string | undefined;
 }
@@ -22,9 +21,6 @@ export function opsRouter(d: OpsDeps): Router {
     const why = d.notReady();
     if (why) res.status(503).type("text/plain").send(`${why}\n`);
     else res.type("text/plain").send("ok\n");
-  });
-  r.get("/metrics", async (_req, res) => {
-    res.type(d.registry.contentType).send(await d.registry.metrics());
   });
   r.get("/openapi.json", (_req, res) => {
     res.json(doc);

@@ -89,6 +89,7 @@ export async function startServe(o: ServeOptions = {}): Promise<Serving> {
       SANDPIT_E2B_TOKEN_SECRET: e2bSecret,
     }),
     listen: { host: o.host ?? "127.0.0.1", port: o.port ?? 8080 },
+    metricsListen: undefined, // one process on a laptop: nothing scrapes it
     ...(o.namespace ? { namespace: o.namespace } : {}),
   };
   const { backend, store, close } = await openBackend(o, cfg, state, log);
