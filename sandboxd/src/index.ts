@@ -21,7 +21,7 @@ import { Activity } from "./activity.ts";
 import type { Settings } from "./config.ts";
 
 // Not `import { createServer } from "node:http"`: an ES import of node:http reads every export,
-// and its lazy WebSocket getters then load Node's whole fetch implementation (undici), a fifth of
+// and its lazy WebSocket getters then load Node's fetch implementation (undici): about a tenth of
 // sandboxd's start-up (bench/src/sandboxd-start.ts --profile). The CommonJS-style handle does not.
 const { createServer } = process.getBuiltinModule("node:http");
 
