@@ -274,11 +274,11 @@ export class LocalProvider implements SandboxProvider {
             dataRoot: join(this.options.baseDir, "data"),
             runRoot: RUN_ROOT,
             logger,
-            spawn: ({ key, dataDir }) =>
+            spawn: ({ key, dataDir, runDir }) =>
               this.startSandboxd({
                 label: `warm sandboxd ${key}`,
                 dataDir,
-                runDir: join(RUN_ROOT, key),
+                runDir,
                 logPath: join(dirname(dataDir), "sandboxd.log"),
                 envs: {},
                 network: this.options.network,

@@ -28,7 +28,11 @@ import { isAlive, stopDetached, type RunRecord } from "./detached.ts";
 
 /** What the pool needs to start one blank sandboxd: the provider's spawn, with its shape. */
 export interface WarmSpawn {
-  (shape: { key: string; dataDir: string }): Promise<{ run: RunRecord; child: ChildProcess }>;
+  (shape: {
+    key: string;
+    dataDir: string;
+    runDir: string;
+  }): Promise<{ run: RunRecord; child: ChildProcess }>;
 }
 
 /** One blank sandboxd, ready to be claimed. */
@@ -153,7 +157,7 @@ export class WarmPool {
     const watchdog = this.ensureWatchdog();
     let started: { run: RunRecord; child: ChildProcess };
     try {
-      started = await this.spawnOne({ key, dataDir });
+      started = await this.spawnOne({ key, dataDir, runDir });
     } catch (err) {
       await this.removeDirs(key);
       throw err;
