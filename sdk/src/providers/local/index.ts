@@ -105,6 +105,8 @@ interface SpawnShape {
   /** bubblewrap: share the host's network. */
   network: boolean;
   mounts: SandboxRecord["mounts"];
+  /** Told the pid as soon as the process exists (the warm pool's watchdog must know it). */
+  onSpawn?: ((pid: number) => void) | undefined;
 }
 
 type State =
@@ -274,7 +276,7 @@ export class LocalProvider implements SandboxProvider {
             dataRoot: join(this.options.baseDir, "data"),
             runRoot: RUN_ROOT,
             logger,
-            spawn: ({ key, dataDir, runDir }) =>
+            spawn: ({ key, dataDir, runDir, onSpawn }) =>
               this.startSandboxd({
                 label: `warm sandboxd ${key}`,
                 dataDir,
@@ -283,6 +285,7 @@ export class LocalProvider implements SandboxProvider {
                 envs: {},
                 network: this.options.network,
                 mounts: undefined,
+                onSpawn,
               }),
           });
   }
@@ -350,13 +353,18 @@ export class LocalProvider implements SandboxProvider {
         // bubblewrap's namespace, set before sandboxd runs; the environment goes through init.
         const warm =
           !o.mounts?.length && record.network === undefined ? this.pool?.take() : undefined;
-        if (warm) {
-          await fs.mkdir(dir, { recursive: true });
-          await fs.symlink(warm.dataDir, join(dir, "user-data"));
-        } else {
-          await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
+        try {
+          if (warm) {
+            await fs.mkdir(dir, { recursive: true });
+            await fs.symlink(warm.dataDir, join(dir, "user-data"));
+          } else {
+            await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
+          }
+          await writeRecord(dir, record);
+        } catch (err) {
+          if (warm) await this.pool!.discard(warm);
+          throw err;
         }
-        await writeRecord(dir, record);
         const sandbox = new LocalSandbox(this, dir, record);
         sandbox.claim = warm;
         return sandbox;
@@ -380,7 +388,8 @@ export class LocalProvider implements SandboxProvider {
       throw err;
     }
     this.startReaper();
-    if (fresh) void this.pool?.fill();
+    // Not at once: a process that creates one sandbox and exits never starts a warm one.
+    if (fresh) this.pool?.scheduleFill();
     return this.instance(sandbox);
   }
 
@@ -702,6 +711,7 @@ export class LocalProvider implements SandboxProvider {
       stdio: ["pipe", "pipe", log.fd],
     });
     await log.close();
+    if (child.pid) shape.onSpawn?.(child.pid);
     const stdout = child.stdout!;
     child.stdin!.end(token + "\n");
     await new Promise<void>((resolve, reject) => {

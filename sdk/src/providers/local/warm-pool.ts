@@ -32,6 +32,8 @@ export interface WarmSpawn {
     key: string;
     dataDir: string;
     runDir: string;
+    /** Called with the pid as soon as the process exists, before it is ready. */
+    onSpawn: (pid: number) => void;
   }): Promise<{ run: RunRecord; child: ChildProcess }>;
 }
 
@@ -141,7 +143,8 @@ export class WarmPool {
     return this.filling;
   }
 
-  private scheduleFill(): void {
+  /** Fills the pool shortly, on a timer that does not keep this process alive. */
+  scheduleFill(): void {
     if (this.size === 0 || this.closed || this.refill) return;
     this.refill = setTimeout(() => {
       this.refill = null;
@@ -155,16 +158,22 @@ export class WarmPool {
     const { dataDir, runDir } = this.dirsOf(key);
     await fs.mkdir(join(dataDir, ".sandpit", "home"), { recursive: true });
     const watchdog = this.ensureWatchdog();
+    let pid: number | undefined;
     let started: { run: RunRecord; child: ChildProcess };
     try {
-      started = await this.spawnOne({ key, dataDir, runDir });
+      // The watchdog hears of it before it is even ready: this process may end at any moment.
+      started = await this.spawnOne({
+        key,
+        dataDir,
+        runDir,
+        onSpawn: (p) => this.tell(`add ${(pid = p)} ${key}`, watchdog),
+      });
     } catch (err) {
+      if (pid) this.tell(`del ${pid}`);
       await this.removeDirs(key);
       throw err;
     }
     const { run, child } = started;
-    // Told before anything else can fail: from here on, this process's death takes it along.
-    this.tell(`add ${run.pid} ${key}`, watchdog);
     const at = (token: string) =>
       new SandboxdClient({ baseUrl: "http://sandboxd", socketPath: run.socketPath, token });
     const token = randomBytes(32).toString("hex");
