@@ -131,7 +131,7 @@ describe("local warm pool", () => {
     expect((refused as SandboxError).code).toBe("UNAUTHORIZED");
   });
 
-  it("keeps a warm-started sandbox's files across pause and resume, and removes them at kill", async () => {
+  it("keeps a warm-started sandbox's files across pause and resume, and removes them at kill (from any provider)", async () => {
     const { provider, baseDir } = await newProvider(1);
     await provider.fillWarmPool();
     const dataDir = provider.warmProcesses[0]!.dataDir;
@@ -141,7 +141,11 @@ describe("local warm pool", () => {
     const again = await provider.resume(s.sandboxId);
     expect(await again.filesystem.read("/mnt/user-data/workspace/keep.txt")).toBe("kept");
     expect(existsSync(join(dataDir, "workspace", "keep.txt"))).toBe(true);
-    await again.kill();
+    await again.pause();
+    // Killed by a provider without a pool of its own: the data goes all the same.
+    const other = new LocalProvider({ baseDir, isolation: "none", warm: 0 });
+    await (await other.resume(s.sandboxId)).kill();
+    await other.close();
     expect(existsSync(dirname(dataDir))).toBe(false);
     expect(existsSync(join(baseDir, "users", "default"))).toBe(true);
   });

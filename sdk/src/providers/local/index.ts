@@ -419,10 +419,12 @@ export class LocalProvider implements SandboxProvider {
     try {
       if (!(await this.pool!.alive(warm))) throw new Error("it exited");
       // The run file goes out while init is on the wire: both before anyone can use the sandbox.
-      await Promise.all([
+      const [init, written] = await Promise.allSettled([
         warm.bootstrap.init({ token: warm.token, env: sandbox.record.envs }),
         writeRun(sandbox.dir, run),
       ]);
+      if (init.status === "rejected") throw init.reason;
+      if (written.status === "rejected") throw written.reason;
     } catch (err) {
       this.logger?.warn({ err, pid: warm.run.pid }, "a warm local sandboxd could not be claimed");
       await removeRun(sandbox.dir);
@@ -442,9 +444,9 @@ export class LocalProvider implements SandboxProvider {
 
   /** The data directory a warm-started sandbox's `user-data` links to, or null (see kill()). */
   async warmDataOf(dataDir: string): Promise<string | null> {
-    if (!this.pool) return null;
+    // Whatever this provider's own pool size: the sandbox may have been claimed by another's.
     const real = await fs.realpath(dataDir).catch(() => null);
-    const root = await fs.realpath(this.pool.dataRoot).catch(() => null);
+    const root = await fs.realpath(join(this.options.baseDir, "data")).catch(() => null);
     return real && root && dirname(dirname(real)) === root ? dirname(real) : null;
   }
 
