@@ -16,14 +16,19 @@ import type {
   RunCommandRequest,
   RunCommandResult,
 } from "@sandpit/sandboxd/protocol";
-import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
-import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import type { Agent, IncomingMessage } from "node:http";
 import { Readable, type Duplex } from "node:stream";
 // Types only: undici is imported for the first WebSocket (a terminal), the one thing node:http
 // cannot open; its hundred modules would otherwise be most of a short-lived process's start-up.
 import type { Agent as UndiciAgent, WebSocket } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
+
+// node:http and node:https as their CommonJS objects: an ESM import of node:http reads every
+// export, WebSocket's lazy getter included, which loads Node's bundled undici (about 20 ms of a
+// `sandpit exec`'s start) that this client never uses.
+const { Agent: HttpAgent, request: httpRequest } = process.getBuiltinModule("node:http");
+const { Agent: HttpsAgent, request: httpsRequest } = process.getBuiltinModule("node:https");
 
 /** How to reach a sandboxd directly: its address and its bearer token (./sandboxd-connection.ts). */
 export interface SandboxdConnection {
@@ -122,7 +127,7 @@ export class SandboxdClient {
   private readonly headers: Record<string, string>;
   private readonly requestTimeoutMs: number;
   /** One keep-alive connection pool per sandbox. */
-  private readonly agent: HttpAgent;
+  private readonly agent: Agent;
   private readonly request: typeof httpRequest;
   /** undici's pool, for WebSockets only, made with the first one. */
   private wsPool: Promise<UndiciAgent> | undefined;
