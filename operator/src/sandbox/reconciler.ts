@@ -19,7 +19,7 @@ import { sandboxTransitions } from "../metrics.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
 import { podMounts } from "../workload/mounts.ts";
 import { containerRunning, restartCount } from "../workload/pod-state.ts";
-import { InitRejected, health, init, waitHealthy } from "../workload/sandboxd.ts";
+import { InitRejected, health, healthy, init } from "../workload/sandboxd.ts";
 import { type Effective, boundsViolation, effectiveSpec } from "../workload/spec.ts";
 import {
   clearPrevious,
@@ -282,14 +282,14 @@ async function serve(
   const { sbx, pool, eff, st } = r;
   const ip = pod.status?.podIP;
   if (!ip || !containerRunning(pod)) return notServingYet(ctx, sbx, st, pod, now);
-  // A fresh container gets a close watch (sandboxd answers within a second); one that has run
-  // for a while without answering is checked less and less often, so a node full of broken
-  // sandboxes does not keep the operator busy.
+  // One probe per pass. Until sandboxd answers, the sandbox comes back through the queue: soon
+  // after its container started (sandboxd answers within moments) and less and less often the
+  // longer it has run, so waiting never holds a worker, and a node full of sandboxes that never
+  // answer costs little. The kubelet's readiness probe turning the pod Ready requeues it too.
   const runningFor =
     now - (Date.parse(pod.status?.containerStatuses?.[0]?.state?.running?.startedAt ?? "") || now);
-  const fresh = runningFor < 10_000;
-  if (!(await waitHealthy(ip, fresh ? 2_000 : 300, r.signal))) {
-    const retryMs = fresh ? 250 : Math.min(30_000, Math.round(runningFor / 4));
+  if (!(await healthy(ip))) {
+    const retryMs = Math.min(30_000, Math.max(25, Math.round(runningFor / 5)));
     return slowStart(
       st,
       now,

@@ -29,21 +29,6 @@ export async function healthy(ip: string, timeoutMs = 1_000): Promise<boolean> {
   return (await health(ip, timeoutMs)) !== undefined;
 }
 
-/** Polls /healthz until it answers or `withinMs` passes. */
-export async function waitHealthy(
-  ip: string,
-  withinMs: number,
-  signal: AbortSignal,
-): Promise<boolean> {
-  const until = performance.now() + withinMs;
-  for (let delay = 10; !signal.aborted; delay = Math.min(delay * 2, 100)) {
-    if (await healthy(ip)) return true;
-    if (performance.now() + delay > until) return false;
-    await new Promise((r) => setTimeout(r, delay));
-  }
-  return false;
-}
-
 /**
  * The longest a /v1/init may take (it installs packages). A reconcile that calls it is given at
  * least this long before its signal aborts it.
