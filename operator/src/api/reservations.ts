@@ -44,5 +44,7 @@ export function derivedToken(key: string, sandboxUid: string): string {
 export function leaseAlive(lease: Lease | undefined, nowMs: number): boolean {
   const renewed = Date.parse(lease?.spec?.renewTime ?? "");
   const duration = lease?.spec?.leaseDurationSeconds;
-  return !!lease && !lease.metadata.deletionTimestamp && !!duration && renewed + duration * 1000 > nowMs;
+  return (
+    !!lease && !lease.metadata.deletionTimestamp && !!duration && renewed + duration * 1000 > nowMs
+  );
 }

@@ -26,9 +26,7 @@ export class Holders {
       .list<Lease>(LEASES, namespace, { labelSelector: RESERVATION.leaseLabel })
       .then(
         (l) =>
-          new Set(
-            l.items.filter((x) => leaseAlive(x, Date.now())).map((x) => x.metadata.name),
-          ),
+          new Set(l.items.filter((x) => leaseAlive(x, Date.now())).map((x) => x.metadata.name)),
       );
     // A failed read is not remembered: the next caller asks again.
     live.catch(() => this.#byNamespace.delete(namespace));

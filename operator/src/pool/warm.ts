@@ -15,11 +15,7 @@
 import { ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
 import { dataClaimName } from "../api/names.ts";
 import { packageSpec } from "../api/packages.ts";
-import {
-  RESERVATION,
-  TOKEN_KEY_SECRET,
-  derivedToken,
-} from "../api/reservations.ts";
+import { RESERVATION, TOKEN_KEY_SECRET, derivedToken } from "../api/reservations.ts";
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import type { Ctx } from "../context.ts";
 import { PODS, PVCS, type Pod, SECRETS, type Secret } from "../kube/resources.ts";
