@@ -160,7 +160,10 @@ describe("warm fast path", () => {
         );
         const answers = await Promise.all(
           Array.from({ length: 10 }, () =>
-            provisionerCall(prov.url, "POST", "/v1/sandboxes", KEY, { threadId: "t-fast" }),
+            provisionerCall(prov.url, "POST", "/v1/sandboxes", KEY, {
+              threadId: "t-fast",
+              env: { FP_THREAD: "t-fast" },
+            }),
           ),
         );
         expect(new Set(answers.map((a) => a.json.id)).size).toBe(1);
