@@ -10,10 +10,10 @@ import {
   type Sandbox,
   type SandboxPool,
   derivedToken,
+  faultPoint,
   packageSpec,
 } from "@sandpit/operator/api";
-import { INIT_TIMEOUT_MS, init } from "@sandpit/operator/workload/sandboxd";
-import { faultPoint } from "@sandpit/operator/fault";
+import { SandboxdClient } from "@sandpit/sdk/sandboxd-client";
 import type { Reserved, Reservations } from "./reservations.ts";
 import type { CreateInput } from "./store.ts";
 
@@ -45,9 +45,8 @@ export function reservedAnnotations(r: Reserved, holder: string): Record<string,
 }
 
 /**
- * Initialises the reserved pod's sandboxd for `sbx`. Undefined when it cannot (the operator
- * then adopts it, or another pod, and the create waits for its status as any other would);
- * rejects with the InitRejected of packages that do not install.
+ * Initialises the reserved pod's sandboxd for `sbx` (rejects when it cannot: the caller then
+ * leaves the pod to the operator).
  */
 export async function initReserved(
   reservations: Reservations,
@@ -67,17 +66,18 @@ export async function initReserved(
   const language = sbx.spec.language ?? t.language ?? "python";
   // The template's packages are on the pod already; the sandbox's own list replaces them.
   const packages = sbx.spec.packages?.map((p) => packageSpec(language, p)) ?? [];
-  await init(
-    r.podIP,
-    [warm],
-    { token, env, packages, language },
-    AbortSignal.timeout(INIT_TIMEOUT_MS),
-  );
+  const endpoint = `${r.podIP}:${SANDBOXD_PORT}`;
+  await new SandboxdClient({ baseUrl: `http://${endpoint}`, token: warm }).init({
+    token,
+    env,
+    packages,
+    language,
+  });
   faultPoint("provisioner-initialised");
   return {
     uid: sbx.metadata.uid!,
     podName: r.podName,
-    endpoint: `${r.podIP}:${SANDBOXD_PORT}`,
+    endpoint,
     token,
   };
 }

@@ -17,6 +17,7 @@ import {
   RESERVATION,
   type SandboxPool,
   TOKEN_KEY_SECRET,
+  faultPoint,
 } from "@sandpit/operator/api";
 import {
   Informer,
@@ -28,7 +29,6 @@ import {
   isConflict,
   isNotFound,
 } from "@sandpit/operator/kube/client";
-import { faultPoint } from "@sandpit/operator/fault";
 
 /** A warm pod this replica holds, as a create needs it. */
 export interface Reserved {

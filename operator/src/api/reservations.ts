@@ -48,3 +48,14 @@ export function leaseAlive(lease: Lease | undefined, nowMs: number): boolean {
     !!lease && !lease.metadata.deletionTimestamp && !!duration && renewed + duration * 1000 > nowMs
   );
 }
+
+const FAULT_AT = process.env.SANDPIT_FAULT_AT;
+
+/**
+ * A named crash point of the fast path, for the invariant tests
+ * (test/provisioner/fastpath.test.ts): with SANDPIT_FAULT_AT=<step> the process SIGKILLs itself
+ * on reaching that step. Read once at start; production pays one string comparison per step.
+ */
+export function faultPoint(step: string): void {
+  if (FAULT_AT === step) process.kill(process.pid, "SIGKILL");
+}

@@ -15,7 +15,7 @@
 import { ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
 import { dataClaimName } from "../api/names.ts";
 import { packageSpec } from "../api/packages.ts";
-import { RESERVATION, TOKEN_KEY_SECRET, derivedToken } from "../api/reservations.ts";
+import { RESERVATION, TOKEN_KEY_SECRET, derivedToken, faultPoint } from "../api/reservations.ts";
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import type { Ctx } from "../context.ts";
 import { PODS, PVCS, type Pod, SECRETS, type Secret } from "../kube/resources.ts";
@@ -24,7 +24,6 @@ import type { Adoption } from "../sandbox/membership.ts";
 import { controllerRef, newToken } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { init } from "../workload/sandboxd.ts";
-import { faultPoint } from "./fault.ts";
 import type { Holders } from "./holders.ts";
 import {
   type Effective,
