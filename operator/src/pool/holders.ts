@@ -17,11 +17,22 @@ export class Holders {
     this.#kube = kube;
   }
 
+  /**
+   * Whether the holder of that Lease is alive. One missing from the last list is asked about
+   * again with a new one: a replica that started since would otherwise look dead, and its
+   * reservations free for the taking.
+   */
+  async alive(namespace: string, holder: string): Promise<boolean> {
+    return (
+      (await this.#live(namespace)).has(holder) || (await this.#live(namespace, true)).has(holder)
+    );
+  }
+
   /** Names of the live holders' Leases in `namespace`. */
-  live(namespace: string): Promise<Set<string>> {
+  #live(namespace: string, fresh = false): Promise<Set<string>> {
     const now = performance.now();
     const cached = this.#byNamespace.get(namespace);
-    if (cached && now - cached.at < FRESH_MS) return cached.live;
+    if (cached && !fresh && now - cached.at < FRESH_MS) return cached.live;
     const live = this.#kube
       .list<Lease>(LEASES, namespace, { labelSelector: RESERVATION.leaseLabel })
       .then(

@@ -120,17 +120,18 @@ export async function tryAdopt(
   const poolToken = warmToken(ctx, pool);
   if (!poolToken) return undefined;
   const ns = sbx.metadata.namespace!;
-  const reserved = reservedPod(ctx, sbx, pool);
-  const held = await reservedByLive(ctx, claims, pool);
+  const reserved = await reservedPod(ctx, sbx, pool);
   for (let attempt = 0; attempt < 3; attempt++) {
+    // The pod as it is now, reservation and resourceVersion together: the claim below is
+    // conditional on that version, so a reservation made after this look makes it fail.
     const candidate =
       attempt === 0 && reserved && !claims.claiming.has(reserved.metadata.uid!)
         ? reserved
-        : warmPods(ctx, pool).find(
-            (p) =>
-              !claims.claiming.has(p.metadata.uid!) &&
-              !held.has(p.metadata.name) &&
-              claimable(pool, p, shape),
+        : await firstFree(
+            claims,
+            warmPods(ctx, pool).filter(
+              (p) => !claims.claiming.has(p.metadata.uid!) && claimable(pool, p, shape),
+            ),
           );
     if (!candidate) return undefined;
     const uid = candidate.metadata.uid!;
@@ -212,16 +213,38 @@ async function claim(ctx: Ctx, sbx: Sandbox, pod: Pod): Promise<Pod | undefined>
  * The warm pod a provisioner reserved and handed to `sbx` (the Sandbox names it and its holder),
  * while it is still warm and still reserved by that holder; else undefined, and the sandbox
  * adopts like any other. Alive or not, the holder gave it to this sandbox: the Sandbox is the
- * claim.
+ * claim. A cache that does not show the reservation yet (the provisioner wrote it a moment ago)
+ * is not believed: the pod is read from the API.
  */
-function reservedPod(ctx: Ctx, sbx: Sandbox, pool: SandboxPool): Pod | undefined {
+async function reservedPod(ctx: Ctx, sbx: Sandbox, pool: SandboxPool): Promise<Pod | undefined> {
   const name = sbx.metadata.annotations?.[RESERVATION.pod];
   const holder = sbx.metadata.annotations?.[RESERVATION.holder];
   if (!name || !holder) return undefined;
-  const pod = warmPods(ctx, pool).find((p) => p.metadata.name === name);
-  return pod?.metadata.annotations?.[RESERVATION.holder] === holder && podReady(pod)
-    ? pod
-    : undefined;
+  const fits = (p: Pod | undefined): p is Pod =>
+    !!p &&
+    p.metadata.labels?.[LABEL.pool] === pool.metadata.name &&
+    p.metadata.labels?.[LABEL.warm] === "true" &&
+    !p.metadata.deletionTimestamp &&
+    p.metadata.annotations?.[RESERVATION.holder] === holder &&
+    podReady(p);
+  const cached = ctx.caches.pods.get(name, sbx.metadata.namespace);
+  if (fits(cached)) return cached;
+  try {
+    const live = await ctx.kube.get<Pod>(PODS, sbx.metadata.namespace, name);
+    return fits(live) ? live : undefined;
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
+
+/** The first of `pods` not reserved by a live provisioner replica. */
+async function firstFree(claims: Pick<Claims, "holders">, pods: Pod[]): Promise<Pod | undefined> {
+  for (const p of pods) {
+    const holder = p.metadata.annotations?.[RESERVATION.holder];
+    if (!holder || !(await claims.holders.alive(p.metadata.namespace!, holder))) return p;
+  }
+  return undefined;
 }
 
 /** Names of the pool's warm pods reserved by a provisioner replica that is still alive. */
@@ -230,14 +253,13 @@ export async function reservedByLive(
   claims: Pick<Claims, "holders">,
   pool: SandboxPool,
 ): Promise<Set<string>> {
-  const reserved = warmPods(ctx, pool).filter((p) => p.metadata.annotations?.[RESERVATION.holder]);
-  if (reserved.length === 0) return new Set();
-  const live = await claims.holders.live(pool.metadata.namespace!);
-  return new Set(
-    reserved
-      .filter((p) => live.has(p.metadata.annotations![RESERVATION.holder]!))
-      .map((p) => p.metadata.name),
-  );
+  const held = new Set<string>();
+  for (const p of warmPods(ctx, pool)) {
+    const holder = p.metadata.annotations?.[RESERVATION.holder];
+    if (holder && (await claims.holders.alive(pool.metadata.namespace!, holder)))
+      held.add(p.metadata.name);
+  }
+  return held;
 }
 
 /**
