@@ -136,10 +136,11 @@ export async function reconcileSandbox(
     // The children every state has are made alongside the run state's work (a warm adoption
     // needs none of them to finish first); whatever waits on the token awaits it.
     const token = ensureTokenSecret(ctx, sbx);
+    const isolated = ensureNetworkPolicy(ctx, sbx, eff);
     const children = Promise.all([
       token,
       ensureService(ctx, sbx),
-      ensureNetworkPolicy(ctx, sbx, eff),
+      isolated,
       // A cold sandbox's own volume is made with its pod (an adopted one brings its own).
       podName === name ? undefined : ensureAdoptedClaim(ctx, sbx, podName),
     ]);
@@ -151,6 +152,7 @@ export async function reconcileSandbox(
         eff,
         st,
         token,
+        isolated,
         podName,
         expiresAt,
         signal,
@@ -178,6 +180,8 @@ interface Run {
   eff: Effective;
   st: SandboxStatusBuilder;
   token: Promise<string>;
+  /** Settles once the sandbox's NetworkPolicy is written. */
+  isolated: Promise<unknown>;
   podName: string;
   expiresAt: number;
   signal: AbortSignal;
@@ -231,7 +235,7 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
     if (ctx.podExpectations.pending(`${ns}/${r.podName}`)) return { requeueAfterMs: 1_000 };
     const neverRan = !sbx.status?.podName && !sbx.status?.readyAt;
     if (pool && neverRan && r.podName === sbx.metadata.name) {
-      const adoption = await pools.adopt(sbx, pool, r.eff, r.token, r.signal);
+      const adoption = await pools.adopt(sbx, pool, r.eff, r.token, r.isolated, r.signal);
       if (adoption) {
         recordAdopted(sbx, st, adoption);
         return { requeueAfterMs: nextDeadline(r.eff, st, r.expiresAt, now) };
