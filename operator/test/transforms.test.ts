@@ -8,6 +8,7 @@ import { pino } from "pino";
 import { afterEach, beforeEach, describe, expect, test, vi } from "vitest";
 import { LABEL } from "../src/api/labels.ts";
 import { dataClaimName, tokenSecretName } from "../src/api/names.ts";
+import { TOKEN_KEY_SECRET } from "../src/api/reservations.ts";
 import type { Sandbox, SandboxPool } from "../src/api/v1alpha1.ts";
 import { readConfig } from "../src/config.ts";
 import { type Caches, type Ctx, Expectations } from "../src/context.ts";
@@ -338,5 +339,13 @@ describe("a warm pod from a transformed cache", () => {
     expect(slim.data).toEqual({ token: "dG9r" });
     expect(slim.metadata).not.toHaveProperty("managedFields");
     expect(slim.metadata.annotations).toBeUndefined();
+  });
+
+  test("keeps the key reserved sandboxes' tokens derive from", () => {
+    const s = served<KObject & { data: Record<string, string> }>(
+      { apiVersion: "v1", kind: "Secret", metadata: { name: TOKEN_KEY_SECRET, namespace: NS } },
+      { data: { key: "a2V5", other: "b3RoZXI=" } },
+    );
+    expect(transforms.secret(s).data).toEqual({ key: "a2V5" });
   });
 });

@@ -131,9 +131,15 @@ export const claim: Transform<Claim> = (o) => ({
   status: o.status && { phase: o.status.phase },
 });
 
-/** Token Secrets: the token is read (a sandbox's own, a pool's warm one), nothing else. */
-export const secret: Transform<Secret> = (o) => ({
-  ...head(o),
-  metadata: meta(o.metadata),
-  ...(o.data?.token ? { data: { token: o.data.token } } : {}),
-});
+/**
+ * Our Secrets: a token (a sandbox's own, a pool's warm one) or the key reserved sandboxes'
+ * tokens derive from (operator/src/api/reservations.ts) is read, nothing else.
+ */
+export const secret: Transform<Secret> = (o) => {
+  const { token, key } = o.data ?? {};
+  return {
+    ...head(o),
+    metadata: meta(o.metadata),
+    ...(token || key ? { data: { ...(token ? { token } : {}), ...(key ? { key } : {}) } } : {}),
+  };
+};
