@@ -31,7 +31,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import Docker from "dockerode";
-import { build as esbuild } from "esbuild";
+import { build as esbuild, type Metafile } from "esbuild";
 import { withLock } from "./lock.ts";
 import { aptMirror, ensureRootfsTar, rootfsKey, rootfsRecipe } from "./rootfs.ts";
 
@@ -189,8 +189,13 @@ export async function nodeAndNpm(): Promise<{
  * node-pty stays outside: it loads its native addon relative to its own files, so it ships as a
  * package next to the bundle (ptyFiles), where the bundle's `import "node-pty"` finds it.
  */
-function bundleSandboxd(): Promise<Uint8Array> {
-  return bundleForNode(join(sandboxdDir, "src", "main.ts"), "sandboxd.mjs", ["node-pty"]);
+export async function bundleSandboxd(): Promise<Uint8Array> {
+  return (await bundleSandboxdWithMetafile()).contents;
+}
+
+/** The same bundle and esbuild's metafile, which says what each input module costs in it (bench/). */
+export function bundleSandboxdWithMetafile(): Promise<NodeBundle> {
+  return bundleNode(join(sandboxdDir, "src", "main.ts"), "sandboxd.mjs", ["node-pty"], "node24");
 }
 
 /**
@@ -219,6 +224,20 @@ export async function bundleForNode(
   external: string[] = [],
   target = "node24",
 ): Promise<Uint8Array> {
+  return (await bundleNode(entry, outfile, external, target)).contents;
+}
+
+export interface NodeBundle {
+  contents: Uint8Array;
+  metafile: Metafile;
+}
+
+async function bundleNode(
+  entry: string,
+  outfile: string,
+  external: string[],
+  target: string,
+): Promise<NodeBundle> {
   const result = await esbuild({
     entryPoints: [entry],
     bundle: true,
@@ -230,13 +249,14 @@ export async function bundleForNode(
     outfile,
     legalComments: "none",
     logLevel: "silent",
+    metafile: true,
     banner: {
       js: 'import { createRequire as __sandpitCreateRequire } from "node:module"; const require = __sandpitCreateRequire(import.meta.url);',
     },
   });
   const out = result.outputFiles[0];
   if (!out) throw new Error(`esbuild produced no output for ${outfile}`);
-  return out.contents;
+  return { contents: out.contents, metafile: result.metafile };
 }
 
 /** update-ca-certificates wants one certificate per file, so a bundle is split. */

@@ -1,7 +1,10 @@
 /**
  * Local-provider benchmark: for each isolation mode ("none", "bwrap"), in one run and one process:
  *  1. create -> first command done: provider.create() until commands.run("true") resolves, on
- *     fresh threads (each sandbox killed after);
+ *     fresh threads (each sandbox killed after): cold (warm pool off, a sandboxd start each) and
+ *     from the warm pool (one ready process, refilled untimed before each create), the latter
+ *     against the same-run floor of commands.run("true") on a sandbox that is already running
+ *     (a direct request to a running sandboxd over its open connection), interleaved;
  *  2. the round trip of commands.run("true") on one warm sandbox, against the floor measured
  *     alongside it: child_process.spawn("true") awaited until 'close';
  *  3. file throughput: filesystem.write + filesystem.readBytes of a 1 MiB and a 100 MiB buffer
@@ -23,11 +26,16 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { LocalProvider, type SandboxInstance } from "@sandpit/sdk";
 import { commitMeasured, hostInfo, writeResults } from "./report.ts";
-import { median, summarize, type Summary } from "./stats.ts";
+import { median, percentile, summarize, type Summary } from "./stats.ts";
 
 type Mode = "none" | "bwrap";
 const MODES: Mode[] = ["none", "bwrap"];
-const CREATE_RUNS = 30;
+const CREATE_RUNS = 20;
+const WARM_RUNS = 30;
+/** Issue 17: a local create from the warm pool reaches its first command in 10 ms (p50). */
+const GOAL_WARM_CREATE_P50_MS = 10;
+/** Issue 17: 100 MiB write+read through the SDK at ≥ 0.7 of plain fs. */
+const GOAL_FILE_HEADLINE_RATIO = 0.7;
 const RTT_WARMUP = 30;
 const RTT_RUNS = 300;
 const MiB = 1024 * 1024;
@@ -58,6 +66,13 @@ interface ModeResult {
   createToFirstCommandMs: Summary;
   /** create() alone, the same runs. */
   createOnlyMs: Summary;
+  /** From the warm pool: create() until the first commands.run("true") resolves. */
+  warmCreateToFirstCommandMs: Summary;
+  warmCreateP95Ms: number;
+  warmCreateOnlyMs: Summary;
+  /** Same-run floor of the warm create: run("true") on an already running sandbox. */
+  warmFloorMs: Summary;
+  warmFloorP95Ms: number;
   roundTripMs: Summary;
   floorSpawnMs: Summary;
   /** roundTripMs.p50 / floorSpawnMs.p50 */
@@ -73,6 +88,11 @@ interface ModeResult {
 }
 
 const now = () => performance.now();
+const p95 = (xs: number[]) =>
+  percentile(
+    [...xs].sort((a, b) => a - b),
+    95,
+  );
 const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
 
 function bwrapUsable(): { ok: boolean; version: string | null; why?: string } {
@@ -149,9 +169,10 @@ function mbPerS(bytes: number, ms: number): number {
 async function withProvider<T>(
   mode: Mode,
   body: (provider: LocalProvider, baseDir: string) => Promise<T>,
+  warm = 0,
 ): Promise<T> {
   const baseDir = await fs.mkdtemp(join(os.tmpdir(), `sandpit-bench-${mode}-`));
-  const provider = new LocalProvider({ baseDir, isolation: mode });
+  const provider = new LocalProvider({ baseDir, isolation: mode, warm });
   try {
     return await body(provider, baseDir);
   } finally {
@@ -162,8 +183,47 @@ async function withProvider<T>(
 
 type Latency = Omit<ModeResult, "mode" | "files">;
 
+/** Section 1, warm: create -> first command from a pool of one, against a running sandbox's round trip. */
+function benchWarmCreate(mode: Mode) {
+  return withProvider(
+    mode,
+    async (provider) => {
+      const ref = await provider.create({ language: "python" });
+      for (let i = 0; i < 5; i++) await runTrue(ref);
+      const total: number[] = [];
+      const createOnly: number[] = [];
+      const floor: number[] = [];
+      for (let i = 0; i < WARM_RUNS; i++) {
+        await provider.fillWarmPool(); // untimed: one ready process
+        if (provider.warmProcesses.length !== 1) throw new Error(`${mode}: the pool did not fill`);
+        let t = now();
+        await runTrue(ref);
+        floor.push(now() - t);
+        t = now();
+        const sbx = await provider.create({ language: "python" });
+        const t1 = now();
+        await runTrue(sbx);
+        total.push(now() - t);
+        createOnly.push(t1 - t);
+        await sbx.kill();
+      }
+      await ref.kill();
+      log(`${mode}: ${WARM_RUNS} warm-pool creates done`);
+      return {
+        warmCreateToFirstCommandMs: summarize(total),
+        warmCreateP95Ms: p95(total),
+        warmCreateOnlyMs: summarize(createOnly),
+        warmFloorMs: summarize(floor),
+        warmFloorP95Ms: p95(floor),
+      };
+    },
+    1,
+  );
+}
+
 /** Sections 1 and 2: create -> first command, and the warm round trip against the spawn floor. */
-function benchLatency(mode: Mode): Promise<Latency> {
+async function benchLatency(mode: Mode): Promise<Latency> {
+  const warm = await benchWarmCreate(mode);
   return withProvider(mode, async (provider) => {
     let t0 = now();
     const cold = await provider.create({ language: "python" });
@@ -218,6 +278,7 @@ function benchLatency(mode: Mode): Promise<Latency> {
     const roundTripMs = summarize(ours);
     const floorSpawnMs = summarize(floor);
     return {
+      ...warm,
       coldCreateToFirstCommandMs: coldMs,
       createToFirstCommandMs: summarize(total),
       createOnlyMs: summarize(createOnly),
@@ -320,7 +381,22 @@ function table(results: ModeResult[], skipped: Partial<Record<Mode, string>>): s
     `| Metric | ${modes.map((m) => `isolation: "${m}"`).join(" | ")} | Goal |`,
     `|---|${modes.map(() => "---:").join("|")}|---|`,
     row(
-      `create → first \`true\` done, p50 / p99 / mean (ms, N=${CREATE_RUNS})`,
+      `warm-pool create → first \`true\` done, p50 / p95 / p99 (ms, N=${WARM_RUNS})`,
+      (r) =>
+        `${ms(r.warmCreateToFirstCommandMs.p50)} / ${ms(r.warmCreateP95Ms)} / ${ms(r.warmCreateToFirstCommandMs.p99)} (${verdict(r.warmCreateToFirstCommandMs.p50 <= GOAL_WARM_CREATE_P50_MS)})`,
+      `p50 ≤ ${GOAL_WARM_CREATE_P50_MS} ms`,
+    ),
+    row("… of which `create()` alone, p50 (ms)", (r) => ms(r.warmCreateOnlyMs.p50)),
+    row(
+      'floor: `run("true")` on an already running sandbox, same run, p50 / p95 / p99 (ms)',
+      (r) => `${ms(r.warmFloorMs.p50)} / ${ms(r.warmFloorP95Ms)} / ${ms(r.warmFloorMs.p99)}`,
+    ),
+    row(
+      "warm-pool create / floor, p50",
+      (r) => `${(r.warmCreateToFirstCommandMs.p50 / r.warmFloorMs.p50).toFixed(2)}x`,
+    ),
+    row(
+      `cold create (pool off) → first \`true\` done, p50 / p99 / mean (ms, N=${CREATE_RUNS})`,
       (r) =>
         `${ms(r.createToFirstCommandMs.p50, 1)} / ${ms(r.createToFirstCommandMs.p99, 1)} / ${ms(r.createToFirstCommandMs.mean, 1)}`,
     ),
@@ -375,6 +451,38 @@ function table(results: ModeResult[], skipped: Partial<Record<Mode, string>>): s
   return lines.join("\n");
 }
 
+/** Issue 17's rows for the headline table (`npm run bench`), one per isolation mode. */
+function headline(results: ModeResult[]) {
+  const unit = (v: number) => `${v.toFixed(2)} ms`;
+  return results.flatMap((r) => {
+    const w = r.warmCreateToFirstCommandMs;
+    const fl = r.warmFloorMs;
+    const big = r.files.find((x) => x.label === "100 MiB");
+    return [
+      {
+        metric: `Local create → first command (warm pool; isolation: ${r.mode})`,
+        value: `${unit(w.p50)} / ${unit(r.warmCreateP95Ms)} / ${unit(w.p99)} (p50 / p95 / p99)`,
+        floor: `${unit(fl.p50)} / ${unit(r.warmFloorP95Ms)} / ${unit(fl.p99)}: run("true") on a running sandbox`,
+        ratio: w.p50 / fl.p50,
+        goal: `p50 ≤ ${GOAL_WARM_CREATE_P50_MS} ms`,
+        met: w.p50 <= GOAL_WARM_CREATE_P50_MS,
+      },
+      ...(big
+        ? [
+            {
+              metric: `100 MiB write+read through the SDK / plain fs (local; isolation: ${r.mode})`,
+              value: `${big.ours.mbPerS.toFixed(0)} MB/s`,
+              floor: `${big.plain.mbPerS.toFixed(0)} MB/s (fs.promises)`,
+              ratio: big.ratio,
+              goal: `≥ ${GOAL_FILE_HEADLINE_RATIO}`,
+              met: big.ratio >= GOAL_FILE_HEADLINE_RATIO,
+            },
+          ]
+        : []),
+    ];
+  });
+}
+
 async function main(): Promise<void> {
   const started = new Date();
   const bwrap = bwrapUsable();
@@ -425,7 +533,12 @@ async function main(): Promise<void> {
       percentiles: "nearest-rank",
       mb: 1e6,
     },
-    goals: { roundTripOverFloorP50: GOAL_RTT_RATIO, fileThroughputOverPlain: GOAL_FILE_RATIO },
+    goals: {
+      roundTripOverFloorP50: GOAL_RTT_RATIO,
+      fileThroughputOverPlain: GOAL_FILE_RATIO,
+      warmCreateP50Ms: GOAL_WARM_CREATE_P50_MS,
+    },
+    headline: headline(results),
     skipped,
     results,
   });

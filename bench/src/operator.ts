@@ -18,7 +18,7 @@
  *   node_modules/.bin/node bench/src/operator.ts --report   (the section again from the JSON)
  */
 import { execFile } from "node:child_process";
-import { readFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -39,6 +39,7 @@ import {
   waitFor,
 } from "../../test/cluster/harness.ts";
 import { CLUSTER_STATE } from "../../test/cluster/images.ts";
+import { bundleForNode } from "../../images/build.ts";
 import {
   ROOT,
   Tracker,
@@ -73,6 +74,8 @@ const WARM_ATTEMPTS = WARM + 15; // samples that turn out not to be adoptions ar
 const BURST = SMOKE ? 5 : 200;
 const SCALE = SMOKE ? 30 : 1000;
 const SCALE_CONCURRENCY = 20;
+/** Fake nodes hand out pod addresses from a /21 each and take 2,000 pods: one per 1,800. */
+const PODS_PER_FAKE_NODE = 1800;
 /**
  * The pod sets an ephemeral-storage limit (default 2Gi) and no request, so the request is the
  * limit: 2Gi each, and the node's ~249 GiB of allocatable disk fits 124 sandboxes, not 200. The
@@ -109,6 +112,17 @@ function gauge(metrics: string, name: string): number {
     .split("\n")
     .find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`));
   return line ? Number(line.slice(line.lastIndexOf(" ") + 1)) : NaN;
+}
+
+/** V8's heap spaces, used MiB by space (from prom-client's default metrics). */
+function heapSpaces(metrics: string): Counts {
+  const out: Counts = {};
+  for (const line of metrics.split("\n")) {
+    if (!line.startsWith("nodejs_heap_space_size_used_bytes{")) continue;
+    const space = /space="([^"]*)"/.exec(line)?.[1] ?? "?";
+    out[space] = Math.round(Number(line.slice(line.lastIndexOf(" ") + 1)) / 2 ** 20);
+  }
+  return out;
 }
 
 function diff(after: Counts, before: Counts): Counts {
@@ -309,14 +323,14 @@ async function floor(m: Main) {
   };
 }
 
-async function cold(m: Main) {
-  const names = Array.from({ length: COLD }, (_, i) => `cold-${i}`);
+async function cold(m: Main, count = COLD) {
+  const names = Array.from({ length: count }, (_, i) => `cold-${i}`);
   const ready: number[] = [];
   const bound: number[] = [];
   const podSeen: number[] = [];
   const podRunningAt: number[] = [];
   const stored: number[] = [];
-  const cost = await costOf(m.op, COLD, async () => {
+  const cost = await costOf(m.op, count, async () => {
     for (const name of names) {
       const t0 = now();
       await sandboxes.create(m.c, m.ns, name, {});
@@ -489,7 +503,33 @@ async function kwokRunning(): Promise<boolean> {
   }
 }
 
-async function scale(c: Clients, kubeconfig: string, image: string) {
+/**
+ * The memory of an operator holding `count` Sandboxes on fake nodes. `maxMs` bounds the wait for
+ * their pods: memory is read then even when fewer exist (the record says how many).
+ */
+/**
+ * The operator as its image runs it: one esbuild bundle (images/service.ts), not the TypeScript
+ * source, whose module graph and type stripping alone take ~65 MiB more. Written under
+ * bench/dist/ (ignored by git); returns its path relative to the repository.
+ */
+async function operatorBundle(): Promise<string> {
+  const entry = argument("--operator-entry");
+  if (entry) return entry;
+  const out = "bench/dist/operator.mjs";
+  await mkdir(join(ROOT, "bench/dist"), { recursive: true });
+  await writeFile(join(ROOT, out), await bundleForNode(join(ROOT, "operator/src/main.ts"), out));
+  return out;
+}
+
+async function scale(
+  c: Clients,
+  kubeconfig: string,
+  image: string,
+  count = SCALE,
+  maxMs = 25 * 60_000,
+) {
+  const deadline = now() + maxMs;
+  const left = (atMost: number) => Math.max(1_000, Math.min(atMost, deadline - now()));
   const storage = c.kc.makeApiClient(StorageV1Api);
   const kwokWasRunning = await kwokRunning();
   let ns: string | undefined;
@@ -519,7 +559,8 @@ async function scale(c: Clients, kubeconfig: string, image: string) {
   };
   onInterrupt.add(cleanup);
   try {
-    await run(join(ROOT, "test/cluster/kwok"), ["start", "1"], { timeout: 10 * 60_000 });
+    const nodes = String(Math.min(15, Math.ceil(count / PODS_PER_FAKE_NODE)));
+    await run(join(ROOT, "test/cluster/kwok"), ["start", nodes], { timeout: 10 * 60_000 });
     // The default class binds at once, to a volume pinned to the real node, which a pod held to
     // the fake node could never use; this class lets the scheduler pick the node first.
     await storage
@@ -536,10 +577,12 @@ async function scale(c: Clients, kubeconfig: string, image: string) {
         if ((err as { code?: number }).code !== 409) throw err;
       });
     ns = await benchNamespace(c, "bench-scale");
+    const entry = await operatorBundle();
     op = await startOperator({
       kubeconfig,
       namespace: ns,
       image,
+      entry,
       env: {
         ...OPERATOR_ENV,
         SANDPIT_POD_NODE_SELECTOR: KWOK_SELECTOR,
@@ -555,7 +598,7 @@ async function scale(c: Clients, kubeconfig: string, image: string) {
     log(`scale: operator RSS with 0 objects ${empty.rssMiB.toFixed(0)} MiB`);
     pods = new Tracker(c.kc, `/api/v1/namespaces/${ns}/pods`, { running: podRunning });
     await pods.start();
-    const names = Array.from({ length: SCALE }, (_, i) => `s-${String(i).padStart(4, "0")}`);
+    const names = Array.from({ length: count }, (_, i) => `s-${String(i).padStart(5, "0")}`);
     const cpu0 = await cpuSeconds(pid);
     const t0 = now();
     const tracked = pods;
@@ -576,16 +619,18 @@ async function scale(c: Clients, kubeconfig: string, image: string) {
     }, 5_000);
     await createAll(c, ns, names, { storage: { storageClassName: WFFC_CLASS } }, SCALE_CONCURRENCY);
     const createdS = (now() - t0) / 1000;
-    log(`scale: ${SCALE} Sandboxes created in ${createdS.toFixed(1)} s`);
+    log(`scale: ${count} Sandboxes created in ${createdS.toFixed(1)} s`);
     const p = pods;
-    await p.until(`${SCALE} pods`, 20 * 60_000, () => p.live().length >= SCALE);
+    await p
+      .until(`${count} pods`, left(20 * 60_000), () => p.live().length >= count)
+      .catch((err: unknown) => log(`scale: ${(err as Error).message} (${p.live().length} pods)`));
     const podsS = (now() - t0) / 1000;
-    log(`scale: ${SCALE} pods exist after ${podsS.toFixed(1)} s`);
+    log(`scale: ${p.live().length} pods exist after ${podsS.toFixed(1)} s`);
     let runningCount = 0;
     await p
-      .until(`${SCALE} pods Running`, 5 * 60_000, () => {
+      .until(`${count} pods Running`, left(5 * 60_000), () => {
         runningCount = p.live(podRunning).length;
-        return runningCount >= SCALE;
+        return runningCount >= count;
       })
       .catch((err: unknown) => log(`scale: ${(err as Error).message} (${runningCount} Running)`));
     const runningS = (now() - t0) / 1000;
@@ -595,6 +640,8 @@ async function scale(c: Clients, kubeconfig: string, image: string) {
       ...(await procStatus(pid)),
       heapUsedMiB: gauge(metrics, "nodejs_heap_size_used_bytes") / 2 ** 20,
       heapTotalMiB: gauge(metrics, "nodejs_heap_size_total_bytes") / 2 ** 20,
+      externalMiB: gauge(metrics, "nodejs_external_memory_bytes") / 2 ** 20,
+      heapSpacesMiB: heapSpaces(metrics),
     };
     const operatorCpuS = (await cpuSeconds(pid)) - cpu0;
     const phases: Counts = {};
@@ -606,6 +653,9 @@ async function scale(c: Clients, kubeconfig: string, image: string) {
       `scale: RSS ${full.rssMiB.toFixed(0)} MiB (peak ${full.hwmMiB.toFixed(0)}), heap used ${full.heapUsedMiB.toFixed(0)} MiB; phases ${JSON.stringify(phases)}`,
     );
     return {
+      count,
+      entry,
+      pods: p.live().length,
       kwokWasRunning,
       empty,
       full,
@@ -947,8 +997,225 @@ async function main(): Promise<void> {
   const section = report(record);
   process.stdout.write(section);
   if (SMOKE) return;
-  await writeResults(join(ROOT, "bench/results/operator.json"), record);
+  // The parts that can also run alone are kept by count, with the headline of all of them.
+  const previous = await readRecord();
+  const run = { date, commit: record.commit, loadEnd: os.loadavg()[0]!, command: COMMAND };
+  const out: Record_ = {
+    ...record,
+    scaleRuns: {
+      ...previous.scaleRuns,
+      ...("error" in sc
+        ? {}
+        : { [sc.count]: { ...sc, ...run, loadStart: parts.floor.cost.loadAvg1 } }),
+    },
+    writesRun: {
+      ...run,
+      loadStart: parts.cold.cost.loadAvg1,
+      samples: parts.cold.cost.samples,
+      readyP50Ms: parts.cold.ready.p50,
+      writes: parts.cold.cost.writes,
+    },
+  };
+  out.headline = headlineOf(out);
+  await writeResults(join(ROOT, "bench/results/operator.json"), out);
   await updateResultsMd("## Kubernetes operator", section);
+  await updateResultsMd(SCALE_HEADING, scaleSection(out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// One part alone: `--memory-only [--sandboxes N] [--max-minutes M]` (the kwok memory case at N)
+// and `--writes-only [--sandboxes N]` (N cold sandboxes, one after another, and the operator's
+// writes for them). Each run is kept in bench/results/operator.json (scaleRuns by count,
+// writesRun), which also gets the issue-17 headline; the section "## Operator at scale" lists them.
+
+const SCALE_HEADING = "## Operator at scale";
+const GOAL_SANDBOXES = 10_000;
+const GOAL_RSS_MIB = 300;
+const GOAL_COLD_WRITES = 4;
+
+function argument(name: string): string | undefined {
+  const i = process.argv.indexOf(name);
+  return i < 0 ? undefined : process.argv[i + 1];
+}
+
+interface RunInfo {
+  date: string;
+  commit: string | null;
+  loadStart: number;
+  loadEnd: number;
+  command: string;
+}
+type ScaleRun = Scale & RunInfo;
+interface WritesRun extends RunInfo {
+  samples: number;
+  readyP50Ms: number;
+  writes: Counts;
+}
+interface Headline {
+  metric: string;
+  value: string;
+  floor: string;
+  ratio: number | null;
+  goal: string;
+  met: boolean;
+}
+interface Record_ {
+  scaleRuns?: Record<string, ScaleRun>;
+  writesRun?: WritesRun;
+  headline?: Headline[];
+  [k: string]: unknown;
+}
+
+function headlineOf(r: Record_): Headline[] {
+  const out: Headline[] = [];
+  const runs = Object.values(r.scaleRuns ?? {}).sort((a, b) => b.count - a.count);
+  const top = runs[0];
+  if (top) {
+    out.push({
+      metric: `Operator RSS at ${GOAL_SANDBOXES.toLocaleString("en")} Sandboxes (fake nodes)`,
+      value: `${top.full.rssMiB.toFixed(0)} MiB at ${top.pods.toLocaleString("en")} Sandboxes' pods`,
+      floor: `${top.empty.rssMiB.toFixed(0)} MiB (the same operator with 0 objects)`,
+      ratio: Number((top.full.rssMiB / top.empty.rssMiB).toFixed(2)),
+      goal: `≤ ${GOAL_RSS_MIB} MiB`,
+      met: top.pods >= GOAL_SANDBOXES && top.full.rssMiB <= GOAL_RSS_MIB,
+    });
+  }
+  const w = r.writesRun;
+  if (w) {
+    const own = sum(w.writes, (k) => !isEvent(k) && !isLease(k) && !isPool(k)) / w.samples;
+    out.push({
+      metric: "API writes per cold sandbox (events and lease renewals apart)",
+      value: per(own * w.samples, w.samples),
+      floor: "n/a",
+      ratio: null,
+      goal: `≤ ${GOAL_COLD_WRITES}`,
+      met: own <= GOAL_COLD_WRITES,
+    });
+  }
+  return out;
+}
+
+function scaleSection(r: Record_): string {
+  const rows = Object.values(r.scaleRuns ?? {})
+    .sort((a, b) => a.count - b.count)
+    .map((s) => {
+      const spaces = Object.entries(s.full.heapSpacesMiB ?? {})
+        .filter(([, v]) => v > 0)
+        .map(([k, v]) => `${k.replace(/_space$/, "")} ${v}`)
+        .join(", ");
+      return `| ${s.count.toLocaleString("en")} (${s.pods} pods, ${s.podsRunning} Running) | ${s.empty.rssMiB.toFixed(0)} | ${s.full.rssMiB.toFixed(0)} (peak ${s.full.hwmMiB.toFixed(0)}) | ${s.full.heapUsedMiB.toFixed(0)} / ${s.full.heapTotalMiB.toFixed(0)} | ${s.full.externalMiB?.toFixed(0) ?? "n/a"} | ${spaces} | ${s.operatorCpuS.toFixed(0)} | \`${s.entry ?? "operator/src/main.ts"}\` | \`${s.commit}\`, ${s.date.slice(0, 16).replace("T", " ")} UTC, load ${s.loadStart.toFixed(1)} → ${s.loadEnd.toFixed(1)} |`;
+    });
+  const w = r.writesRun;
+  const writeRows = w
+    ? Object.entries(w.writes)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([k, v]) => `| \`${k}\` | ${per(v, w.samples)} |`)
+    : [];
+  const head = (r.headline ?? []).map(
+    (h) =>
+      `| ${h.metric} | ${h.value} | ${h.floor} | ${h.ratio ?? "n/a"} | ${h.goal} | ${h.met ? "met" : "**missed**"} |`,
+  );
+  return `${SCALE_HEADING}
+
+The operator's memory with many Sandboxes on fake (kwok) nodes and its API writes per cold
+sandbox, each part run alone (\`${COMMAND} --memory-only --sandboxes N\`, \`${COMMAND} --writes-only
+--sandboxes N\`; as root, under the cluster lock). The memory case is the one of
+"## Kubernetes operator" (a second operator process in a namespace of its own, PVCs in a
+WaitForFirstConsumer class, pods held to the fake nodes, which never answer: the sandboxes stay
+Starting and the operator keeps checking them); memory is read 15 s after the last pod runs. The
+operator runs as the esbuild bundle its image ships (\`bench/dist/operator.mjs\`, built by the
+run), unless the row says otherwise: run from its TypeScript source it takes ~65 MiB more
+(module graph and type stripping), which a deployment never pays.
+
+| Metric | Value | Floor | Ratio | Goal | |
+| --- | ---: | ---: | ---: | ---: | --- |
+${head.join("\n")}
+
+| Sandboxes | RSS, 0 objects (MiB) | RSS, all (MiB) | heap used / total (MiB) | external (MiB) | heap spaces used (MiB) | operator CPU (s) | operator run from | run |
+| --- | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |
+${rows.join("\n")}
+${
+  w
+    ? `
+Writes per cold sandbox (${w.samples} created one after another and awaited Ready, p50 ${ms(w.readyP50Ms)} ms; \`${w.commit}\`, ${w.date.slice(0, 16).replace("T", " ")} UTC, load ${w.loadStart.toFixed(1)} → ${w.loadEnd.toFixed(1)}):
+
+| Resource and verb | per sandbox |
+| --- | ---: |
+${writeRows.join("\n")}
+`
+    : ""
+}`;
+}
+
+async function readRecord(): Promise<Record_> {
+  try {
+    return JSON.parse(await readFile(join(ROOT, "bench/results/operator.json"), "utf8")) as Record_;
+  } catch {
+    return {};
+  }
+}
+
+async function partial(memoryOnly: boolean): Promise<void> {
+  const count = Number(argument("--sandboxes") ?? (memoryOnly ? SCALE : COLD));
+  const maxMinutes = Number(argument("--max-minutes") ?? 25);
+  if (!Number.isInteger(count) || count < 1) throw new Error(`--sandboxes: a count, not ${count}`);
+  const kubeconfig = await clusterUp();
+  const image = await clusterImage();
+  const c = clients(kubeconfig);
+  await ensureCrds(c);
+  const info = () => ({ date, commit: commitMeasured(), loadStart, loadEnd: os.loadavg()[0]! });
+  const date = new Date().toISOString();
+  const loadStart = os.loadavg()[0]!;
+  const record = await readRecord();
+  if (memoryOnly) {
+    const command = `${COMMAND} --memory-only --sandboxes ${count}`;
+    log(`memory at ${count} sandboxes (kwok), at most ${maxMinutes} min of waiting`);
+    const sc = await scale(c, kubeconfig, image, count, maxMinutes * 60_000);
+    record.scaleRuns = { ...record.scaleRuns, [count]: { ...sc, ...info(), command } };
+  } else {
+    const command = `${COMMAND} --writes-only --sandboxes ${count}`;
+    const ns = await benchNamespace(c, "bench-writes");
+    const kube = new Kube(c.kc, { fieldManager: "sandpit-bench" });
+    let op: OperatorProcess | undefined;
+    const trackers: Tracker[] = [];
+    const cleanup = async () => {
+      for (const t of trackers) t.stop();
+      if (op) await stopOperator(op);
+      await deleteNamespaceAndWait(c, ns, 5 * 60_000);
+    };
+    onInterrupt.add(cleanup);
+    try {
+      op = await startOperator({ kubeconfig, namespace: ns, image, env: OPERATOR_ENV });
+      const pods = new Tracker(c.kc, `/api/v1/namespaces/${ns}/pods`, { running: podRunning });
+      const sbx = new Tracker(c.kc, sandboxPath(ns), { ready: (o) => o.status?.phase === "Ready" });
+      const claims = new Tracker(c.kc, `/api/v1/namespaces/${ns}/persistentvolumeclaims`, {
+        bound: (o) => o.status?.phase === "Bound",
+      });
+      trackers.push(pods, sbx, claims);
+      await Promise.all(trackers.map((t) => t.start()));
+      const co = await cold({ c, kube, ns, op, pods, sbx, claims, image }, count);
+      log(`writes: ${JSON.stringify(co.cost.writes)} over ${count} cold sandboxes`);
+      record.writesRun = {
+        ...info(),
+        command,
+        samples: count,
+        readyP50Ms: co.ready.p50,
+        writes: co.cost.writes,
+      };
+    } catch (err) {
+      if (op) process.stderr.write(`operator log tail:\n${op.logs().slice(-5000)}\n`);
+      throw err;
+    } finally {
+      onInterrupt.delete(cleanup);
+      await cleanup();
+    }
+  }
+  record.headline = headlineOf(record);
+  const section = scaleSection(record);
+  process.stdout.write(section);
+  if (SMOKE) return;
+  await writeResults(join(ROOT, "bench/results/operator.json"), record);
+  await updateResultsMd(SCALE_HEADING, section);
 }
 
 /**
@@ -958,10 +1225,14 @@ async function main(): Promise<void> {
 if (process.argv.includes("--report")) {
   const record = JSON.parse(
     await readFile(join(ROOT, "bench/results/operator.json"), "utf8"),
-  ) as Parameters<typeof report>[0];
+  ) as Parameters<typeof report>[0] & Record_;
   const section = report(record);
   process.stdout.write(section);
   await updateResultsMd("## Kubernetes operator", section);
+  if (record.scaleRuns || record.writesRun)
+    await updateResultsMd(SCALE_HEADING, scaleSection(record));
+} else if (process.argv.includes("--memory-only") || process.argv.includes("--writes-only")) {
+  await partial(process.argv.includes("--memory-only"));
 } else {
   await main();
 }

@@ -19,12 +19,13 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { DockerProvider } from "@sandpit/sdk/docker";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
 import { call, KEYS, KEY_LIST, startServe } from "../../test/serve/harness.ts";
 import { updateResultsMd } from "./kube.ts";
-import { commitMeasured, hostInfo } from "./report.ts";
+import { commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { summarize, type Summary } from "./stats.ts";
 
 const IMAGE = process.env.SANDPIT_BENCH_IMAGE ?? "sandpit-sandbox:latest";
@@ -43,6 +44,7 @@ const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
 const fresh = () => `bench-${randomBytes(6).toString("hex")}`;
 const ms = (s: Summary) => `${s.p50.toFixed(2)} / ${s.p99.toFixed(2)} / ${s.max.toFixed(2)}`;
 
+const LOAD_START = loadavg()[0]!;
 const engine = await ensureDocker({ log });
 const dockerNames = async (filter: string) =>
   (await run("docker", ["ps", "--filter", filter, "--format", "{{.Names}}"])).stdout
@@ -230,6 +232,26 @@ in a file of its state directory and reads them over the container's own (list, 
 reaper): serve's creates claim warm containers like any other.
 `;
   process.stdout.write(`${section}\n`);
+  const row = (metric: string, a: Summary, b: Summary) => ({
+    metric,
+    value: `${a.p50.toFixed(2)} ms`,
+    floor: `${b.p50.toFixed(2)} ms (the Docker provider directly)`,
+    ratio: Number((a.p50 / b.p50).toFixed(2)),
+    goal: "≤ 1.2x + 2 ms",
+    met: verdict(a, b) === "met",
+  });
+  await writeResults(fileURLToPath(new URL("../results/serve.json", import.meta.url)), {
+    benchmark: "serve",
+    ranAt: new Date().toISOString(),
+    commit: commitMeasured(),
+    host,
+    loadAverage: { start: LOAD_START, end: loadavg()[0]! },
+    results: { create: s, roundTrip: r },
+    headline: [
+      row("sandpit serve on Docker: warm create → first command, p50", s.served, s.warm),
+      row("sandpit serve on Docker: command round trip through its proxy, p50", r.serve, r.direct),
+    ],
+  });
   await updateResultsMd("## sandpit serve on Docker: claims of warmed-up containers", section);
 } finally {
   await serve.stop();

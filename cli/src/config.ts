@@ -5,7 +5,7 @@
  * defaults. SANDPIT_PROVIDER then replaces `sandbox.use` (a name, or a comma-separated fallback
  * chain), so one config file can name every provider's options and the shell picks one.
  */
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import type { SandpitConfig } from "@sandpit/sdk";
@@ -39,6 +39,23 @@ export function findConfigFile(
     "config.yaml",
   );
   return existsSync(user) ? user : undefined;
+}
+
+/**
+ * What decides which provider (and which of its state directories) an invocation gets, as one
+ * string: the config file found and its version (path, inode, size, mtime), SANDPIT_PROVIDER and
+ * the home directory (the providers' default directories hang off it). Two invocations with the
+ * same identity resolve the same config.
+ */
+export function configIdentity(explicit: string | undefined): string {
+  const path = findConfigFile(explicit);
+  const st = path ? statSync(path) : undefined;
+  return JSON.stringify([
+    path ?? null,
+    st ? [st.ino, st.size, st.mtimeMs] : null,
+    process.env.SANDPIT_PROVIDER ?? "",
+    homedir(),
+  ]);
 }
 
 export async function resolveConfig(explicit: string | undefined): Promise<ResolvedConfig> {

@@ -5,6 +5,7 @@
  */
 import type { SandboxInstance, SandboxProvider } from "@sandpit/sdk";
 import { resolveConfig } from "./config.ts";
+import { dropTicket } from "./exec-ticket.ts";
 
 export interface GlobalOptions {
   config?: string;
@@ -31,11 +32,15 @@ export async function withProvider<T>(
   }
 }
 
-/** Runs `fn` with the sandbox `id`, resumed (started again if it was paused). */
-export function withSandbox<T>(
+/**
+ * Runs `fn` with the sandbox `id`, resumed (started again if it was paused). Its exec ticket is
+ * dropped first: whatever `fn` does (pause, rm, a new lifetime) may make it stale.
+ */
+export async function withSandbox<T>(
   opts: GlobalOptions,
   id: string,
   fn: (sandbox: SandboxInstance, provider: SandboxProvider) => Promise<T>,
 ): Promise<T> {
+  await dropTicket(id, opts.config).catch(() => undefined);
   return withProvider(opts, async (provider) => fn(await provider.resume(id), provider));
 }

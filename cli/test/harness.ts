@@ -31,9 +31,17 @@ export class CliHarness {
     mkdirSync(this.cwd);
   }
 
-  /** Environment of every run: this config, nothing inherited that would pick another. */
+  /** The CLI's cache directory (exec tickets, the compile cache). */
+  readonly cache = join(this.dir, "cache");
+
+  /** Environment of every run: this config and cache, nothing inherited that would pick another. */
   env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-    const env: NodeJS.ProcessEnv = { ...process.env, SANDPIT_CONFIG: this.config, ...extra };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      SANDPIT_CONFIG: this.config,
+      XDG_CACHE_HOME: this.cache,
+      ...extra,
+    };
     for (const k of ["SANDPIT_PROVIDER", "SANDPIT_DEBUG", "SANDPIT_LOG_LEVEL"])
       if (!(k in extra)) delete env[k];
     return env;

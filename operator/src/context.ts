@@ -27,11 +27,23 @@ export interface Caches {
 export class Expectations {
   readonly #pending = new Map<string, number>();
   readonly #ttlMs: number;
+  #sweepAt = 1_000;
   constructor(ttlMs = 30_000) {
     this.#ttlMs = ttlMs;
   }
   expect(key: string): void {
-    this.#pending.set(key, performance.now());
+    const now = performance.now();
+    this.#pending.set(key, now);
+    // A write whose object was never seen (it existed already, or went at once) and is not
+    // asked about again would stay: expired ones go whenever the map has doubled since.
+    if (this.#pending.size > this.#sweepAt) {
+      for (const [k, at] of this.#pending) if (now - at > this.#ttlMs) this.#pending.delete(k);
+      this.#sweepAt = Math.max(1_000, 2 * this.#pending.size);
+    }
+  }
+  /** Writes remembered, expired ones included until the next sweep. */
+  get size(): number {
+    return this.#pending.size;
   }
   observed(key: string): void {
     this.#pending.delete(key);

@@ -14,7 +14,18 @@ import { Controller } from "./controller/controller.ts";
 import { EventRecorder } from "./kube/events.ts";
 import { Informer } from "./kube/informer.ts";
 import { LeaderElector } from "./kube/leader-election.ts";
-import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "./kube/resources.ts";
+import {
+  type Claim,
+  NETWORK_POLICIES,
+  PODS,
+  PVCS,
+  type Pod,
+  SECRETS,
+  SERVICES,
+  type Secret,
+} from "./kube/resources.ts";
+import * as transforms from "./kube/transforms.ts";
+import type { Transform } from "./kube/transforms.ts";
 import { type KObject, Kube, loadKubeConfig, resourceOfPath } from "./kube/rest.ts";
 import {
   apiWrites,
@@ -69,22 +80,28 @@ export class Manager {
     });
     const ns = cfg.watchNamespace;
     const owned = `${LABEL.managedBy}=${MANAGED_BY.operator}`;
-    const informer = <T extends KObject>(resource: typeof PODS, labelSelector?: string) =>
+    // Each cache keeps only what the reconcilers read of its objects (kube/transforms.ts).
+    const informer = <T extends KObject>(
+      resource: typeof PODS,
+      transform: Transform<T>,
+      labelSelector?: string,
+    ) =>
       new Informer<T>(kube, {
         resource,
         logger: log,
+        transform,
         onRestart: (cause) => informerRestarts.inc({ resource: resource.plural, cause }),
         ...(ns ? { namespace: ns } : {}),
         ...(labelSelector ? { labelSelector } : {}),
       });
     const caches: Caches = {
-      sandboxes: informer<Sandbox>(SANDBOXES),
-      pools: informer<SandboxPool>(POOLS),
-      pods: informer<Pod>(PODS, owned),
-      claims: informer(PVCS, owned),
-      services: informer(SERVICES, owned),
-      secrets: informer(SECRETS, owned),
-      networkPolicies: informer(NETWORK_POLICIES, owned),
+      sandboxes: informer<Sandbox>(SANDBOXES, transforms.specAndStatus),
+      pools: informer<SandboxPool>(POOLS, transforms.specAndStatus),
+      pods: informer<Pod>(PODS, transforms.pod, owned),
+      claims: informer<Claim>(PVCS, transforms.claim, owned),
+      services: informer(SERVICES, transforms.metadataOnly, owned),
+      secrets: informer<Secret>(SECRETS, transforms.secret, owned),
+      networkPolicies: informer(NETWORK_POLICIES, transforms.metadataOnly, owned),
     };
     this.#informers = Object.values(caches) as Informer<KObject>[];
     this.#sandboxes = new Controller({

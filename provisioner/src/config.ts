@@ -73,6 +73,13 @@ const Env = z.object({
     .int()
     .min(1024)
     .default(1024 * 1024),
+  /**
+   * Warm pods this replica holds per pool it serves, for creates that answer without waiting on
+   * the API server (docs/architecture.md, "The warm create"); 0 turns the fast path off.
+   */
+  SANDPIT_WARM_RESERVATION: z.coerce.number().int().min(0).max(1000).default(2),
+  /** How long this replica's reservations outlive it if it dies without releasing them. */
+  SANDPIT_RESERVATION_LEASE_SECONDS: z.coerce.number().int().min(3).max(300).default(15),
   SANDPIT_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
   /**
    * JSON object: a container path DeerFlow asks for in extra_mounts -> the claim mounted there,
@@ -111,6 +118,8 @@ export interface ProvisionerConfig {
   shutdownDelayMs: number;
   maxBodyBytes: number;
   logLevel: string;
+  /** Warm pods held per pool (0: no fast path) and the holder Lease's duration. */
+  reservation: { size: number; leaseSeconds: number };
   /** Resource floors and ceilings where a pool sets none (SANDPIT_MIN_* / SANDPIT_MAX_*). */
   bounds: PlatformBounds;
   /** The volumes DeerFlow's extra_mounts are mapped to, one per container path. */
@@ -167,6 +176,10 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
     shutdownDelayMs: e.SANDPIT_SHUTDOWN_DELAY_MS,
     maxBodyBytes: e.SANDPIT_MAX_BODY_BYTES,
     logLevel: e.SANDPIT_LOG_LEVEL,
+    reservation: {
+      size: e.SANDPIT_WARM_RESERVATION,
+      leaseSeconds: e.SANDPIT_RESERVATION_LEASE_SECONDS,
+    },
     bounds: bounds.bounds,
     deerflowMounts,
     e2b: e.SANDPIT_E2B_TOKEN_SECRET

@@ -7,6 +7,7 @@
 import { pino } from "pino";
 import { Kube, loadKubeConfig } from "@sandpit/operator/kube/client";
 import { readConfig } from "./config.ts";
+import { Reservations } from "./reservations.ts";
 import { SandboxStore } from "./sandboxes.ts";
 import { createApp } from "./server.ts";
 
@@ -19,14 +20,32 @@ const cfg = (() => {
   }
 })();
 const log = pino({ level: cfg.logLevel, base: { component: "sandpit-provisioner" } });
+const kube = new Kube(loadKubeConfig(cfg.kubeconfig), { fieldManager: "sandpit-provisioner" });
+// Warm pods held for creates that answer without waiting on the API server. Without them (a
+// Lease it may not make, say) every create takes the operator's path: slower, never failing.
+const reservations =
+  cfg.reservation.size > 0
+    ? new Reservations(kube, cfg.namespace, log, cfg.reservation)
+    : undefined;
 const store = new SandboxStore(
-  new Kube(loadKubeConfig(cfg.kubeconfig), { fieldManager: "sandpit-provisioner" }),
+  kube,
   cfg.namespace,
   log,
   cfg.activityIntervalMs,
   cfg.bounds,
+  reservations,
 );
 store.start();
+if (reservations) {
+  reservations.start().catch((err: unknown) => {
+    log.warn({ err }, "warm-pod reservations are off: creates wait for the operator");
+  });
+  if (cfg.defaultPool)
+    void store.getPool(cfg.defaultPool).then(
+      (p) => p && reservations.serve(p),
+      () => undefined,
+    );
+}
 const { server, metricsServer, beginShutdown } = createApp(cfg, store, log);
 if (cfg.metricsListen) {
   const { host, port } = cfg.metricsListen;
@@ -55,7 +74,8 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
       metricsServer.close();
       server.close(() => {
         store.stop();
-        process.exit(0);
+        // Held warm pods go back to the pool now, not when the Lease runs out.
+        void (reservations?.stop() ?? Promise.resolve()).finally(() => process.exit(0));
       });
       server.closeIdleConnections();
     }, cfg.shutdownDelayMs).unref();

@@ -27,7 +27,9 @@ import {
   isAlreadyExists,
   isNotFound,
 } from "@sandpit/operator/kube/client";
+import { type FastReady, fastEligible, initReserved, reservedAnnotations } from "./fast-create.ts";
 import { admitResources, existingPool } from "./limits.ts";
+import type { Reserved, Reservations } from "./reservations.ts";
 import type { CreateInput, SandboxBackend } from "./store.ts";
 
 export type { CreateInput };
@@ -153,6 +155,13 @@ export class SandboxStore implements SandboxBackend {
    * cached spec is corrected to what was written (so a pause is seen as a pause at once).
    */
   readonly #lifecycleWrites = new Map<string, { generation: number; suspended: boolean }>();
+  /** Warm pods this replica holds for creates (the fast path); undefined: off. */
+  readonly #reservations: Reservations | undefined;
+  /**
+   * Sandboxes this process answered for from a reserved warm pod, by name, until the operator's
+   * status reports them: their address and readiness are known here first.
+   */
+  readonly #fastReady = new Map<string, FastReady>();
 
   constructor(
     kube: Kube,
@@ -160,8 +169,10 @@ export class SandboxStore implements SandboxBackend {
     logger: Logger,
     activityIntervalMs: number,
     bounds: PlatformBounds,
+    reservations?: Reservations,
   ) {
     this.#kube = kube;
+    this.#reservations = reservations;
     this.#bounds = bounds;
     this.namespace = namespace;
     this.#log = logger;
@@ -169,6 +180,9 @@ export class SandboxStore implements SandboxBackend {
     this.#informer = new Informer<Sandbox>(kube, { resource: SANDBOXES, namespace, logger });
     const notify = (s: Sandbox) => {
       this.#caughtUp(s, false);
+      const fast = this.#fastReady.get(s.metadata.name);
+      if (fast && (fast.uid !== s.metadata.uid || s.status?.phase))
+        this.#fastReady.delete(s.metadata.name);
       if (this.#observed(s)) this.#lifecycleWrites.delete(s.metadata.name);
       for (const w of this.#waiters.get(s.metadata.name) ?? []) w(s);
     };
@@ -179,6 +193,7 @@ export class SandboxStore implements SandboxBackend {
       this.#tokens.delete(s.metadata.uid!);
       this.#lastActivity.delete(s.metadata.name);
       this.#lifecycleWrites.delete(s.metadata.name);
+      this.#fastReady.delete(s.metadata.name);
       for (const w of this.#waiters.get(s.metadata.name) ?? []) w(undefined);
     });
   }
@@ -248,15 +263,27 @@ export class SandboxStore implements SandboxBackend {
     return !written || (s.status?.observedGeneration ?? 0) >= written.generation;
   }
 
-  /** The cache, corrected by this process's own writes it does not show yet. */
+  /**
+   * The cache, corrected by this process's own writes it does not show yet, and Ready when this
+   * process readied it from a reserved pod before the operator reported it.
+   */
   #lookup(name: string): Sandbox | undefined {
     const own = this.#freshOwnWrites().get(name);
-    const s = own ? own.sandbox : this.#informer.get(name, this.namespace);
+    const s = this.#fastened(own ? own.sandbox : this.#informer.get(name, this.namespace));
     const written = this.#lifecycleWrites.get(name);
     if (!s || !written || this.#observed(s)) return s;
     return {
       ...s,
       spec: { ...s.spec, lifecycle: { ...s.spec.lifecycle, suspended: written.suspended } },
+    };
+  }
+
+  #fastened(s: Sandbox | undefined): Sandbox | undefined {
+    const fast = s && this.#fastReady.get(s.metadata.name);
+    if (!s || !fast || fast.uid !== s.metadata.uid || s.status?.phase) return s;
+    return {
+      ...s,
+      status: { ...s.status, phase: "Ready", endpoint: fast.endpoint, podName: fast.podName },
     };
   }
 
@@ -309,9 +336,10 @@ export class SandboxStore implements SandboxBackend {
     // Before anything is written: an unknown pool is a 404, limits out of bounds a 400.
     const pool = await existingPool(input.pool, (p) => this.getPool(p));
     admitResources(input, pool, this.#bounds);
+    if (pool) this.#reservations?.serve(pool);
     const name = input.name ?? `sbx-${randomBytes(10).toString("hex")}`;
     for (let attempt = 0; ; attempt++) {
-      const found = await this.#findOrCreate(name, input);
+      const found = await this.#findOrCreate(name, input, pool);
       if (found.sandbox.metadata.deletionTimestamp) {
         if (attempt > 0)
           throw new SandboxUnavailable("failed", `sandbox ${name} is still being deleted`, 5);
@@ -328,6 +356,7 @@ export class SandboxStore implements SandboxBackend {
   async #findOrCreate(
     name: string,
     input: CreateInput,
+    pool: SandboxPool | undefined,
   ): Promise<{ sandbox: Sandbox; created: boolean }> {
     // The cache may not yet show a delete another replica just made, so a sandbox found there
     // is confirmed by a read: a create right after that delete makes a new sandbox, never
@@ -337,7 +366,7 @@ export class SandboxStore implements SandboxBackend {
       if (live) return { sandbox: live, created: false };
     }
     const joined = this.#creating.get(name);
-    const made = joined ? await joined.made : await this.#createOnce(name, input);
+    const made = joined ? await joined.made : await this.#createOnce(name, input, pool);
     if (made) return { sandbox: made, created: !joined };
     // Someone else (another replica) created it first: theirs is the one.
     return {
@@ -347,7 +376,11 @@ export class SandboxStore implements SandboxBackend {
   }
 
   /** One create call for `name`, counted against the quota while it is on its way. */
-  #createOnce(name: string, input: CreateInput): Promise<Sandbox | undefined> {
+  #createOnce(
+    name: string,
+    input: CreateInput,
+    pool: SandboxPool | undefined,
+  ): Promise<Sandbox | undefined> {
     const inFlight = [...this.#creating.values()].filter((c) => c.tenant === input.tenant).length;
     if (input.quota !== undefined && this.count(input.tenant) + inFlight >= input.quota) {
       throw new SandboxUnavailable(
@@ -356,7 +389,7 @@ export class SandboxStore implements SandboxBackend {
         30,
       );
     }
-    const made = this.#createObject(name, input).then(
+    const made = this.#createObject(name, input, pool).then(
       (sandbox) => {
         // In the same turn as leaving #creating: counted once, never missed.
         if (sandbox) this.#ownWrites.set(name, { sandbox, at: Date.now() });
@@ -372,8 +405,22 @@ export class SandboxStore implements SandboxBackend {
     return made;
   }
 
-  /** The new Sandbox, or undefined when one of that name exists already. */
-  async #createObject(name: string, input: CreateInput): Promise<Sandbox | undefined> {
+  /**
+   * The new Sandbox, or undefined when one of that name exists already. With a reserved warm pod
+   * to hand out, the Sandbox names it (the create is the one write, and the claim) and the pod
+   * is initialised for it before this returns: the sandbox is Ready here before the operator
+   * has written anything.
+   */
+  async #createObject(
+    name: string,
+    input: CreateInput,
+    pool: SandboxPool | undefined,
+  ): Promise<Sandbox | undefined> {
+    const reservations = this.#reservations;
+    const reserved =
+      reservations && pool && fastEligible(input, pool)
+        ? await reservations.take(pool.metadata.name)
+        : undefined;
     const body: Sandbox = {
       apiVersion: `${SANDBOXES.group}/${SANDBOXES.version}`,
       kind: "Sandbox",
@@ -388,15 +435,42 @@ export class SandboxStore implements SandboxBackend {
         annotations: {
           ...input.annotations,
           [CAPABILITY_ANNOTATION]: randomBytes(24).toString("base64url"),
+          ...(reserved ? reservedAnnotations(reserved, reservations!.holder) : {}),
         },
       },
       spec: { ...(input.pool ? { poolRef: input.pool } : {}), ...input.spec } as SandboxSpec,
     };
+    let made: Sandbox;
     try {
-      return await this.#kube.create(SANDBOXES, body);
+      made = await this.#kube.create(SANDBOXES, body);
     } catch (err) {
+      if (reserved) reservations!.giveBack(reserved); // no Sandbox names it: still this replica's
       if (isAlreadyExists(err)) return undefined;
       throw err;
+    }
+    if (reserved) await this.#readyFromReserved(made, reserved, pool!);
+    return made;
+  }
+
+  /**
+   * Initialises the reserved pod for `made`. A pod that cannot be initialised is left to the
+   * operator, which adopts it (or another) for the Sandbox that names it; the create then waits
+   * for its status like any other.
+   */
+  async #readyFromReserved(made: Sandbox, reserved: Reserved, pool: SandboxPool): Promise<void> {
+    try {
+      const fast = await initReserved(this.#reservations!, reserved, made, pool);
+      this.#tokens.set(fast.uid, fast.token);
+      this.#fastReady.set(made.metadata.name, fast);
+      // Being created is activity: the first command needs no activity write of its own.
+      this.#lastActivity.set(made.metadata.name, Date.now());
+    } catch (err) {
+      // Packages that do not install fail the operator's /v1/init too, which reports it: the
+      // create sees the Failed status, as a create without the fast path would.
+      this.#log.warn(
+        { err, sandbox: made.metadata.name, pod: reserved.podName },
+        "could not initialise the reserved warm pod; waiting for the operator",
+      );
     }
   }
 

@@ -5,7 +5,7 @@
  * route under an AIO prefix.
  */
 import type { Request, RequestHandler, Response } from "express";
-import type { z } from "zod";
+import type * as z from "zod";
 import { SandboxdError, type ErrorBody } from "./protocol.ts";
 
 export type JsonParser = RequestHandler;

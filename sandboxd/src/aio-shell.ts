@@ -11,7 +11,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Router } from "express";
-import { z } from "zod";
+import * as z from "zod";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
 import {

@@ -14,7 +14,7 @@ import { posix } from "node:path";
 import { PassThrough, Readable } from "node:stream";
 import { randomUUID } from "node:crypto";
 import express, { type Request, type Router } from "express";
-import { z } from "zod";
+import * as z from "zod";
 import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
 import type { PathJail, JailPath } from "./jail.ts";

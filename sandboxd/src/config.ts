@@ -2,7 +2,7 @@
  * sandboxd reads its settings from the environment (the natural interface for a container
  * entrypoint and for a parent process alike), validated strictly so a typo fails at start-up.
  */
-import { z } from "zod";
+import * as z from "zod";
 import {
   DEFAULT_MAX_PROCESSES,
   DEFAULT_OUTPUT_CAP_BYTES,

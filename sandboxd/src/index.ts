@@ -1,6 +1,6 @@
 /** sandboxd as a library: start it in-process (tests, benchmarks) or through main.ts. */
 import type { AddressInfo } from "node:net";
-import { createServer, type Server } from "node:http";
+import type { Server } from "node:http";
 import { rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import { createApp } from "./server.ts";
@@ -19,6 +19,11 @@ import { CodeContexts } from "./contexts.ts";
 import { ProcessTable } from "./processes.ts";
 import { Activity } from "./activity.ts";
 import type { Settings } from "./config.ts";
+
+// Not `import { createServer } from "node:http"`: an ES import of node:http reads every export,
+// and its lazy WebSocket getters then load Node's fetch implementation (undici): about a tenth of
+// sandboxd's start-up (bench/src/sandboxd-start.ts --profile). The CommonJS-style handle does not.
+const { createServer } = process.getBuiltinModule("node:http");
 
 export * from "./protocol.ts";
 export { PathJail } from "./jail.ts";

@@ -4,7 +4,7 @@
  * server and every provider's data-plane client cannot drift apart.
  */
 import { posix } from "node:path";
-import { z } from "zod";
+import * as z from "zod";
 
 /** Agents see the same paths on every provider; sandboxd maps them onto its root directory. */
 export const VIRTUAL_ROOT = "/mnt/user-data";

@@ -6,7 +6,7 @@
  * upgrade dispatcher (upgrades.ts).
  */
 import express, { type Request, Router } from "express";
-import { WebSocketServer, type RawData, type WebSocket } from "ws";
+import type { RawData, WebSocket, WebSocketServer } from "ws";
 import type { Terminals } from "./ptys.ts";
 import {
   PTY_CLOSE,
@@ -71,12 +71,18 @@ export function ptyRouter(terminals: Terminals): Router {
  * message or `replay` value with 1008 and the reason.
  */
 export function ptyUpgradeRoute(terminals: Terminals): UpgradeRoute {
-  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_INPUT_BYTES });
+  // ws is loaded on the first terminal connection, not at start: most sandboxes never open one.
+  // Inside the image's bundle the import is a resolved promise (no I/O before handleUpgrade).
+  let wss: Promise<WebSocketServer> | null = null;
   return {
     path: /^\/v1\/pty\/(\d{1,9})\/connect$/,
-    handle(req, socket, head, match) {
+    async handle(req, socket, head, match) {
       const replay = new URL(req.url ?? "/", "http://x").searchParams.get("replay");
-      wss.handleUpgrade(req, socket, head, (ws) => {
+      wss ??= import("ws").then(
+        ({ WebSocketServer }) =>
+          new WebSocketServer({ noServer: true, maxPayload: MAX_INPUT_BYTES }),
+      );
+      (await wss).handleUpgrade(req, socket, head, (ws) => {
         // `?replay=false`: new output only (a client that follows from the moment it attaches).
         if (replay !== null && replay !== "true" && replay !== "false")
           ws.close(PTY_CLOSE.badMessage, "replay must be true or false");

@@ -3,7 +3,7 @@
  * problem as an INVALID_ARGUMENT naming the field), and whether the client asked for NDJSON.
  */
 import type { Request } from "express";
-import type { z } from "zod";
+import type * as z from "zod";
 import { SandboxdError } from "./protocol.ts";
 
 export function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {

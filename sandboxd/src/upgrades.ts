@@ -13,7 +13,12 @@ import type { Activity } from "./activity.ts";
 export interface UpgradeRoute {
   path: RegExp;
   /** Called for a request whose path matched and whose token is good. */
-  handle(req: IncomingMessage, socket: Duplex, head: Buffer, match: RegExpExecArray): void;
+  handle(
+    req: IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    match: RegExpExecArray,
+  ): void | Promise<void>;
 }
 
 export function attachUpgrades(
@@ -32,11 +37,15 @@ export function attachUpgrades(
         return refuseUpgrade(socket, 401, "missing or wrong bearer token");
       // An open terminal or tunnel is activity for as long as its connection lasts.
       socket.once("close", activity.begin());
-      try {
-        route.handle(req, socket, head, match);
-      } catch (err) {
+      const failed = (err: unknown) => {
         logger.error({ err, path }, "upgrade failed");
         refuseUpgrade(socket, 500, "internal error");
+      };
+      try {
+        // A route may load what it needs on first use (pty-routes.ts loads ws): async failures too.
+        void Promise.resolve(route.handle(req, socket, head, match)).catch(failed);
+      } catch (err) {
+        failed(err);
       }
       return;
     }

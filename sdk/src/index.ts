@@ -26,7 +26,12 @@ export {
 export { FallbackProvider } from "./fallback.ts";
 export { SandboxdClient, type SandboxdClientOptions } from "./sandboxd-client.ts";
 export { SandboxdInstance, type SandboxdLifecycle } from "./sandboxd-instance.ts";
-export { sandboxdConnection, type SandboxdConnection } from "./sandboxd-connection.ts";
+export {
+  sandboxdConnection,
+  sandboxdDefaults,
+  type SandboxdConnection,
+  type SandboxDefaults,
+} from "./sandboxd-connection.ts";
 export { LocalProvider } from "./providers/local/index.ts";
 export type { LocalProviderOptions } from "./providers/local/options.ts";
 export { LazyProvider } from "./lazy-provider.ts";

@@ -16,13 +16,19 @@ import type {
   RunCommandRequest,
   RunCommandResult,
 } from "@sandpit/sandboxd/protocol";
-import { request as httpRequest } from "node:http";
-import type { Duplex, Readable } from "node:stream";
-// Types only: undici is imported on first request (see dispatcher()), so importing the SDK, or
-// a process that never reaches a sandboxd, does not pay for loading it.
-import type { Agent, Dispatcher, WebSocket } from "undici";
+import type { Agent, IncomingMessage } from "node:http";
+import { Readable, type Duplex } from "node:stream";
+// Types only: undici is imported for the first WebSocket (a terminal), the one thing node:http
+// cannot open; its hundred modules would otherwise be most of a short-lived process's start-up.
+import type { Agent as UndiciAgent, WebSocket } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
+
+// node:http and node:https as their CommonJS objects: an ESM import of node:http reads every
+// export, WebSocket's lazy getter included, which loads Node's bundled undici (about 20 ms of a
+// `sandpit exec`'s start) that this client never uses.
+const { Agent: HttpAgent, request: httpRequest } = process.getBuiltinModule("node:http");
+const { Agent: HttpsAgent, request: httpsRequest } = process.getBuiltinModule("node:https");
 
 /** How to reach a sandboxd directly: its address and its bearer token (./sandboxd-connection.ts). */
 export interface SandboxdConnection {
@@ -50,8 +56,55 @@ export interface SandboxdClientOptions {
 /** A streamed command still needs this long beyond its own timeout for the final line. */
 const GRACE_MS = 15_000;
 
-/** A response whose status was OK; its body is still to be read. */
-export type Body = Dispatcher.ResponseData["body"];
+/** The pool's inactivity limit of a request that sets no deadline of its own (`timeoutMs` unset). */
+const IDLE_TIMEOUT_MS = 300_000;
+
+export type HttpMethod = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE";
+
+/**
+ * A response whose status was OK; its body is still to be read, once: as JSON, text or bytes,
+ * chunk by chunk (async iteration), or dropped (dump, destroy).
+ */
+export class Body implements AsyncIterable<Uint8Array> {
+  readonly #res: IncomingMessage;
+
+  constructor(res: IncomingMessage) {
+    this.#res = res;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<Uint8Array> {
+    return this.#res[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
+  }
+
+  async #bytes(): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of this.#res) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks);
+  }
+
+  async text(): Promise<string> {
+    return (await this.#bytes()).toString("utf8");
+  }
+
+  async json(): Promise<unknown> {
+    return JSON.parse(await this.text());
+  }
+
+  async arrayBuffer(): Promise<ArrayBuffer> {
+    const b = await this.#bytes();
+    return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) as ArrayBuffer;
+  }
+
+  /** Reads the rest and drops it, so the connection goes back to the pool. */
+  async dump(): Promise<void> {
+    for await (const _ of this.#res);
+  }
+
+  /** Stops reading: the connection is closed (sandboxd sees the client go). */
+  destroy(err?: Error): void {
+    this.#res.destroy(err);
+  }
+}
 
 export interface RequestOptions {
   /** A stream is sent as it is read (chunked), never gathered first. */
@@ -73,8 +126,13 @@ export class SandboxdClient {
   private readonly socketPath: string | undefined;
   private readonly headers: Record<string, string>;
   private readonly requestTimeoutMs: number;
-  /** One keep-alive connection pool per sandbox, made on first use. */
-  private pool: Promise<Agent> | undefined;
+  /** One keep-alive connection pool per sandbox. */
+  private readonly agent: Agent;
+  private readonly request: typeof httpRequest;
+  /** undici's pool, for WebSockets only, made with the first one. */
+  private wsPool: Promise<UndiciAgent> | undefined;
+  /** Requests not yet finished, which close() waits for. */
+  private readonly inFlight = new Set<Promise<void>>();
   /** Where this client connects, and with which token (see ./sandboxd-connection.ts). */
   readonly connection: SandboxdConnection;
 
@@ -91,23 +149,29 @@ export class SandboxdClient {
       token: opts.token,
     };
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
+    const tls = url.protocol === "https:";
+    // Idle pooled sockets are unref'd by the agent: they never keep a process alive.
+    this.agent = new (tls ? HttpsAgent : HttpAgent)({ keepAlive: true, keepAliveMsecs: 30_000 });
+    this.request = tls ? httpsRequest : httpRequest;
   }
 
-  /** The connection pool; undici (a third of the SDK's import time) loads with the first one. */
-  private dispatcher(): Promise<Agent> {
-    this.pool ??= import("undici").then(
+  /** undici's pool for WebSockets, over the same socket. */
+  private wsDispatcher(): Promise<UndiciAgent> {
+    this.wsPool ??= import("undici").then(
       ({ Agent }) =>
         new Agent({
           keepAliveTimeout: 30_000,
           ...(this.socketPath ? { connect: { socketPath: this.socketPath } } : {}),
         }),
     );
-    return this.pool;
+    return this.wsPool;
   }
 
-  /** Closes pooled connections; the client is unusable afterwards. */
+  /** Waits for requests under way to finish, then closes the pooled connections. */
   async close(): Promise<void> {
-    if (this.pool) await (await this.pool).close();
+    await Promise.all(this.inFlight);
+    this.agent.destroy();
+    if (this.wsPool) await (await this.wsPool).close();
   }
 
   /**
@@ -115,7 +179,8 @@ export class SandboxdClient {
    * output, a watch): letting go of a sandboxd that keeps running without this process.
    */
   async destroy(): Promise<void> {
-    if (this.pool) await (await this.pool).destroy();
+    this.agent.destroy();
+    if (this.wsPool) await (await this.wsPool).destroy();
   }
 
   health(timeoutMs = 5_000): Promise<HealthResponse> {
@@ -238,7 +303,7 @@ export class SandboxdClient {
    * answer's JSON, or undefined for an empty one (204).
    */
   async call<T>(
-    method: Dispatcher.HttpMethod,
+    method: HttpMethod,
     path: string,
     body?: unknown,
     timeoutMs = this.requestTimeoutMs,
@@ -266,7 +331,7 @@ export class SandboxdClient {
    */
   async webSocket(path: string): Promise<WebSocket> {
     const url = `${this.origin.replace(/^http/, "ws")}${this.prefix}${path}`;
-    const [{ WebSocket }, dispatcher] = await Promise.all([import("undici"), this.dispatcher()]);
+    const [{ WebSocket }, dispatcher] = await Promise.all([import("undici"), this.wsDispatcher()]);
     return new WebSocket(url, { dispatcher, headers: this.headers });
   }
 
@@ -320,7 +385,7 @@ export class SandboxdClient {
   }
 
   async json<T>(
-    method: Dispatcher.HttpMethod,
+    method: HttpMethod,
     path: string,
     body?: unknown,
     timeoutMs = this.requestTimeoutMs,
@@ -343,42 +408,111 @@ export class SandboxdClient {
   /**
    * One request over the pooled connection, also for the feature modules that own their wire
    * details (sdk/src/sandboxd/*): an error answer becomes a SandboxError; the body of a success
-   * is the caller's to consume. undici's request() rather than fetch(): it skips the WHATWG
-   * stream layers, which made 100 MiB uploads several times slower. Aborting `signal` rejects
-   * with its reason, as fetch does.
+   * is the caller's to consume. node:http rather than fetch: it skips the WHATWG stream layers
+   * (which made 100 MiB uploads several times slower) and loads nothing. The deadline and
+   * `signal` hold until the body is read; aborting `signal` rejects with its reason, as fetch
+   * does.
    */
-  async send(method: Dispatcher.HttpMethod, path: string, o: RequestOptions = {}): Promise<Body> {
+  async send(method: HttpMethod, path: string, o: RequestOptions = {}): Promise<Body> {
     o.signal?.throwIfAborted();
-    const signals = [o.timeoutMs == null ? undefined : AbortSignal.timeout(o.timeoutMs), o.signal];
-    let res: Dispatcher.ResponseData;
+    const what = `${method} ${this.base}${path.split("?")[0]}`;
+    let res: IncomingMessage;
     try {
-      res = await (
-        await this.dispatcher()
-      ).request({
-        origin: this.origin,
-        path: this.prefix + path,
-        method,
-        headers: { ...this.headers, ...o.headers },
-        ...(o.body === undefined ? {} : { body: o.body }),
-        signal: AbortSignal.any(signals.filter((s) => s !== undefined)),
-        ...(o.timeoutMs === null ? { bodyTimeout: 0 } : {}),
-      });
+      res = await this.exchange(method, path, o);
     } catch (err) {
-      throw failure(err, `${method} ${this.base}${path.split("?")[0]}`, o.signal);
+      throw failure(err, what, o.signal);
     }
-    if (res.statusCode < 400) return res.body;
-    let body: { error?: ErrorBody } | undefined;
+    const status = res.statusCode ?? 500;
+    const body = new Body(res);
+    if (status < 400) return body;
+    let text = "";
     try {
-      body = (await res.body.json()) as { error?: ErrorBody };
+      text = await body.text();
     } catch {
-      // not our envelope (a proxy in between, say)
+      // cut off: the status is all there is
     }
-    if (body?.error) throw fromBody(body.error);
+    const e = errorEnvelope(text);
+    if (e) throw fromBody(e);
     throw new SandboxError(
-      `sandboxd answered HTTP ${res.statusCode} to ${method} ${path.split("?")[0]}`,
-      codeForAnswer(res.statusCode),
+      `sandboxd answered HTTP ${status} to ${method} ${path.split("?")[0]}`,
+      codeForAnswer(status),
     );
   }
+
+  /**
+   * Sends the request and resolves with the response once its head arrived. The deadline and
+   * `signal` cut the request, and the response's body if it is still being read, with the
+   * signal's reason (a TimeoutError for the deadline); with no deadline, a connection silent
+   * for IDLE_TIMEOUT_MS is cut the same way, unless `timeoutMs` is null.
+   */
+  private exchange(method: HttpMethod, path: string, o: RequestOptions): Promise<IncomingMessage> {
+    const signals = [o.timeoutMs == null ? undefined : AbortSignal.timeout(o.timeoutMs), o.signal];
+    const signal = AbortSignal.any(signals.filter((x) => x !== undefined));
+    const url = new URL(this.origin);
+    const body = o.body;
+    const headers: Record<string, string> = { ...this.headers, ...o.headers };
+    if (typeof body === "string" || body instanceof Uint8Array)
+      headers["content-length"] = String(Buffer.byteLength(body));
+    let done!: () => void;
+    const finished = new Promise<void>((r) => (done = r));
+    this.inFlight.add(finished);
+    return new Promise<IncomingMessage>((resolve, reject) => {
+      let res: IncomingMessage | undefined;
+      const cut = (err: Error) => {
+        req.destroy(err);
+        res?.destroy(err);
+      };
+      const onAbort = () => cut(abortError(signal.reason));
+      const settle = () => {
+        signal.removeEventListener("abort", onAbort);
+        this.inFlight.delete(finished);
+        done();
+      };
+      const req = this.request({
+        ...(this.socketPath
+          ? { socketPath: this.socketPath }
+          : { host: url.hostname, port: url.port || (url.protocol === "https:" ? 443 : 80) }),
+        agent: this.agent,
+        method,
+        path: this.prefix + path,
+        headers,
+      });
+      if (o.timeoutMs === undefined)
+        req.setTimeout(IDLE_TIMEOUT_MS, () =>
+          cut(Object.assign(new Error("the connection went silent"), { name: "TimeoutError" })),
+        );
+      req.once("response", (r) => {
+        res = r;
+        // A body cut before its reader started fails that reader (its iterator sees the
+        // error), not the process.
+        r.on("error", () => undefined);
+        r.once("close", settle);
+        resolve(r);
+      });
+      req.on("error", (err) => {
+        if (!res) settle();
+        reject(err);
+      });
+      req.once("close", () => {
+        if (!res) settle();
+      });
+      if (signal.aborted) return onAbort();
+      signal.addEventListener("abort", onAbort, { once: true });
+      if (body instanceof Readable) {
+        // Sent as it is read (chunked); a source that fails cuts the request with its error.
+        body.once("error", (err) => req.destroy(err));
+        body.pipe(req);
+      } else req.end(body);
+    });
+  }
+}
+
+/** What a cut request or body fails with: the abort reason when it is an Error. */
+function abortError(reason: unknown): Error {
+  if (reason instanceof Error) return reason;
+  return Object.assign(new Error("the request was aborted", { cause: reason }), {
+    name: "AbortError",
+  });
 }
 
 export function fromBody(e: ErrorBody): SandboxError {
@@ -388,11 +522,11 @@ export function fromBody(e: ErrorBody): SandboxError {
 /** Network-level failures: refused, reset, timed out. */
 export function asSandboxError(err: unknown, what: string): SandboxError {
   if (err instanceof SandboxError) return err;
-  const e = err as Error & { cause?: { code?: string } };
+  const e = err as Error & { code?: string; cause?: { code?: string } };
   if (e?.name === "TimeoutError" || e?.name === "AbortError") {
     return new SandboxError(`${what}: no answer before the deadline`, "TIMEOUT", err);
   }
-  const code = e?.cause?.code;
+  const code = e?.code ?? e?.cause?.code;
   return new SandboxError(
     `${what}: cannot reach sandboxd${code ? ` (${code})` : ""}`,
     "CONNECTION_FAILED",

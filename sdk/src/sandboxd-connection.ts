@@ -6,11 +6,11 @@
  * server side.
  */
 import { SandboxError } from "./errors.ts";
-import { SandboxdInstance } from "./sandboxd-instance.ts";
+import { SandboxdInstance, type SandboxDefaults } from "./sandboxd-instance.ts";
 import type { SandboxdConnection } from "./sandboxd-client.ts";
 import type { SandboxInstance } from "./types.ts";
 
-export type { SandboxdConnection };
+export type { SandboxdConnection, SandboxDefaults };
 
 /**
  * The instance's sandboxd connection, starting the sandbox first if it was paused (as any call
@@ -23,4 +23,18 @@ export function sandboxdConnection(instance: SandboxInstance): Promise<SandboxdC
       "NOT_SUPPORTED",
     );
   return instance.sandboxdConnection();
+}
+
+/**
+ * What a `SandboxdInstance` over `sandboxdConnection(instance)` needs to act as this one: the
+ * defaults (working directory, timeout, language) its provider read when it reached the
+ * sandbox. `sandpit exec` keeps both so its next run needs neither the provider nor its config.
+ */
+export function sandboxdDefaults(instance: SandboxInstance): SandboxDefaults {
+  if (!(instance instanceof SandboxdInstance))
+    throw new SandboxError(
+      `sandbox ${instance.sandboxId} is not served by sandboxd`,
+      "NOT_SUPPORTED",
+    );
+  return instance.sandboxdDefaults();
 }

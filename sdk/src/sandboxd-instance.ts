@@ -203,6 +203,11 @@ export class SandboxdInstance implements SandboxInstance {
   sandboxdConnection(): Promise<SandboxdConnection> {
     return withClient(this.lifecycle, (client) => Promise.resolve(client.connection));
   }
+
+  /** The defaults create() gave the sandbox, for another instance over the same connection. */
+  sandboxdDefaults(): SandboxDefaults {
+    return { ...this.defaults };
+  }
 }
 
 /** Drops undefined fields so requests stay minimal and strict schemas stay happy. */

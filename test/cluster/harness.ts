@@ -174,6 +174,8 @@ export interface OperatorOptions {
   leaseName?: string;
   identity?: string;
   env?: Record<string, string>;
+  /** Its main module, relative to the repository; default its source, operator/src/main.ts. */
+  entry?: string;
 }
 
 export async function startOperator(o: OperatorOptions): Promise<OperatorProcess> {
@@ -181,7 +183,7 @@ export async function startOperator(o: OperatorOptions): Promise<OperatorProcess
   const identity = o.identity ?? `op-${Math.random().toString(36).slice(2, 8)}`;
   const service = await spawnService(
     "operator",
-    "operator/src/main.ts",
+    o.entry ?? "operator/src/main.ts",
     {
       SANDPIT_KUBECONFIG: o.kubeconfig,
       SANDPIT_WATCH_NAMESPACE: o.namespace,

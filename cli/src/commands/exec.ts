@@ -1,12 +1,15 @@
 /**
  * `sandpit exec <id> -- cmd...`: runs a command in the sandbox with its output streamed live, and
  * exits with the command's exit code. `-i` forwards this process's stdin; `-d` starts it in the
- * background and prints its pid (for `logs`, `ps` and `kill`).
+ * background and prints its pid (for `logs`, `ps` and `kill`). A sandboxd-backed sandbox reached
+ * here gets an exec ticket, so the next plain `exec` of it skips this path (../fast-exec.ts).
  */
 import type { Command } from "commander";
-import type { SandboxCommandOptions, SandboxExecutionResult, SandboxInstance } from "@sandpit/sdk";
+import type { SandboxCommandOptions } from "@sandpit/sdk";
 import { action } from "../command-kit.ts";
-import { EXIT, processExitCode, usageError } from "../exit.ts";
+import { writeTicket } from "../exec-ticket.ts";
+import { runForeground } from "../exec-run.ts";
+import { EXIT, usageError } from "../exit.ts";
 import { printJson, printLine } from "../output.ts";
 import { collectPair, commandText, parseDuration } from "../parse.ts";
 import { withSandbox } from "../provider.ts";
@@ -62,78 +65,13 @@ export function register(program: Command): void {
             else printLine(String(h.pid));
             return EXIT.OK;
           }
-          const started = Date.now();
-          // With --json, output is collected into the result object instead of streamed.
-          const stream: SandboxCommandOptions = o.json
-            ? {}
-            : {
-                onStdout: (d) => void process.stdout.write(d),
-                onStderr: (d) => void process.stderr.write(d),
-              };
-          const r = await interruptible((signal) =>
-            o.interactive
-              ? runWithStdin(sandbox, command, { ...base, ...stream }, signal)
-              : sandbox.commands.run(command, { ...base, ...stream, signal }),
-          );
-          if (r === "interrupted") return EXIT.INTERRUPTED;
-          if (o.json) printJson({ ...r, durationMs: Date.now() - started });
-          return processExitCode(r.exitCode);
+          await writeTicket(sandbox, o.config).catch(() => undefined);
+          return runForeground(sandbox, command, {
+            base,
+            json: o.json,
+            interactive: o.interactive,
+          });
         });
       }),
     );
-}
-
-/** Ctrl-C aborts the run (the sandbox kills the command's process group) and exits 130. */
-async function interruptible<T>(
-  run: (signal: AbortSignal) => Promise<T>,
-): Promise<T | "interrupted"> {
-  const abort = new AbortController();
-  const onSigint = () => abort.abort();
-  process.once("SIGINT", onSigint);
-  try {
-    return await run(abort.signal);
-  } catch (err) {
-    if (abort.signal.aborted) return "interrupted";
-    throw err;
-  } finally {
-    process.off("SIGINT", onSigint);
-  }
-}
-
-/**
- * A foreground run takes its stdin as one string, which cannot follow a pipe or a person typing,
- * so `-i` starts the command in the background and forwards stdin chunk by chunk as it arrives,
- * closing the command's stdin at EOF.
- */
-async function runWithStdin(
-  sandbox: SandboxInstance,
-  command: string,
-  options: SandboxCommandOptions,
-  signal: AbortSignal,
-): Promise<SandboxExecutionResult> {
-  const handle = await sandbox.commands.run(command, { ...options, background: true });
-  const kill = () => void handle.kill("SIGKILL").catch(() => undefined);
-  signal.addEventListener("abort", kill, { once: true });
-  let exited = false;
-  const forward = (async () => {
-    for await (const chunk of process.stdin) {
-      if (exited) break;
-      await handle.sendStdin(chunk as Buffer);
-    }
-    if (!exited) await handle.closeStdin();
-  })().catch((err: unknown) => {
-    // The command may exit (and its stdin go away) before our input ends; that is not an error.
-    if (!exited) throw err;
-  });
-  let result: SandboxExecutionResult;
-  try {
-    result = await Promise.race([handle.wait(), forward.then(() => handle.wait())]);
-  } finally {
-    exited = true;
-    signal.removeEventListener("abort", kill);
-    process.stdin.destroy();
-  }
-  // Killed because of Ctrl-C: the caller reports the interruption, not the kill's exit code.
-  if (signal.aborted) throw signal.reason;
-  return result;
 }

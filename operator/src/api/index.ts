@@ -9,3 +9,4 @@ export * from "./names.ts";
 export * from "./rules.ts";
 export * from "./bounds.ts";
 export * from "./packages.ts";
+export * from "./reservations.ts";

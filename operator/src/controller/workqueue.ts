@@ -15,6 +15,7 @@ import {
   workqueueUnfinished,
   workqueueWorkDuration,
 } from "../metrics.ts";
+import { Delays } from "./delays.ts";
 
 /** Per-key exponential backoff: base·2^failures, capped (controller-runtime: 5 ms → 1000 s). */
 export class ExponentialBackoff {
@@ -55,7 +56,8 @@ export class WorkQueue {
   readonly #dirty = new Map<string, number>();
   /** Keys a worker holds, with the time it took them. */
   readonly #processing = new Map<string, number>();
-  readonly #delayed = new Map<string, { at: number; timer: NodeJS.Timeout }>();
+  /** Keys added with a delay, behind one timer for all of them. */
+  readonly #delayed: Delays;
   #waiters: Array<(key: string | undefined) => void> = [];
   #shuttingDown = false;
   #drained: (() => void) | undefined;
@@ -66,6 +68,7 @@ export class WorkQueue {
     this.name = opts.name;
     this.backoff = opts.backoff ?? new ExponentialBackoff();
     this.#now = opts.now ?? (() => performance.now());
+    this.#delayed = new Delays((key) => this.add(key), this.#now);
     this.#labels = { name: opts.name, controller: opts.name };
     // The in-progress gauges are sampled, like client-go's updateUnfinishedWorkLoop.
     this.#gauges = setInterval(() => this.#sampleInProgress(), 500);
@@ -91,16 +94,7 @@ export class WorkQueue {
   addAfter(key: string, delayMs: number): void {
     if (this.#shuttingDown) return;
     if (delayMs <= 0) return this.add(key);
-    const at = this.#now() + delayMs;
-    const pending = this.#delayed.get(key);
-    if (pending && pending.at <= at) return; // the earlier ready time wins
-    if (pending) clearTimeout(pending.timer);
-    const timer = setTimeout(() => {
-      this.#delayed.delete(key);
-      this.add(key);
-    }, delayMs);
-    timer.unref();
-    this.#delayed.set(key, { at, timer });
+    this.#delayed.add(key, this.#now() + delayMs); // the earlier ready time wins
   }
 
   addRateLimited(key: string): void {
@@ -135,7 +129,6 @@ export class WorkQueue {
   shutdown(): Promise<void> {
     this.#shuttingDown = true;
     clearInterval(this.#gauges);
-    for (const { timer } of this.#delayed.values()) clearTimeout(timer);
     this.#delayed.clear();
     for (const w of this.#waiters.splice(0)) w(undefined);
     if (this.#processing.size === 0) return Promise.resolve();

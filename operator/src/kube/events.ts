@@ -18,6 +18,7 @@ export class EventRecorder {
   readonly #instance: string;
   readonly #log: Logger;
   readonly #recent = new Map<string, number>();
+  #prunedAt = 0;
 
   constructor(kube: Kube, instance: string, logger: Logger) {
     this.#kube = kube;
@@ -31,7 +32,9 @@ export class EventRecorder {
     const now = Date.now();
     if ((this.#recent.get(key) ?? 0) > now - DEDUP_WINDOW_MS) return;
     this.#recent.set(key, now);
-    if (this.#recent.size > 10_000) this.#prune(now);
+    // Keys older than the window are dropped once a minute, not on every record: with more
+    // than 10,000 objects recording within one window, pruning each time would scan them all.
+    if (this.#recent.size > 10_000 && now - this.#prunedAt > 60_000) this.#prune(now);
     const ns = obj.metadata.namespace ?? "default";
     void this.#kube
       .create(EVENTS, {
@@ -56,6 +59,7 @@ export class EventRecorder {
   }
 
   #prune(now: number): void {
+    this.#prunedAt = now;
     for (const [k, at] of this.#recent) if (at <= now - DEDUP_WINDOW_MS) this.#recent.delete(k);
   }
 }

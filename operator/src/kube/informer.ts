@@ -17,10 +17,11 @@ import {
 } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { type KObject, type Kube, type Resource, resourcePath } from "./rest.ts";
+import type { Transform } from "./transforms.ts";
 
 export type Handler<T> = (obj: T) => void;
 
-export interface InformerOptions {
+export interface InformerOptions<T extends KObject = KObject> {
   resource: Resource;
   /** Watch one namespace; all namespaces when omitted. */
   namespace?: string;
@@ -30,6 +31,11 @@ export interface InformerOptions {
   staleAfterMs?: number;
   /** Sees every restart and its cause (for the caller's metrics). */
   onRestart?: (cause: "error" | "stale") => void;
+  /**
+   * What the cache keeps of each object (kube/transforms.ts); applied to listed and watched
+   * objects before the cache stores them, so handlers and get/list see only its result.
+   */
+  transform?: Transform<T>;
 }
 
 const MIN_BACKOFF_MS = 500;
@@ -42,7 +48,7 @@ export class Informer<T extends KObject> {
   readonly #lw: ListWatch<KubernetesObject>;
   readonly #log: Logger;
   readonly #staleAfterMs: number;
-  readonly #onRestart: InformerOptions["onRestart"];
+  readonly #onRestart: InformerOptions<T>["onRestart"];
   #markSynced!: () => void;
   #isSynced = false;
   #stopped = true;
@@ -53,13 +59,16 @@ export class Informer<T extends KObject> {
   #quietUntil = 0;
   #watchdog: NodeJS.Timeout | undefined;
 
-  constructor(kube: Kube, opts: InformerOptions) {
+  constructor(kube: Kube, opts: InformerOptions<T>) {
     this.resource = opts.resource;
     this.#log = opts.logger.child({ informer: opts.resource.plural });
     this.#staleAfterMs = opts.staleAfterMs ?? 5 * 60_000;
     this.#onRestart = opts.onRestart;
     this.synced = new Promise((resolve) => (this.#markSynced = resolve));
     const path = resourcePath(opts.resource, opts.namespace);
+    // managedFields alone are a large share of every object and never read: without a
+    // transform of its own, a cache still drops them.
+    const transform = (opts.transform ?? withoutManagedFields) as Transform<KObject>;
     const list = async () => {
       const result = await kube.list<T>(opts.resource, opts.namespace, {
         ...(opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
@@ -69,31 +78,28 @@ export class Informer<T extends KObject> {
         this.#isSynced = true;
         this.#markSynced();
       });
-      for (const item of result.items) {
-        item.apiVersion ??= result.apiVersion;
-        item.kind ??= result.kind?.replace(/List$/, "");
-      }
-      return result as unknown as KubernetesListObject<KubernetesObject>;
+      const kind = result.kind?.replace(/List$/, "");
+      const items = result.items.map((item) =>
+        transform({
+          ...item,
+          apiVersion: item.apiVersion ?? result.apiVersion,
+          kind: item.kind ?? kind,
+        }),
+      );
+      return { ...result, items } as unknown as KubernetesListObject<KubernetesObject>;
     };
     // Bookmarks move the resourceVersion along on quiet watches, so a reconnect never relists.
     this.#lw = new ListWatch<KubernetesObject>(
       `${path}?allowWatchBookmarks=true`,
-      new Watch(kube.config),
+      transformingWatch(new Watch(kube.config), transform),
       list,
       false,
       opts.labelSelector,
     );
-    // managedFields are a large share of every object and the operator never reads them:
-    // dropped on the way into the cache (the object is the cache's own copy).
-    const slim = (o: KubernetesObject) => {
-      if (o.metadata) delete (o.metadata as { managedFields?: unknown }).managedFields;
-    };
     const heard = () => {
       this.#lastHeard = performance.now();
       this.#failures = 0;
     };
-    this.#lw.on("add", slim);
-    this.#lw.on("update", slim);
     this.#lw.on("add", heard);
     this.#lw.on("update", heard);
     this.#lw.on("delete", heard);
@@ -182,4 +188,33 @@ export class Informer<T extends KObject> {
     }, afterMs);
     this.#restartTimer.unref();
   }
+}
+
+const withoutManagedFields: Transform = (o) => {
+  if (!("managedFields" in o.metadata)) return o;
+  const { managedFields: _dropped, ...metadata } = o.metadata as KObject["metadata"] & {
+    managedFields?: unknown;
+  };
+  return { ...o, metadata };
+};
+
+/**
+ * A Watch whose added, modified and deleted objects pass through `transform` before ListWatch
+ * sees them: the cache stores the transformed object, the parsed one is garbage at once. Errors
+ * and bookmarks (a Status, a bare resourceVersion) pass untouched.
+ */
+function transformingWatch(watch: Watch, transform: Transform<KObject>): Watch {
+  const inner = watch.watch.bind(watch);
+  watch.watch = (path, params, callback, done) =>
+    inner(
+      path,
+      params,
+      (phase, obj: KObject) =>
+        callback(
+          phase,
+          phase === "ADDED" || phase === "MODIFIED" || phase === "DELETED" ? transform(obj) : obj,
+        ),
+      done,
+    );
+  return watch;
 }

@@ -17,8 +17,8 @@ export const NETWORK_POLICIES: Resource = {
   kind: "NetworkPolicy",
 };
 
+/** A Pod as the cache keeps it (kube/transforms.ts): no spec, the status fields read. */
 export interface Pod extends KObject {
-  spec?: Record<string, unknown>;
   status?: {
     phase?: string;
     podIP?: string;

@@ -118,6 +118,15 @@ export class Kube {
   readonly server: string;
   readonly fieldManager: string;
   readonly #onResponse: KubeOptions["onResponse"];
+  /**
+   * The connection pool to the API server, kept for the client's life. client-node builds a
+   * new dispatcher each time it applies the kubeconfig to a request: used as given, every
+   * request would open (and leave open until it times out) a TLS connection of its own, which
+   * under load was 150 connections, a TLS handshake per write and the larger part of the
+   * operator's memory. The kubeconfig is still applied to each request for its headers (a
+   * token that rotates).
+   */
+  #dispatcher: ReturnType<RequestContext["getDispatcher"]>;
 
   constructor(config: KubeConfig, opts: KubeOptions) {
     this.config = config;
@@ -141,7 +150,7 @@ export class Kube {
       method,
       headers,
       body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-      dispatcher: ctx.getDispatcher(),
+      dispatcher: (this.#dispatcher ??= ctx.getDispatcher()),
       signal: opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout,
     });
     const text = await res.text();

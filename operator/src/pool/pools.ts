@@ -9,16 +9,23 @@ import type { Adoption, PoolMembership } from "../sandbox/membership.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
 import type { Effective } from "../workload/spec.ts";
 import { PoolAdmission, type PoolView } from "./admission.ts";
+import { Holders } from "./holders.ts";
 import { type Claims, tryAdopt, warmToken } from "./warm.ts";
 
 export class Pools implements PoolMembership {
   readonly admission = new PoolAdmission();
   readonly #ctx: Ctx;
-  readonly #claims: Claims = { claiming: new Set(), adopted: new Map() };
+  readonly #claims: Claims;
   readonly #warmCreating = new Map<string, Set<string>>();
 
   constructor(ctx: Ctx) {
     this.#ctx = ctx;
+    this.#claims = { claiming: new Set(), adopted: new Map(), holders: new Holders(ctx.kube) };
+  }
+
+  /** Which provisioner replicas holding warm-pod reservations are alive. */
+  get holders(): Holders {
+    return this.#claims.holders;
   }
 
   admit(sbx: Sandbox, pool: SandboxPool): boolean {
@@ -60,9 +67,10 @@ export class Pools implements PoolMembership {
     pool: SandboxPool,
     eff: Effective,
     token: Promise<string>,
+    isolated: Promise<unknown>,
     signal: AbortSignal,
   ): Promise<Adoption | undefined> {
-    return tryAdopt(this.#ctx, this.#claims, sbx, pool, eff, token, signal);
+    return tryAdopt(this.#ctx, this.#claims, sbx, pool, eff, token, isolated, signal);
   }
 
   podTokens(pool: SandboxPool): string[] {

@@ -26,7 +26,16 @@ import { podMounts } from "../workload/mounts.ts";
 import { init } from "../workload/sandboxd.ts";
 import { boundsViolation, effectiveSpec, shapeHash, warmable } from "../workload/spec.ts";
 import type { Pools } from "./pools.ts";
-import { claimable, templateHash, warmPods, warmSecretName, warmToken } from "./warm.ts";
+import {
+  claimable,
+  ensureTokenKey,
+  reclaimReservations,
+  reservedByLive,
+  templateHash,
+  warmPods,
+  warmSecretName,
+  warmToken,
+} from "./warm.ts";
 
 export async function reconcilePool(
   ctx: Ctx,
@@ -54,7 +63,10 @@ export async function reconcilePool(
   for (const victim of pools.admission.trim(key, pools.view(pool))) ctx.enqueueSandbox(victim);
 
   if ((warmable(template) && pool.spec.warm > 0) || warmPods(ctx, pool).length > 0) {
-    await ensureWarmSecret(ctx, pool, meta(warmSecretName(pool)));
+    await Promise.all([
+      ensureWarmSecret(ctx, pool, meta(warmSecretName(pool))),
+      ensureTokenKey(ctx, ns),
+    ]);
     const np = networkPolicy(
       meta(`${name}-warm`),
       { [LABEL.pool]: name, [LABEL.warm]: "true" },
@@ -69,6 +81,11 @@ export async function reconcilePool(
       await ctx.kube.apply(NETWORK_POLICIES, np);
     }
   }
+
+  // Reservations of provisioner replicas that are gone go back to the pool; while any stand,
+  // the pool is looked at again, so a holder's death is noticed without any event.
+  const reservations = await reclaimReservations(ctx, pools, pool);
+  const held = await reservedByLive(ctx, pools, pool);
 
   const pods = warmPods(ctx, pool);
   const fresh = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] === hash);
@@ -102,12 +119,16 @@ export async function reconcilePool(
   }
   await Promise.all(creates);
 
-  // Too many fresh ones (warm lowered): drop the ones not ready first.
+  // Too many fresh ones (warm lowered): drop the ones not ready first, never one a live
+  // provisioner holds (it may be handing it to a create right now; it is released on shutdown).
   const surplus = fresh.length - want;
   const deletions: Pod[] = [];
   if (surplus > 0) {
     deletions.push(
-      ...[...fresh].sort((a, b) => Number(podReady(a)) - Number(podReady(b))).slice(0, surplus),
+      ...fresh
+        .filter((p) => !held.has(p.metadata.name))
+        .sort((a, b) => Number(podReady(a)) - Number(podReady(b)))
+        .slice(0, surplus),
     );
   }
   // Rolling replacement: an old pod goes only when enough new ones are ready to stand in for it.
@@ -134,7 +155,7 @@ export async function reconcilePool(
     rolling: stale.length > 0,
     outOfBounds,
   });
-  const settling = pods.some((p) => !podReady(p)) || stale.length > 0;
+  const settling = pods.some((p) => !podReady(p)) || stale.length > 0 || reservations > 0;
   return settling ? { requeueAfterMs: 5_000 } : undefined;
 }
 

@@ -6,18 +6,25 @@
  * resourceVersion precondition makes two claimants of one pod impossible), one patch of its
  * volume, and one /v1/init call that gives sandboxd the Sandbox's own token, environment and
  * extra packages. Nothing restarts, so the Sandbox is Ready in milliseconds.
+ *
+ * A provisioner replica may hold warm pods reserved (../api/reservations.ts): such a pod is
+ * adopted only by the Sandbox that names it, and the rest of the pool's members never take it
+ * while its holder lives. The provisioner has usually initialised it already; the adoption's
+ * /v1/init then simply repeats what the provisioner sent, under the sandbox's own token.
  */
-import { ANNOTATION, LABEL } from "../api/labels.ts";
+import { ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
 import { dataClaimName } from "../api/names.ts";
 import { packageSpec } from "../api/packages.ts";
+import { RESERVATION, TOKEN_KEY_SECRET, derivedToken, faultPoint } from "../api/reservations.ts";
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import type { Ctx } from "../context.ts";
-import { PODS, PVCS, type Pod } from "../kube/resources.ts";
-import { isConflict, isNotFound } from "../kube/rest.ts";
+import { PODS, PVCS, type Pod, SECRETS, type Secret } from "../kube/resources.ts";
+import { isAlreadyExists, isConflict, isNotFound } from "../kube/rest.ts";
 import type { Adoption } from "../sandbox/membership.ts";
-import { controllerRef } from "../workload/manifests.ts";
+import { controllerRef, newToken } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { init } from "../workload/sandboxd.ts";
+import type { Holders } from "./holders.ts";
 import {
   type Effective,
   effectiveSpec,
@@ -37,6 +44,8 @@ export interface Claims {
    * and created again under its name is another sandbox.
    */
   adopted: Map<string, string>;
+  /** Which reservation holders are alive. */
+  holders: Holders;
 }
 
 export const warmSecretName = (pool: SandboxPool) => `${pool.metadata.name}-warm-token`;
@@ -99,6 +108,7 @@ export async function tryAdopt(
   pool: SandboxPool,
   eff: Effective,
   token: Promise<string>,
+  isolated: Promise<unknown>,
   signal: AbortSignal,
 ): Promise<Adoption | undefined> {
   // A sandbox whose directories depend on its user or thread starts cold: no pod made before
@@ -110,17 +120,30 @@ export async function tryAdopt(
   const poolToken = warmToken(ctx, pool);
   if (!poolToken) return undefined;
   const ns = sbx.metadata.namespace!;
+  const reserved = await reservedPod(ctx, sbx, pool);
   for (let attempt = 0; attempt < 3; attempt++) {
-    const candidate = warmPods(ctx, pool).find(
-      (p) => !claims.claiming.has(p.metadata.uid!) && claimable(pool, p, shape),
-    );
+    // The pod as it is now, reservation and resourceVersion together: the claim below is
+    // conditional on that version, so a reservation made after this look makes it fail.
+    const candidate =
+      attempt === 0 && reserved && !claims.claiming.has(reserved.metadata.uid!)
+        ? reserved
+        : await firstFree(
+            claims,
+            warmPods(ctx, pool).filter(
+              (p) => !claims.claiming.has(p.metadata.uid!) && claimable(pool, p, shape),
+            ),
+          );
     if (!candidate) return undefined;
     const uid = candidate.metadata.uid!;
     claims.claiming.add(uid); // no other reconcile in this process picks it meanwhile
     try {
-      // The claim and the token Secret's creation (by the caller) run at the same time.
-      const [claimed, tok] = await Promise.all([claim(ctx, sbx, candidate), token]);
+      // The token Secret's creation (by the caller) and the sandbox's NetworkPolicy come
+      // first: the claim moves the pod out of the warm pods' policy into the sandbox's, which
+      // must already be there, so the pod is never reachable by anything but its callers.
+      const [tok] = await Promise.all([token, isolated]);
+      const claimed = await claim(ctx, sbx, candidate);
       if (!claimed) continue;
+      faultPoint("operator-adopt-claimed");
       // Remembered at once: if what follows fails, the retry must find this pod, not claim another.
       claims.adopted.set(sbx.metadata.uid!, candidate.metadata.name);
       // Packages already installed are skipped by pip and npm; only the extra ones cost time.
@@ -138,7 +161,8 @@ export async function tryAdopt(
         }),
         init(
           podIP,
-          [poolToken, tok],
+          // A reserved pod the provisioner initialised already answers to the sandbox's token.
+          candidate === reserved ? [tok, poolToken] : [poolToken, tok],
           {
             token: tok,
             env: eff.env,
@@ -148,6 +172,7 @@ export async function tryAdopt(
           signal,
         ),
       ]);
+      faultPoint("operator-adopt-initialised");
       ctx.events.record(
         sbx,
         "Normal",
@@ -182,4 +207,134 @@ async function claim(ctx: Ctx, sbx: Sandbox, pod: Pod): Promise<Pod | undefined>
     if (isConflict(err) || isNotFound(err)) return undefined;
     throw err;
   }
+}
+
+/**
+ * The warm pod a provisioner reserved and handed to `sbx` (the Sandbox names it and its holder),
+ * while it is still warm and still reserved by that holder; else undefined, and the sandbox
+ * adopts like any other. Alive or not, the holder gave it to this sandbox: the Sandbox is the
+ * claim. A cache that does not show the reservation yet (the provisioner wrote it a moment ago)
+ * is not believed: the pod is read from the API.
+ */
+async function reservedPod(ctx: Ctx, sbx: Sandbox, pool: SandboxPool): Promise<Pod | undefined> {
+  const name = sbx.metadata.annotations?.[RESERVATION.pod];
+  const holder = sbx.metadata.annotations?.[RESERVATION.holder];
+  if (!name || !holder) return undefined;
+  const fits = (p: Pod | undefined): p is Pod =>
+    !!p &&
+    p.metadata.labels?.[LABEL.pool] === pool.metadata.name &&
+    p.metadata.labels?.[LABEL.warm] === "true" &&
+    !p.metadata.deletionTimestamp &&
+    p.metadata.annotations?.[RESERVATION.holder] === holder &&
+    podReady(p);
+  const cached = ctx.caches.pods.get(name, sbx.metadata.namespace);
+  if (fits(cached)) return cached;
+  try {
+    const live = await ctx.kube.get<Pod>(PODS, sbx.metadata.namespace, name);
+    return fits(live) ? live : undefined;
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
+
+/** The first of `pods` not reserved by a live provisioner replica. */
+async function firstFree(claims: Pick<Claims, "holders">, pods: Pod[]): Promise<Pod | undefined> {
+  for (const p of pods) {
+    const holder = p.metadata.annotations?.[RESERVATION.holder];
+    if (!holder || !(await claims.holders.alive(p.metadata.namespace!, holder))) return p;
+  }
+  return undefined;
+}
+
+/** Names of the pool's warm pods reserved by a provisioner replica that is still alive. */
+export async function reservedByLive(
+  ctx: Ctx,
+  claims: Pick<Claims, "holders">,
+  pool: SandboxPool,
+): Promise<Set<string>> {
+  const held = new Set<string>();
+  for (const p of warmPods(ctx, pool)) {
+    const holder = p.metadata.annotations?.[RESERVATION.holder];
+    if (holder && (await claims.holders.alive(pool.metadata.namespace!, holder)))
+      held.add(p.metadata.name);
+  }
+  return held;
+}
+
+/**
+ * Gives back warm pods reserved by a holder that is gone (crashed, or partitioned past its
+ * Lease) and that no Sandbox names: a resourceVersion-guarded patch, so a pod claimed meanwhile
+ * is left alone. A pod a Sandbox names is that sandbox's to adopt.
+ */
+export async function reclaimReservations(
+  ctx: Ctx,
+  claims: Pick<Claims, "holders">,
+  pool: SandboxPool,
+): Promise<number> {
+  const ns = pool.metadata.namespace!;
+  const held = await reservedByLive(ctx, claims, pool);
+  const named = new Set(
+    ctx.caches.sandboxes
+      .list(ns)
+      .map((s) => s.metadata.annotations?.[RESERVATION.pod])
+      .filter((n): n is string => !!n),
+  );
+  const orphans = warmPods(ctx, pool).filter(
+    (p) =>
+      p.metadata.annotations?.[RESERVATION.holder] &&
+      !held.has(p.metadata.name) &&
+      !named.has(p.metadata.name),
+  );
+  await Promise.all(
+    orphans.map(async (p) => {
+      try {
+        await ctx.kube.patch(PODS, ns, p.metadata.name, "merge", {
+          metadata: {
+            resourceVersion: p.metadata.resourceVersion,
+            annotations: { [RESERVATION.holder]: null },
+          },
+        });
+      } catch (err) {
+        if (!isConflict(err) && !isNotFound(err)) throw err;
+      }
+    }),
+  );
+  return warmPods(ctx, pool).filter((p) => p.metadata.annotations?.[RESERVATION.holder]).length;
+}
+
+/** The key reserved sandboxes' tokens derive from, made once per namespace (never rotated). */
+export async function ensureTokenKey(ctx: Ctx, namespace: string): Promise<void> {
+  if (ctx.caches.secrets.get(TOKEN_KEY_SECRET, namespace)) return;
+  try {
+    await ctx.kube.create<Secret>(SECRETS, {
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: {
+        name: TOKEN_KEY_SECRET,
+        namespace,
+        labels: { [LABEL.managedBy]: MANAGED_BY.operator },
+      },
+      type: "Opaque",
+      data: { key: Buffer.from(newToken()).toString("base64") },
+    });
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+  }
+}
+
+/**
+ * The token of a sandbox the provisioner answered for from a reserved pod: derived from its uid,
+ * as the provisioner derived it. Undefined for every other sandbox (its token is random).
+ */
+export async function reservedSandboxToken(ctx: Ctx, sbx: Sandbox): Promise<string | undefined> {
+  if (!sbx.metadata.annotations?.[RESERVATION.pod]) return undefined;
+  const ns = sbx.metadata.namespace!;
+  // The provisioner read the key to answer: if this cache does not show it yet, the API does.
+  const secret =
+    ctx.caches.secrets.get(TOKEN_KEY_SECRET, ns) ??
+    (await ctx.kube.get<Secret>(SECRETS, ns, TOKEN_KEY_SECRET));
+  const key = secret.data?.key;
+  if (!key) throw new Error(`Secret ${TOKEN_KEY_SECRET} has no key`);
+  return derivedToken(Buffer.from(key, "base64").toString(), sbx.metadata.uid!);
 }

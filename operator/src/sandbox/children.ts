@@ -20,6 +20,7 @@ import {
   service,
   tokenSecret,
 } from "../workload/manifests.ts";
+import { reservedSandboxToken } from "../pool/warm.ts";
 import type { ClaimMount } from "../workload/mounts.ts";
 import type { Effective } from "../workload/spec.ts";
 
@@ -39,7 +40,8 @@ export async function ensureTokenSecret(ctx: Ctx, sbx: Sandbox): Promise<string>
   const name = tokenSecretName(sbx.metadata.name);
   const existing = ctx.caches.secrets.get(name, ns);
   if (existing?.data?.token) return Buffer.from(existing.data.token, "base64").toString();
-  const token = newToken();
+  // A sandbox answered from a reserved warm pod already has its token (derived from its uid).
+  const token = (await reservedSandboxToken(ctx, sbx)) ?? newToken();
   try {
     await ctx.kube.create(SECRETS, tokenSecret(meta(sbx, name), token));
     return token;

@@ -29,12 +29,17 @@ export interface PoolMembership {
   evicting(sbx: Sandbox, shown: boolean): boolean;
   /** The warm pod this sandbox adopted, also while the caches do not show the adoption yet. */
   adoptedPod(sbx: Sandbox): string | undefined;
-  /** Adopts a warm pod that fits `eff`; undefined when none is free and the pod starts cold. */
+  /**
+   * Adopts a warm pod that fits `eff` (the one a provisioner reserved for it, if it names one);
+   * undefined when none is free and the pod starts cold. `isolated` settles once the sandbox's
+   * NetworkPolicy is written: the pod leaves the warm pods' policy only after that.
+   */
   adopt(
     sbx: Sandbox,
     pool: SandboxPool,
     eff: Effective,
     token: Promise<string>,
+    isolated: Promise<unknown>,
     signal: AbortSignal,
   ): Promise<Adoption | undefined>;
   /** Tokens a member's sandboxd may still hold besides the sandbox's own (the pool's warm token). */

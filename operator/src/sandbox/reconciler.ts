@@ -18,8 +18,8 @@ import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../ku
 import { sandboxTransitions } from "../metrics.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
 import { podMounts } from "../workload/mounts.ts";
-import { containerRunning, restartCount } from "../workload/pod-state.ts";
-import { InitRejected, health, init, waitHealthy } from "../workload/sandboxd.ts";
+import { containerRunning, podReady, restartCount } from "../workload/pod-state.ts";
+import { InitRejected, health, healthy, init } from "../workload/sandboxd.ts";
 import { type Effective, boundsViolation, effectiveSpec } from "../workload/spec.ts";
 import {
   clearPrevious,
@@ -56,6 +56,24 @@ import { SandboxStatusBuilder } from "./status.ts";
 
 /** A PVC that has not bound by then is probably WaitForFirstConsumer: create the pod anyway. */
 const BIND_WAIT_MS = 2_000;
+/** sandboxd answers within this of its container starting, on a machine that is not starved. */
+const FRESH_CONTAINER_MS = 3_000;
+
+/**
+ * When to probe a sandboxd that did not answer again. Closely while its container is fresh (to
+ * see it serve sooner than the kubelet's 1 s readiness probe would). After that the kubelet's
+ * probe does the waiting: the pod turning Ready requeues the sandbox, so until then a slow
+ * check suffices. A pod Ready to the kubelet that does not answer the operator (something in
+ * the way) is checked less and less often. Thousands of sandboxes that never answer then cost
+ * a few dozen probes each over their first minutes, not a poll every few milliseconds.
+ */
+function probeAgainIn(pod: Pod, now: number): number {
+  const started = Date.parse(pod.status?.containerStatuses?.[0]?.state?.running?.startedAt ?? "");
+  const runningFor = now - (started || now);
+  if (runningFor < FRESH_CONTAINER_MS) return Math.min(500, Math.max(50, runningFor / 2));
+  if (!podReady(pod)) return 30_000;
+  return Math.min(30_000, Math.round(runningFor / 4));
+}
 
 export async function reconcileSandbox(
   ctx: Ctx,
@@ -118,10 +136,11 @@ export async function reconcileSandbox(
     // The children every state has are made alongside the run state's work (a warm adoption
     // needs none of them to finish first); whatever waits on the token awaits it.
     const token = ensureTokenSecret(ctx, sbx);
+    const isolated = ensureNetworkPolicy(ctx, sbx, eff);
     const children = Promise.all([
       token,
       ensureService(ctx, sbx),
-      ensureNetworkPolicy(ctx, sbx, eff),
+      isolated,
       // A cold sandbox's own volume is made with its pod (an adopted one brings its own).
       podName === name ? undefined : ensureAdoptedClaim(ctx, sbx, podName),
     ]);
@@ -133,6 +152,7 @@ export async function reconcileSandbox(
         eff,
         st,
         token,
+        isolated,
         podName,
         expiresAt,
         signal,
@@ -160,6 +180,8 @@ interface Run {
   eff: Effective;
   st: SandboxStatusBuilder;
   token: Promise<string>;
+  /** Settles once the sandbox's NetworkPolicy is written. */
+  isolated: Promise<unknown>;
   podName: string;
   expiresAt: number;
   signal: AbortSignal;
@@ -213,7 +235,7 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
     if (ctx.podExpectations.pending(`${ns}/${r.podName}`)) return { requeueAfterMs: 1_000 };
     const neverRan = !sbx.status?.podName && !sbx.status?.readyAt;
     if (pool && neverRan && r.podName === sbx.metadata.name) {
-      const adoption = await pools.adopt(sbx, pool, r.eff, r.token, r.signal);
+      const adoption = await pools.adopt(sbx, pool, r.eff, r.token, r.isolated, r.signal);
       if (adoption) {
         recordAdopted(sbx, st, adoption);
         return { requeueAfterMs: nextDeadline(r.eff, st, r.expiresAt, now) };
@@ -282,20 +304,15 @@ async function serve(
   const { sbx, pool, eff, st } = r;
   const ip = pod.status?.podIP;
   if (!ip || !containerRunning(pod)) return notServingYet(ctx, sbx, st, pod, now);
-  // A fresh container gets a close watch (sandboxd answers within a second); one that has run
-  // for a while without answering is checked less and less often, so a node full of broken
-  // sandboxes does not keep the operator busy.
-  const runningFor =
-    now - (Date.parse(pod.status?.containerStatuses?.[0]?.state?.running?.startedAt ?? "") || now);
-  const fresh = runningFor < 10_000;
-  if (!(await waitHealthy(ip, fresh ? 2_000 : 300, r.signal))) {
-    const retryMs = fresh ? 250 : Math.min(30_000, Math.round(runningFor / 4));
+  // One probe per pass; until sandboxd answers, the sandbox comes back through the queue, so
+  // waiting never holds a worker (probeAgainIn says when).
+  if (!(await healthy(ip))) {
     return slowStart(
       st,
       now,
       "SandboxdStarting",
       "sandboxd does not answer its health check yet",
-      retryMs,
+      probeAgainIn(pod, now),
     );
   }
 

@@ -34,6 +34,8 @@ import {
 } from "../sandboxes.ts";
 import type { SandboxBackend } from "../store.ts";
 import { ApiError } from "../api/errors.ts";
+import { preconnect } from "../proxy.ts";
+import { splitEndpoint } from "../transport.ts";
 import { capabilityFor } from "./capability.ts";
 import { admitResources } from "../limits.ts";
 import { type ServeSupport, refuseUnsupported } from "./platform.ts";
@@ -274,11 +276,10 @@ export class ProviderStore implements SandboxBackend {
     entry.instance = instance;
     entry.token = c.token;
     entry.lastActivity = Date.now();
-    this.#set(entry, {
-      phase: "Ready",
-      endpoint: c.socketPath ? `unix:${c.socketPath}` : new URL(c.baseUrl).host,
-      readyAt: new Date().toISOString(),
-    });
+    const endpoint = c.socketPath ? `unix:${c.socketPath}` : new URL(c.baseUrl).host;
+    // The proxy's connection opens while the create's answer travels, not on the first command.
+    preconnect({ ...splitEndpoint(endpoint), token: c.token });
+    this.#set(entry, { phase: "Ready", endpoint, readyAt: new Date().toISOString() });
   }
 
   #fail(entry: Entry, err: unknown): void {

@@ -85,6 +85,13 @@ interface ContainerShape {
   binds: { source: string; target: string; readOnly?: boolean | undefined }[];
 }
 
+/** A warm container ready to claim: with its inspect and warmed client when this process started it. */
+interface WarmContainer {
+  name: string;
+  info: ContainerInfo | null;
+  client: SandboxdClient | null;
+}
+
 interface SandboxRecord {
   workingDirectory?: string | undefined;
   timeoutMs?: number | undefined;
@@ -132,12 +139,16 @@ class DockerSandbox implements SandboxdLifecycle {
     return this.connecting;
   }
 
-  /** Uses a container known to answer (a claimed warm one) without another inspect. */
-  async connectReady(info: ContainerInfo): Promise<SandboxdClient> {
+  /**
+   * Uses a container known to answer (a claimed warm one) without another inspect: with the
+   * client that warmed it up (its keep-alive connection open) when this process started it.
+   * Its sandboxd record is for later processes, so it is written after the claim answers.
+   */
+  async connectReady(info: ContainerInfo, client?: SandboxdClient): Promise<SandboxdClient> {
     this.container = info;
     this.adoptedFrom = null;
-    this.client = await this.provider.waitReady(info);
-    await this.provider.remember(info);
+    this.client = client ?? (await this.provider.waitReady(info));
+    this.provider.inBackground(this.provider.remember(info));
     return this.client;
   }
 
@@ -254,7 +265,9 @@ export class DockerProvider implements SandboxProvider {
   /** The image was seen once; it is not looked up on every create. */
   private imageChecked = false;
   /** Warm containers this process started and nobody claimed yet (others are found by listing). */
-  private readonly warmNames: string[] = [];
+  private readonly warmReady: WarmContainer[] = [];
+  /** Work started after answering a create (host records), awaited by close(). */
+  private readonly background = new Set<Promise<unknown>>();
   private refill: NodeJS.Timeout | null = null;
   private reapEveryMs = 0;
   readonly lifetimes: LifetimeOverrides;
@@ -547,6 +560,8 @@ export class DockerProvider implements SandboxProvider {
     if (this.refill) clearTimeout(this.refill);
     this.reaper = this.refill = null;
     await this.warmFill?.catch(() => undefined);
+    await Promise.allSettled(this.background);
+    for (const w of this.warmReady) await w.client?.close().catch(() => undefined);
     const all = await Promise.allSettled(this.sandboxes.values());
     await Promise.all(all.map((s) => (s.status === "fulfilled" ? s.value.release() : undefined)));
     this.sandboxes.clear();
@@ -554,6 +569,12 @@ export class DockerProvider implements SandboxProvider {
 
   forget(name: string): void {
     this.sandboxes.delete(name);
+  }
+
+  /** Runs `work` off a create's critical path; close() waits for it. */
+  inBackground(work: Promise<unknown>): void {
+    const p = work.catch(() => undefined).finally(() => this.background.delete(p));
+    this.background.add(p);
   }
 
   /** Polls sandboxd's /healthz until it answers, then returns a client with the container's token. */
@@ -781,28 +802,31 @@ export class DockerProvider implements SandboxProvider {
     o: SandboxCreateOptions,
   ): Promise<DockerSandbox | null> {
     if (this.options.warm === 0) return null;
-    const candidates = this.warmNames.splice(0);
+    const candidates: WarmContainer[] = this.warmReady.splice(0);
     if (candidates.length === 0) {
       const prefix = `${this.options.containerPrefix}-warm-`;
-      candidates.push(...(await rt.summaries(prefix)).filter((c) => c.running).map((c) => c.name));
+      for (const c of await rt.summaries(prefix))
+        if (c.running) candidates.push({ name: c.name, info: null, client: null });
     }
     if (candidates.length === 0) return null;
     // The name is this thread's alone, so its labels may be written before any rename wins.
     await this.claimed.set(name, labels);
     for (const [i, candidate] of candidates.entries()) {
       try {
-        await rt.rename(candidate, name);
+        await rt.rename(candidate.name, name);
       } catch {
+        await candidate.client?.close().catch(() => undefined);
         continue; // claimed by another process meanwhile
       }
-      this.warmNames.push(...candidates.slice(i + 1)); // the rest stay warm
+      this.warmReady.push(...candidates.slice(i + 1)); // the rest stay warm
       // Again once the name is held: a same-thread create elsewhere that claimed nothing may
       // have removed the file before this rename.
       await this.claimed.set(name, labels);
-      const info = await rt.inspect(name);
+      // One this process started is known (a rename changes nothing else); another's is inspected.
+      const info = candidate.info ? { ...candidate.info, name } : await rt.inspect(name);
       if (!info) continue;
       const sandbox = this.adopt(info);
-      const client = await sandbox.connectReady(info);
+      const client = await sandbox.connectReady(info, candidate.client ?? undefined);
       await client.init({ token: info.env.SANDBOXD_TOKEN!, env: o.envs ?? {} });
       return sandbox;
     }
@@ -823,14 +847,13 @@ export class DockerProvider implements SandboxProvider {
       for (let i = have; i < this.options.warm; i++) {
         const name = `${prefix}${randomBytes(6).toString("hex")}`;
         const labels = { [LABEL.managed]: "true", [LABEL.warm]: "true" };
-        const client = await this.waitReady(
-          await this.runWithPortRetry(rt, name, { ...this.defaultShape(), labels }),
-        );
+        const info = await this.runWithPortRetry(rt, name, { ...this.defaultShape(), labels });
+        const client = await this.waitReady(info);
         // A few commands first: a fresh sandboxd's first commands pay for JIT warm-up and
-        // connection set-up; the claimer should not.
+        // connection set-up; the claimer should not. The client (and its connection) is the
+        // claimer's.
         for (let n = 0; n < 5; n++) await client.runCommand({ command: "true" });
-        await client.close();
-        this.warmNames.push(name);
+        this.warmReady.push({ name, info, client });
         this.logger?.debug({ container: name }, "warm container ready");
       }
     })()

@@ -125,6 +125,9 @@ export async function stopDetached(record: RunRecord): Promise<void> {
   await gone(record, 3_000);
 }
 
+/** This process's own start time, for its lock files: read once. */
+let myStartTime: Promise<string | null> | undefined;
+
 /**
  * Runs `fn` holding the sandbox's start lock, so two processes resuming the same stopped sandbox
  * start one sandboxd between them. A lock whose holder died is taken over.
@@ -136,7 +139,8 @@ export async function withStartLock<T>(
 ): Promise<T> {
   const path = join(dir, LOCK_FILE);
   const until = Date.now() + waitMs;
-  const me = JSON.stringify({ pid: process.pid, startTime: await startTimeOf(process.pid) });
+  myStartTime ??= startTimeOf(process.pid);
+  const me = JSON.stringify({ pid: process.pid, startTime: await myStartTime });
   for (;;) {
     try {
       await fs.writeFile(path, me, { flag: "wx", mode: 0o600 });

@@ -12,7 +12,7 @@
  * providers talk to sandboxd too, so every provider shares one data plane (path jail, output
  * caps, process-group kill, code runners) and one contract suite. bench/RESULTS.md has the cost.
  */
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs/promises";
 import { createRequire } from "node:module";
@@ -50,7 +50,8 @@ import {
   writeRun,
   type RunRecord,
 } from "./detached.ts";
-import { LocalProviderOptions } from "./options.ts";
+import { LocalProviderOptions, warmPoolSize } from "./options.ts";
+import { WarmPool, type WarmProcess } from "./warm-pool.ts";
 import {
   expired,
   readRecord,
@@ -64,6 +65,8 @@ import {
 const SANDBOXD_MAIN = fileURLToPath(import.meta.resolve("@sandpit/sandboxd/main"));
 /** Where sandboxd's socket is mounted inside bubblewrap. */
 const RUN_MOUNT = "/run/sandpit";
+/** Where sandboxd sockets live, one short directory each: unix socket paths are limited to 107 bytes. */
+const RUN_ROOT = join(tmpdir(), `sandpit-${process.getuid?.() ?? "u"}`);
 /** How often the reaper looks at lifetimes and idleness. */
 const REAP_EVERY_MS = 1_000;
 
@@ -89,6 +92,23 @@ async function sandboxdCodeDirs(): Promise<string[]> {
   return [...dirs];
 }
 
+/** What a sandboxd process is started with (the rest is the provider's). */
+interface SpawnShape {
+  /** Names it in errors. */
+  label: string;
+  /** The host directory it serves. */
+  dataDir: string;
+  /** Its socket's directory. */
+  runDir: string;
+  logPath: string;
+  envs: Record<string, string>;
+  /** bubblewrap: share the host's network. */
+  network: boolean;
+  mounts: SandboxRecord["mounts"];
+  /** Told the pid as soon as the process exists (the warm pool's watchdog must know it). */
+  onSpawn?: ((pid: number) => void) | undefined;
+}
+
 type State =
   | { kind: "running"; client: SandboxdClient; run: RunRecord }
   | { kind: "stopped" }
@@ -102,6 +122,8 @@ class LocalSandbox implements SandboxdLifecycle {
   readonly record: SandboxRecord;
   readonly dir: string;
   private readonly provider: LocalProvider;
+  /** The warm process a fresh create took, adopted by the first connect. */
+  claim: WarmProcess | undefined;
 
   constructor(provider: LocalProvider, dir: string, record: SandboxRecord) {
     this.provider = provider;
@@ -116,7 +138,7 @@ class LocalSandbox implements SandboxdLifecycle {
   /** sandboxd's socket directory: short, as unix socket paths are limited to 107 bytes. */
   get runDir(): string {
     const key = createHash("sha256").update(this.dataDir).digest("hex").slice(0, 16);
-    return join(tmpdir(), `sandpit-${process.getuid?.() ?? "u"}`, key);
+    return join(RUN_ROOT, key);
   }
 
   async connect(): Promise<SandboxdClient> {
@@ -133,15 +155,25 @@ class LocalSandbox implements SandboxdLifecycle {
   }
 
   private async attachOrStart(): Promise<SandboxdClient> {
+    const warm = this.claim;
+    this.claim = undefined;
     let run = await readRun(this.dir);
+    let client: SandboxdClient | undefined;
     if (!run || !(await isAlive(run))) {
       if (!(await fs.stat(this.dir).catch(() => null)))
         throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
       if (run) await this.cleanUp(run);
-      run = await this.provider.spawnSandboxd(this);
-      await writeRun(this.dir, run);
+      const adopted = warm && (await this.provider.adopt(warm, this));
+      if (adopted) ({ run, client } = adopted);
+      else {
+        run = await this.provider.spawnSandboxd(this);
+        await writeRun(this.dir, run);
+      }
+    } else if (warm) {
+      // Another process started this sandbox's sandboxd first: the claim is not needed.
+      await this.provider.releaseWarm(warm);
     }
-    const client = new SandboxdClient({
+    client ??= new SandboxdClient({
       baseUrl: "http://sandboxd",
       socketPath: run.socketPath,
       token: run.token,
@@ -182,8 +214,8 @@ class LocalSandbox implements SandboxdLifecycle {
   private async cleanUp(run: RunRecord): Promise<void> {
     await stopDetached(run);
     await removeRun(this.dir);
-    // The socket's directory goes with the process that listened in it.
-    await fs.rm(this.runDir, { recursive: true, force: true });
+    // The socket's directory goes with the process that listened in it (a warm one's has its key).
+    await fs.rm(dirname(run.socketPath), { recursive: true, force: true });
   }
 
   async kill(): Promise<void> {
@@ -191,7 +223,10 @@ class LocalSandbox implements SandboxdLifecycle {
     await this.pause();
     this.state = { kind: "killed" };
     this.provider.forget(this.record.sandboxId);
+    // A sandbox that started warm keeps its data where its sandboxd's root was (see ./warm-pool.ts).
+    const data = await this.provider.warmDataOf(this.dataDir);
     await fs.rm(this.dir, { recursive: true, force: true });
+    if (data) await fs.rm(data, { recursive: true, force: true });
   }
 
   /** Same network: the port itself. In a private network namespace: a tunnel through sandboxd. */
@@ -224,12 +259,35 @@ export class LocalProvider implements SandboxProvider {
   private interpreters: Promise<Interpreters> | null = null;
   private resolvedIsolation: Promise<"bwrap" | "none"> | null = null;
   private reaper: NodeJS.Timeout | null = null;
+  /** Null when the pool size is 0. */
+  private readonly pool: WarmPool | null;
   /** Known once the first sandbox started. */
   isolation: "bwrap" | "none" | undefined;
 
   constructor(options: LocalProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(LocalProviderOptions, options, "local provider options");
     this.logger = logger;
+    const size = warmPoolSize(this.options.warm);
+    this.pool =
+      size === 0
+        ? null
+        : new WarmPool({
+            size,
+            dataRoot: join(this.options.baseDir, "data"),
+            runRoot: RUN_ROOT,
+            logger,
+            spawn: ({ key, dataDir, runDir, onSpawn }) =>
+              this.startSandboxd({
+                label: `warm sandboxd ${key}`,
+                dataDir,
+                runDir,
+                logPath: join(dirname(dataDir), "sandboxd.log"),
+                envs: {},
+                network: this.options.network,
+                mounts: undefined,
+                onSpawn,
+              }),
+          });
   }
 
   async create(options: SandboxCreateOptions): Promise<SandboxInstance> {
@@ -291,9 +349,25 @@ export class LocalProvider implements SandboxProvider {
           ...(typeof o.network === "string" ? { network: o.network } : {}),
           ...(o.mounts?.length ? { mounts: o.mounts } : {}),
         };
-        await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
-        await writeRecord(dir, record);
-        return new LocalSandbox(this, dir, record);
+        // A warm process fits when nothing fixed at its start differs: network and mounts are
+        // bubblewrap's namespace, set before sandboxd runs; the environment goes through init.
+        const warm =
+          !o.mounts?.length && record.network === undefined ? this.pool?.take() : undefined;
+        try {
+          if (warm) {
+            await fs.mkdir(dir, { recursive: true });
+            await fs.symlink(warm.dataDir, join(dir, "user-data"));
+          } else {
+            await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
+          }
+          await writeRecord(dir, record);
+        } catch (err) {
+          if (warm) await this.pool!.discard(warm);
+          throw err;
+        }
+        const sandbox = new LocalSandbox(this, dir, record);
+        sandbox.claim = warm;
+        return sandbox;
       })();
     this.sandboxes.set(sandboxId, pending);
     let sandbox: LocalSandbox;
@@ -314,7 +388,66 @@ export class LocalProvider implements SandboxProvider {
       throw err;
     }
     this.startReaper();
+    // Not at once: a process that creates one sandbox and exits never starts a warm one.
+    if (fresh) this.pool?.scheduleFill();
     return this.instance(sandbox);
+  }
+
+  /**
+   * Starts the warm pool's processes (untimed set-up for callers that want the first create to be
+   * a claim too); creates refill it in the background on their own.
+   */
+  fillWarmPool(): Promise<void> {
+    return this.pool?.fill() ?? Promise.resolve();
+  }
+
+  /** The warm pool's unclaimed processes (diagnostics and tests). */
+  get warmProcesses(): readonly WarmProcess[] {
+    return this.pool?.processes ?? [];
+  }
+
+  /**
+   * Adopts a warm process for a fresh sandbox: the sandbox's environment and its own token in one
+   * `/v1/init` (after which the bootstrap token opens nothing). Null when the process is no longer
+   * usable: it is stopped and the create starts one cold, on the same data directory.
+   */
+  async adopt(
+    warm: WarmProcess,
+    sandbox: LocalSandbox,
+  ): Promise<{ run: RunRecord; client: SandboxdClient } | null> {
+    const run = { ...warm.run, token: warm.token };
+    try {
+      if (!(await this.pool!.alive(warm))) throw new Error("it exited");
+      // The run file goes out while init is on the wire: both before anyone can use the sandbox.
+      const [init, written] = await Promise.allSettled([
+        warm.bootstrap.init({ token: warm.token, env: sandbox.record.envs }),
+        writeRun(sandbox.dir, run),
+      ]);
+      if (init.status === "rejected") throw init.reason;
+      if (written.status === "rejected") throw written.reason;
+    } catch (err) {
+      this.logger?.warn({ err, pid: warm.run.pid }, "a warm local sandboxd could not be claimed");
+      await removeRun(sandbox.dir);
+      await this.releaseWarm(warm);
+      return null;
+    }
+    void warm.bootstrap.close().catch(() => undefined);
+    return { run, client: warm.client };
+  }
+
+  /** Stops a warm process that was taken but not adopted; its data directory is the sandbox's now. */
+  async releaseWarm(warm: WarmProcess): Promise<void> {
+    await stopDetached(warm.run).catch(() => undefined);
+    await Promise.all([warm.bootstrap.destroy(), warm.client.destroy()]).catch(() => undefined);
+    await fs.rm(dirname(warm.run.socketPath), { recursive: true, force: true });
+  }
+
+  /** The data directory a warm-started sandbox's `user-data` links to, or null (see kill()). */
+  async warmDataOf(dataDir: string): Promise<string | null> {
+    // Whatever this provider's own pool size: the sandbox may have been claimed by another's.
+    const real = await fs.realpath(dataDir).catch(() => null);
+    const root = await fs.realpath(join(this.options.baseDir, "data")).catch(() => null);
+    return real && root && dirname(dirname(real)) === root ? dirname(real) : null;
   }
 
   async resume(sandboxId: string): Promise<SandboxInstance> {
@@ -453,6 +586,7 @@ export class LocalProvider implements SandboxProvider {
   async close(): Promise<void> {
     if (this.reaper) clearInterval(this.reaper);
     this.reaper = null;
+    await this.pool?.close();
     const all = await Promise.allSettled(this.sandboxes.values());
     await Promise.all(
       all.map((s) =>
@@ -513,21 +647,35 @@ export class LocalProvider implements SandboxProvider {
    * would exceed.
    */
   async spawnSandboxd(sandbox: LocalSandbox): Promise<RunRecord> {
+    const { run } = await this.startSandboxd({
+      label: `sandboxd for ${sandbox.record.sandboxId}`,
+      dataDir: sandbox.dataDir,
+      runDir: sandbox.runDir,
+      logPath: join(sandbox.dir, "sandboxd.log"),
+      envs: sandbox.record.envs,
+      network: this.networkOf(sandbox.record) === "internet",
+      mounts: sandbox.record.mounts,
+    });
+    return run;
+  }
+
+  /** Starts one sandboxd of the given shape (see spawnSandboxd); the warm pool's use it too. */
+  async startSandboxd(shape: SpawnShape): Promise<{ run: RunRecord; child: ChildProcess }> {
     this.interpreters ??= discoverInterpreters(process.env);
     const [isolation, interp] = await Promise.all([this.isolationMode(), this.interpreters]);
     this.isolation = isolation;
     const token = randomBytes(32).toString("hex");
-    const runDir = sandbox.runDir;
+    const { runDir, dataDir } = shape;
     await fs.mkdir(runDir, { recursive: true, mode: 0o700 });
     const bwrap = isolation === "bwrap";
     const env = {
       ...scrubEnv(process.env),
       SANDBOXD_LISTEN: `unix:${bwrap ? RUN_MOUNT : runDir}/sandboxd.sock`,
-      SANDBOXD_ROOT: bwrap ? VIRTUAL_ROOT : sandbox.dataDir,
+      SANDBOXD_ROOT: bwrap ? VIRTUAL_ROOT : dataDir,
       SANDBOXD_TOKEN_STDIN: "detached",
       SANDBOXD_ENV: JSON.stringify({
-        HOME: `${bwrap ? VIRTUAL_ROOT : sandbox.dataDir}/.sandpit/home`,
-        ...sandbox.record.envs,
+        HOME: `${bwrap ? VIRTUAL_ROOT : dataDir}/.sandpit/home`,
+        ...shape.envs,
       }),
       SANDBOXD_PYTHON: interp.python,
       SANDBOXD_PYTHON_PREFIX: interp.pythonPrefix,
@@ -541,12 +689,12 @@ export class LocalProvider implements SandboxProvider {
       ? [
           "bwrap",
           ...(await bwrapArgs({
-            dataDir: sandbox.dataDir,
+            dataDir,
             virtualRoot: VIRTUAL_ROOT,
             runDir,
             runMount: RUN_MOUNT,
-            network: this.networkOf(sandbox.record) === "internet",
-            mounts: sandbox.record.mounts,
+            network: shape.network,
+            mounts: shape.mounts,
             readOnly: [
               dirname(dirname(interp.node)),
               interp.pythonPrefix,
@@ -557,7 +705,7 @@ export class LocalProvider implements SandboxProvider {
           ...argv,
         ]
       : argv;
-    const logPath = join(sandbox.dir, "sandboxd.log");
+    const logPath = shape.logPath;
     const log = await fs.open(logPath, "w", 0o600);
     const child = spawn(file!, args, {
       env,
@@ -565,6 +713,7 @@ export class LocalProvider implements SandboxProvider {
       stdio: ["pipe", "pipe", log.fd],
     });
     await log.close();
+    if (child.pid) shape.onSpawn?.(child.pid);
     const stdout = child.stdout!;
     child.stdin!.end(token + "\n");
     await new Promise<void>((resolve, reject) => {
@@ -576,7 +725,7 @@ export class LocalProvider implements SandboxProvider {
           .then((stderr) =>
             reject(
               new SandboxError(
-                `sandboxd for ${sandbox.record.sandboxId} did not start: ${why}${stderr ? `\n${stderr.slice(-4000)}` : ""}`,
+                `${shape.label} did not start: ${why}${stderr ? `\n${stderr.slice(-4000)}` : ""}`,
                 "CONNECTION_FAILED",
               ),
             ),
@@ -600,17 +749,17 @@ export class LocalProvider implements SandboxProvider {
     child.unref();
     const startTime = await startTimeOf(child.pid!);
     if (!startTime) {
-      throw new SandboxError(
-        `sandboxd for ${sandbox.record.sandboxId} exited right after starting`,
-        "CONNECTION_FAILED",
-      );
+      throw new SandboxError(`${shape.label} exited right after starting`, "CONNECTION_FAILED");
     }
     return {
-      pid: child.pid!,
-      startTime,
-      isolation,
-      socketPath: join(runDir, "sandboxd.sock"),
-      token,
+      run: {
+        pid: child.pid!,
+        startTime,
+        isolation,
+        socketPath: join(runDir, "sandboxd.sock"),
+        token,
+      },
+      child,
     };
   }
 }

@@ -1,0 +1,61 @@
+/**
+ * Warm-pod reservations, the vocabulary the provisioner and the operator share for the warm
+ * fast path (docs/architecture.md, "The warm create"): a provisioner replica reserves warm pods
+ * ahead of demand and hands one to a create by naming it on the Sandbox; the operator never
+ * adopts a pod reserved by a live holder, completes the adoption of a pod a Sandbox names, and
+ * reclaims reservations whose holder is gone. Both derive the sandbox's token from its uid, so
+ * the provisioner can answer before the operator has written the token Secret.
+ */
+import { createHmac } from "node:crypto";
+import type { KObject, Resource } from "../kube/rest.ts";
+
+export const RESERVATION = {
+  /** On a warm pod, and on the Sandbox it was handed to: the holder's Lease name. */
+  holder: "sandpit.dev/reserved-by",
+  /** On a Sandbox: the reserved warm pod the provisioner initialised for it. */
+  pod: "sandpit.dev/reserved-pod",
+  /** On a holder's Lease: what it is (the operator lists holders by it). */
+  leaseLabel: "sandpit.dev/reservation-holder",
+} as const;
+
+/**
+ * The Secret (in the sandbox namespace, made by the operator) holding the key sandbox tokens of
+ * reserved pods are derived from. Never mounted into any pod (docs/security.md).
+ */
+export const TOKEN_KEY_SECRET = "sandpit-token-key";
+
+export const LEASES: Resource = {
+  group: "coordination.k8s.io",
+  version: "v1",
+  plural: "leases",
+  kind: "Lease",
+};
+
+export interface Lease extends KObject {
+  spec?: { holderIdentity?: string; leaseDurationSeconds?: number; renewTime?: string };
+}
+
+/** A sandbox's token, from the key and its uid: the same on the provisioner and the operator. */
+export function derivedToken(key: string, sandboxUid: string): string {
+  return createHmac("sha256", key).update(`sandbox-token\0${sandboxUid}`).digest("hex");
+}
+
+/** Whether a holder's Lease was renewed within its duration (a missing Lease is a dead holder). */
+export function leaseAlive(lease: Lease | undefined, nowMs: number): boolean {
+  const renewed = Date.parse(lease?.spec?.renewTime ?? "");
+  const duration = lease?.spec?.leaseDurationSeconds;
+  return (
+    !!lease && !lease.metadata.deletionTimestamp && !!duration && renewed + duration * 1000 > nowMs
+  );
+}
+
+const FAULT_AT = process.env.SANDPIT_FAULT_AT;
+
+/**
+ * A named crash point of the fast path, for the invariant tests
+ * (test/provisioner/fastpath.test.ts): with SANDPIT_FAULT_AT=<step> the process SIGKILLs itself
+ * on reaching that step. Read once at start; production pays one string comparison per step.
+ */
+export function faultPoint(step: string): void {
+  if (FAULT_AT === step) process.kill(process.pid, "SIGKILL");
+}

@@ -1,0 +1,145 @@
+/**
+ * What the informer caches keep of each object: the fields the reconcilers read, nothing else
+ * (controller-runtime's cache transforms). A Pod as the API server sends it is ~10 KB of JSON
+ * (managedFields alone 4 KB, spec 3 KB); the operator reads its labels, owner, a few annotations
+ * and a dozen status fields. At 10,000 sandboxes, with five children each, that difference is
+ * the operator's memory.
+ *
+ * Each transform builds a new object rather than deleting fields from the parsed one: V8 turns
+ * an object whose properties were deleted into a dictionary, which costs more than it saved.
+ * What a reconciler reads from a cached object must be listed here; the transform test
+ * (operator/test/transforms.test.ts) reconciles sandboxes from transformed objects only.
+ */
+import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
+import type { Claim, Pod, Secret } from "./resources.ts";
+import type { KObject, ObjectMeta, OwnerReference } from "./rest.ts";
+
+export type Transform<T extends KObject = KObject> = (o: T) => T;
+
+/** Annotations of others (kubectl's last-applied copy of the object, say) are not ours to read. */
+const OURS = "sandpit.dev/";
+
+function ownerRefs(refs: OwnerReference[] | undefined): OwnerReference[] | undefined {
+  return refs?.map((r) => ({
+    apiVersion: r.apiVersion,
+    kind: r.kind,
+    name: r.name,
+    uid: r.uid,
+    ...(r.controller ? { controller: true } : {}),
+  }));
+}
+
+function ourAnnotations(a: Record<string, string> | undefined) {
+  if (!a) return undefined;
+  let out: Record<string, string> | undefined;
+  for (const k in a) if (k.startsWith(OURS)) (out ??= {})[k] = a[k]!;
+  return out;
+}
+
+/** The metadata every reconciler may read; labels whole (they are what selects children). */
+export function meta(m: ObjectMeta, annotations = ourAnnotations(m.annotations)): ObjectMeta {
+  return {
+    name: m.name,
+    namespace: m.namespace,
+    uid: m.uid,
+    resourceVersion: m.resourceVersion,
+    generation: m.generation,
+    creationTimestamp: m.creationTimestamp,
+    deletionTimestamp: m.deletionTimestamp,
+    labels: m.labels,
+    annotations,
+    ownerReferences: ownerRefs(m.ownerReferences),
+  };
+}
+
+const head = (o: KObject) => ({ apiVersion: o.apiVersion, kind: o.kind });
+
+/** Children whose existence, owner and spec-hash annotation are all that is read. */
+export const metadataOnly: Transform = (o) => ({ ...head(o), metadata: meta(o.metadata) });
+
+/** Sandboxes and pools: spec and status whole (every field is the reconcilers'). */
+export function specAndStatus<T extends Sandbox | SandboxPool>(o: T): T {
+  return {
+    ...head(o),
+    metadata: meta(
+      o.metadata,
+      o.metadata.annotations && withoutLastApplied(o.metadata.annotations),
+    ),
+    spec: o.spec,
+    status: o.status,
+  } as T;
+}
+
+function withoutLastApplied(a: Record<string, string>): Record<string, string> {
+  const key = "kubectl.kubernetes.io/last-applied-configuration";
+  if (!(key in a)) return a;
+  const { [key]: _dropped, ...rest } = a;
+  return rest;
+}
+
+/** The status fields pod-state.ts and the reconcilers read; the spec is never read back. */
+export const pod: Transform<Pod> = (o) => {
+  const s = o.status;
+  const c = s?.containerStatuses?.[0];
+  return {
+    ...head(o),
+    metadata: meta(o.metadata),
+    status: s && {
+      phase: s.phase,
+      podIP: s.podIP,
+      reason: s.reason,
+      message: s.message,
+      conditions: s.conditions?.map((x) => ({
+        type: x.type,
+        status: x.status,
+        reason: x.reason,
+        message: x.message,
+      })),
+      // The operator runs one container per pod: the first is sandboxd.
+      containerStatuses: c && [
+        {
+          restartCount: c.restartCount,
+          ready: c.ready,
+          state: c.state && {
+            running: c.state.running && { startedAt: c.state.running.startedAt },
+            waiting: c.state.waiting && {
+              reason: c.state.waiting.reason,
+              message: c.state.waiting.message,
+            },
+            terminated: c.state.terminated && {
+              reason: c.state.terminated.reason,
+              exitCode: c.state.terminated.exitCode,
+              message: c.state.terminated.message,
+            },
+          },
+          lastState: c.lastState?.terminated && {
+            terminated: {
+              reason: c.lastState.terminated.reason,
+              exitCode: c.lastState.terminated.exitCode,
+            },
+          },
+        },
+      ],
+    },
+  };
+};
+
+/** Whether the claim is Bound is all that is read of its status. */
+export const claim: Transform<Claim> = (o) => ({
+  ...head(o),
+  metadata: meta(o.metadata),
+  status: o.status && { phase: o.status.phase },
+});
+
+/**
+ * Our Secrets: a token (a sandbox's own, a pool's warm one) or the key reserved sandboxes'
+ * tokens derive from (operator/src/api/reservations.ts) is read, nothing else.
+ */
+export const secret: Transform<Secret> = (o) => {
+  const { token, key } = o.data ?? {};
+  return {
+    ...head(o),
+    metadata: meta(o.metadata),
+    ...(token || key ? { data: { ...(token ? { token } : {}), ...(key ? { key } : {}) } } : {}),
+  };
+};

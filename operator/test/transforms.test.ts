@@ -1,0 +1,351 @@
+/**
+ * The informer caches keep only what kube/transforms.ts lets through. These tests reconcile the
+ * same sandboxes twice, once from caches holding the objects as the API server sends them and
+ * once from caches holding their transformed versions, and require the same writes, events and
+ * status: a field a reconciler reads but the transform drops makes the two differ.
+ */
+import { pino } from "pino";
+import { afterEach, beforeEach, describe, expect, test, vi } from "vitest";
+import { LABEL } from "../src/api/labels.ts";
+import { dataClaimName, tokenSecretName } from "../src/api/names.ts";
+import { TOKEN_KEY_SECRET } from "../src/api/reservations.ts";
+import type { Sandbox, SandboxPool } from "../src/api/v1alpha1.ts";
+import { readConfig } from "../src/config.ts";
+import { type Caches, type Ctx, Expectations } from "../src/context.ts";
+import type { Informer } from "../src/kube/informer.ts";
+import type { Pod } from "../src/kube/resources.ts";
+import type { KObject, Resource } from "../src/kube/rest.ts";
+import * as transforms from "../src/kube/transforms.ts";
+import { claimable } from "../src/pool/warm.ts";
+import type { PoolMembership } from "../src/sandbox/membership.ts";
+import { reconcileSandbox } from "../src/sandbox/reconciler.ts";
+import {
+  dataClaim,
+  networkPolicy,
+  newToken,
+  pod as podManifest,
+  service,
+  tokenSecret,
+} from "../src/workload/manifests.ts";
+import { effectiveSpec } from "../src/workload/spec.ts";
+
+const NS = "t";
+const cfg = readConfig({});
+const NOW = Date.parse("2026-01-01T12:00:00Z");
+
+/** What the API server adds to every object: the noise the transforms drop. */
+function served<T extends KObject>(o: KObject, extra: Record<string, unknown> = {}): T {
+  return {
+    ...o,
+    ...extra,
+    metadata: {
+      ...o.metadata,
+      uid: o.metadata.uid ?? crypto.randomUUID(),
+      resourceVersion: "100",
+      creationTimestamp: new Date(NOW - 60_000).toISOString(),
+      annotations: {
+        ...o.metadata.annotations,
+        "kubectl.kubernetes.io/last-applied-configuration": JSON.stringify(o),
+      },
+      managedFields: [{ manager: "sandpit-operator", operation: "Apply", fieldsV1: { f: {} } }],
+    },
+  } as unknown as T;
+}
+
+function sandbox(name: string, spec: Sandbox["spec"] = {}, status?: Sandbox["status"]): Sandbox {
+  return served<Sandbox>({
+    apiVersion: "sandpit.dev/v1alpha1",
+    kind: "Sandbox",
+    metadata: { name, namespace: NS, generation: 1, uid: `uid-${name}` },
+    spec,
+    ...(status ? { status } : {}),
+  });
+}
+
+/** The children a cold sandbox has once they are all made, as served. */
+function children(sbx: Sandbox, podStatus: Pod["status"], podExtra: Partial<Pod["metadata"]> = {}) {
+  const eff = effectiveSpec(sbx.spec, undefined, cfg);
+  const name = sbx.metadata.name;
+  const m = (n: string) => ({
+    name: n,
+    namespace: NS,
+    owner: sbx,
+    labels: { [LABEL.sandbox]: name },
+  });
+  const pod = served<Pod>(
+    podManifest(
+      m(name),
+      eff,
+      {
+        tokenSecret: tokenSecretName(name),
+        mounts: [{ claimName: dataClaimName(name), mountPath: "/mnt/user-data", readOnly: false }],
+      },
+      cfg,
+    ),
+    { status: { hostIP: "10.0.0.1", qosClass: "Burstable", startTime: "x", ...podStatus } },
+  );
+  Object.assign(pod.metadata, podExtra);
+  return {
+    pods: [pod],
+    secrets: [served(tokenSecret(m(tokenSecretName(name)), newToken()))],
+    services: [served(service(m(name), { [LABEL.sandbox]: name }), { status: {} })],
+    networkPolicies: [served(networkPolicy(m(name), { [LABEL.sandbox]: name }, eff.network, cfg))],
+    claims: [
+      served(dataClaim(m(dataClaimName(name)), eff), {
+        status: { phase: "Bound", capacity: { storage: "1Gi" }, accessModes: ["ReadWriteOnce"] },
+      }),
+    ],
+  };
+}
+
+class FakeInformer<T extends KObject> {
+  readonly #objects = new Map<string, T>();
+  constructor(objects: T[]) {
+    for (const o of objects) this.#objects.set(o.metadata.name, o);
+  }
+  get(name: string): T | undefined {
+    return this.#objects.get(name);
+  }
+  list(): T[] {
+    return [...this.#objects.values()];
+  }
+}
+
+type Objects = { [K in keyof Caches]?: KObject[] };
+
+const noPool: PoolMembership = {
+  admit: () => true,
+  release: () => undefined,
+  evicting: () => false,
+  adoptedPod: () => undefined,
+  adopt: () => Promise.resolve(undefined),
+  podTokens: () => [],
+};
+
+/** Reconciles `sbx` from caches holding `objects` (transformed or not); what it wrote and said. */
+async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolean) {
+  const writes: unknown[] = [];
+  const t = <T extends KObject>(list: KObject[] | undefined, f: transforms.Transform<T>) =>
+    new FakeInformer(
+      (list ?? []).map((o) => (transformed ? f(structuredClone(o) as T) : o)),
+    ) as unknown as Informer<T>;
+  const record =
+    (verb: string) =>
+    async (r: Resource, ...args: unknown[]): Promise<KObject> => {
+      // A new token is random each time: only that one was minted counts.
+      writes.push(
+        JSON.parse(
+          JSON.stringify([verb, r.plural, ...args]).replace(/"token":"[^"]*"/g, '"token":"…"'),
+        ),
+      );
+      return { metadata: { name: "x" } };
+    };
+  const ctx: Ctx = {
+    kube: {
+      create: record("create"),
+      apply: record("apply"),
+      patch: record("patch"),
+      delete: record("delete"),
+      get: record("get"),
+    } as unknown as Ctx["kube"],
+    cfg,
+    log: pino({ level: "silent" }),
+    events: {
+      record: (o: KObject, ...rest: unknown[]) => writes.push(["event", o.metadata.name, ...rest]),
+    } as unknown as Ctx["events"],
+    caches: {
+      sandboxes: t<Sandbox>([sbx], transforms.specAndStatus),
+      pools: t<SandboxPool>(objects.pools, transforms.specAndStatus),
+      pods: t(objects.pods, transforms.pod),
+      claims: t(objects.claims, transforms.claim),
+      services: t(objects.services, transforms.metadataOnly),
+      secrets: t(objects.secrets, transforms.secret),
+      networkPolicies: t(objects.networkPolicies, transforms.metadataOnly),
+    },
+    podExpectations: new Expectations(),
+    writeExpectations: new Expectations(),
+    enqueueSandbox: () => undefined,
+    enqueuePool: () => undefined,
+  };
+  const result = await reconcileSandbox(
+    ctx,
+    noPool,
+    `${NS}/${sbx.metadata.name}`,
+    new AbortController().signal,
+  );
+  return { result, writes };
+}
+
+async function same(sbx: Sandbox, objects: Objects) {
+  const full = await reconcileFrom(sbx, objects, false);
+  const slim = await reconcileFrom(sbx, objects, true);
+  expect(slim).toEqual(full);
+  return full;
+}
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: NOW, toFake: ["Date"] });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe("a reconcile from transformed caches", () => {
+  test("makes the same children as from full objects (none exist yet)", async () => {
+    const sbx = sandbox("fresh");
+    const { writes } = await same(sbx, {});
+    expect(writes.map((w) => (w as string[]).slice(0, 2))).toEqual(
+      expect.arrayContaining([
+        ["create", "secrets"],
+        ["apply", "services"],
+        ["apply", "networkpolicies"],
+        ["create", "persistentvolumeclaims"],
+      ]),
+    );
+  });
+
+  test("writes nothing for children that exist (token, policy hash, bound claim read)", async () => {
+    const sbx = sandbox("made", {}, { phase: "Starting", podName: "made", startedAt: "x" });
+    const objects = children(sbx, {
+      phase: "Pending",
+      conditions: [{ type: "PodScheduled", status: "True" }],
+      containerStatuses: [
+        {
+          name: "sandboxd",
+          image: "i",
+          imageID: "",
+          restartCount: 0,
+          ready: false,
+          state: { waiting: { reason: "ContainerCreating" } },
+        },
+      ] as never,
+    });
+    const { writes } = await same(sbx, objects);
+    expect(
+      writes.filter((w) => (w as string[])[0] !== "apply" || (w as string[])[1] !== "sandboxes"),
+    ).toEqual([]);
+  });
+
+  test("explains an unschedulable pod and a missing claim from its conditions", async () => {
+    const sbx = sandbox("pending", {}, { phase: "Pending", podName: "pending" });
+    const { writes } = await same(
+      sbx,
+      children(sbx, {
+        phase: "Pending",
+        conditions: [
+          {
+            type: "PodScheduled",
+            status: "False",
+            reason: "Unschedulable",
+            message: 'persistentvolumeclaim "shared" not found',
+          },
+        ],
+      }),
+    );
+    expect(JSON.stringify(writes)).toContain("ClaimNotFound");
+  });
+
+  test("gives up on a crash-looping sandboxd, with its last exit from lastState", async () => {
+    const sbx = sandbox("crash", {}, { phase: "Starting", podName: "crash", startedAt: "x" });
+    const { writes } = await same(
+      sbx,
+      children(sbx, {
+        phase: "Running",
+        podIP: "10.9.9.9",
+        containerStatuses: [
+          {
+            restartCount: cfg.maxRecreations + 1,
+            ready: false,
+            state: { waiting: { reason: "CrashLoopBackOff", message: "back-off" } },
+            lastState: { terminated: { reason: "Error", exitCode: 3 } },
+          },
+        ],
+      }),
+    );
+    expect(JSON.stringify(writes)).toContain("exit code 3");
+  });
+
+  test("recreates a failed pod by its uid, and waits on a terminating one", async () => {
+    const failed = sandbox("failed", {}, { phase: "Starting", podName: "failed", startedAt: "x" });
+    const f = await same(
+      failed,
+      children(failed, { phase: "Failed", reason: "Evicted", message: "disk" }),
+    );
+    expect(JSON.stringify(f.writes)).toContain('"uid":"');
+    const going = sandbox("going", {}, { phase: "Starting", podName: "going", startedAt: "x" });
+    const g = await same(
+      going,
+      children(going, { phase: "Running" }, { deletionTimestamp: new Date(NOW).toISOString() }),
+    );
+    expect(JSON.stringify(g.writes)).toContain("PodTerminating");
+  });
+
+  test("clears a deleted namesake's children, found by their controller's uid", async () => {
+    const sbx = sandbox("again");
+    const old = children(sandbox("again", {}, undefined), { phase: "Running" });
+    for (const list of Object.values(old)) {
+      for (const o of list) o.metadata.ownerReferences![0]!.uid = "uid-of-the-deleted-one";
+    }
+    const { writes } = await same(sbx, old);
+    expect(writes.filter((w) => (w as string[])[0] === "delete")).toHaveLength(3);
+  });
+});
+
+describe("a warm pod from a transformed cache", () => {
+  test("is claimable exactly when the full pod is (readiness, shape, packages annotations)", () => {
+    const pool = served<SandboxPool>({
+      apiVersion: "sandpit.dev/v1alpha1",
+      kind: "SandboxPool",
+      metadata: { name: "p", namespace: NS },
+      spec: { warm: 1, maxActive: 5, template: { packages: ["requests"] } },
+    });
+    const uid = "pod-uid";
+    const warm = (ready: string, packages: string) =>
+      served<Pod>(
+        {
+          apiVersion: "v1",
+          kind: "Pod",
+          metadata: {
+            name: "p-abc",
+            namespace: NS,
+            uid,
+            annotations: { "sandpit.dev/shape-hash": "s1", "sandpit.dev/packages-ready": packages },
+          },
+        },
+        {
+          status: {
+            phase: "Running",
+            conditions: [{ type: "Ready", status: ready, lastProbeTime: null }],
+            containerStatuses: [{ restartCount: 2, ready: ready === "True", state: {} }],
+          },
+        },
+      );
+    for (const p of [
+      warm("True", `${uid}/2`),
+      warm("True", `${uid}/1`),
+      warm("False", `${uid}/2`),
+    ]) {
+      expect(claimable(pool, transforms.pod(p), "s1")).toBe(claimable(pool, p, "s1"));
+    }
+    expect(claimable(pool, transforms.pod(warm("True", `${uid}/2`)), "s1")).toBe(true);
+  });
+
+  test("keeps the token of a Secret and nothing else of its data", () => {
+    const s = served<KObject & { data: Record<string, string> }>(
+      { apiVersion: "v1", kind: "Secret", metadata: { name: "x", namespace: NS } },
+      { data: { token: "dG9r", other: "b3RoZXI=" } },
+    );
+    const slim = transforms.secret(s);
+    expect(slim.data).toEqual({ token: "dG9r" });
+    expect(slim.metadata).not.toHaveProperty("managedFields");
+    expect(slim.metadata.annotations).toBeUndefined();
+  });
+
+  test("keeps the key reserved sandboxes' tokens derive from", () => {
+    const s = served<KObject & { data: Record<string, string> }>(
+      { apiVersion: "v1", kind: "Secret", metadata: { name: TOKEN_KEY_SECRET, namespace: NS } },
+      { data: { key: "a2V5", other: "b3RoZXI=" } },
+    );
+    expect(transforms.secret(s).data).toEqual({ key: "a2V5" });
+  });
+});

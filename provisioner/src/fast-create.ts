@@ -1,0 +1,83 @@
+/**
+ * The warm create's own part (docs/architecture.md, "The warm create"): which creates may take
+ * a reserved warm pod, and handing that pod to the new sandbox (sandboxd's /v1/init with the
+ * pool's warm token, giving it the sandbox's derived token, environment and packages) without a
+ * write to the API server. The operator completes ownership, Secret, Service and status later.
+ */
+import { SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
+import {
+  RESERVATION,
+  type Sandbox,
+  type SandboxPool,
+  derivedToken,
+  faultPoint,
+  packageSpec,
+} from "@sandpit/operator/api";
+import { SandboxdClient } from "@sandpit/sdk/sandboxd-client";
+import type { Reserved, Reservations } from "./reservations.ts";
+import type { CreateInput } from "./store.ts";
+
+/** What the provisioner knows of a sandbox it answered for before the operator reported it. */
+export interface FastReady {
+  uid: string;
+  podName: string;
+  endpoint: string;
+  token: string;
+}
+
+/**
+ * Whether a create may take a reserved warm pod: it changes nothing a pod is made of (limits,
+ * image, volumes: those the pod has already) nor its network policy (the warm pod's is the
+ * template's until the operator moves it under the sandbox's own), and the pool has room (a
+ * sandbox over the cap would be stopped by the operator's admission).
+ */
+export function fastEligible(input: CreateInput, pool: SandboxPool | undefined): boolean {
+  if (!pool || pool.spec.warm <= 0) return false;
+  const s = input.spec;
+  if (s.resources || s.network || s.image || s.mounts || s.storage || s.emptyDirs) return false;
+  if (s.runtimeClassName || s.lifecycle?.suspended) return false;
+  return (pool.status?.active ?? 0) < pool.spec.maxActive;
+}
+
+/** The annotations that name the reserved pod on the Sandbox (the one write is the claim). */
+export function reservedAnnotations(r: Reserved, holder: string): Record<string, string> {
+  return { [RESERVATION.pod]: r.podName, [RESERVATION.holder]: holder };
+}
+
+/**
+ * Initialises the reserved pod's sandboxd for `sbx` (rejects when it cannot: the caller then
+ * leaves the pod to the operator).
+ */
+export async function initReserved(
+  reservations: Reservations,
+  r: Reserved,
+  sbx: Sandbox,
+  pool: SandboxPool,
+): Promise<FastReady> {
+  faultPoint("provisioner-sandbox-created");
+  const [warm, key] = await Promise.all([
+    reservations.warmToken(pool.metadata.name),
+    reservations.tokenKey(),
+  ]);
+  const token = derivedToken(key, sbx.metadata.uid!);
+  const t = pool.spec.template;
+  const env: Record<string, string> = {};
+  for (const e of [...(t.env ?? []), ...(sbx.spec.env ?? [])]) env[e.name] = e.value;
+  const language = sbx.spec.language ?? t.language ?? "python";
+  // The template's packages are on the pod already; the sandbox's own list replaces them.
+  const packages = sbx.spec.packages?.map((p) => packageSpec(language, p)) ?? [];
+  const endpoint = `${r.podIP}:${SANDBOXD_PORT}`;
+  await new SandboxdClient({ baseUrl: `http://${endpoint}`, token: warm }).init({
+    token,
+    env,
+    packages,
+    language,
+  });
+  faultPoint("provisioner-initialised");
+  return {
+    uid: sbx.metadata.uid!,
+    podName: r.podName,
+    endpoint,
+    token,
+  };
+}

@@ -1,0 +1,290 @@
+/**
+ * This replica's reservation of warm pods (docs/architecture.md, "The warm create"): per pool it
+ * serves, a few claimable warm pods are marked as held by this replica, ahead of demand, with a
+ * resourceVersion-guarded patch, so a create can hand one out without waiting on the API
+ * server. The holder is a Lease this replica renews; the operator adopts a reserved pod only
+ * for the Sandbox that names it, and gives the reservations of a holder whose Lease ran out back
+ * to the pool. On shutdown the reservations are released and the Lease deleted.
+ */
+import { randomBytes } from "node:crypto";
+import type { Logger } from "pino";
+import {
+  ANNOTATION,
+  LABEL,
+  LEASES,
+  type Lease,
+  MANAGED_BY,
+  RESERVATION,
+  type SandboxPool,
+  TOKEN_KEY_SECRET,
+  faultPoint,
+} from "@sandpit/operator/api";
+import {
+  Informer,
+  type Kube,
+  PODS,
+  type Pod,
+  SECRETS,
+  type Secret,
+  isConflict,
+  isNotFound,
+} from "@sandpit/operator/kube/client";
+
+/** A warm pod this replica holds, as a create needs it. */
+export interface Reserved {
+  pool: string;
+  podName: string;
+  podIP: string;
+}
+
+export interface ReservationOptions {
+  /** How many claimable warm pods to hold per pool. */
+  size: number;
+  /** The Lease's duration; it is renewed every third of it. */
+  leaseSeconds: number;
+}
+
+/** MicroTime as the API wants it: RFC 3339 with microseconds. */
+const microTime = (d = new Date()) => d.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+
+export class Reservations {
+  /** The holder's name: its Lease's, and the value of the reservation annotation. */
+  readonly holder = `sandpit-provisioner-${randomBytes(6).toString("hex")}`;
+  readonly #kube: Kube;
+  readonly #ns: string;
+  readonly #log: Logger;
+  readonly #opts: ReservationOptions;
+  readonly #pods: Informer<Pod>;
+  /** Reserved and not yet handed out, by pod name. */
+  readonly #held = new Map<string, Reserved>();
+  /** Pods a reservation patch is on its way for (no other take picks them meanwhile). */
+  readonly #reserving = new Set<string>();
+  /** The pools served, with what a pod of theirs needs to be claimable. */
+  readonly #pools = new Map<string, { packages: boolean }>();
+  readonly #secrets = new Map<string, Promise<string>>();
+  #renewedAt = -Infinity;
+  #renewer: NodeJS.Timeout | undefined;
+  #stopped = false;
+
+  constructor(kube: Kube, namespace: string, logger: Logger, opts: ReservationOptions) {
+    this.#kube = kube;
+    this.#ns = namespace;
+    this.#log = logger.child({ holder: this.holder });
+    this.#opts = opts;
+    this.#pods = new Informer<Pod>(kube, {
+      resource: PODS,
+      namespace,
+      labelSelector: `${LABEL.warm}=true`,
+      logger,
+    });
+    const changed = (p: Pod) => {
+      const held = this.#held.get(p.metadata.name);
+      // Taken by the operator, deleted or given back by it: no longer this replica's.
+      if (held && !this.#mine(p)) this.#held.delete(p.metadata.name);
+      this.#topUp(p.metadata.labels?.[LABEL.pool]);
+    };
+    this.#pods.on("add", changed);
+    this.#pods.on("update", changed);
+    this.#pods.on("delete", (p) => {
+      this.#held.delete(p.metadata.name);
+      this.#topUp(p.metadata.labels?.[LABEL.pool]);
+    });
+  }
+
+  /** Creates the Lease, then watches warm pods; reservations start once both are in place. */
+  async start(): Promise<void> {
+    await this.#createLease();
+    this.#renewer = setInterval(() => void this.#renew(), (this.#opts.leaseSeconds * 1000) / 3);
+    this.#renewer.unref();
+    this.#pods.start();
+    await this.#pods.synced;
+    for (const pool of this.#pools.keys()) this.#topUp(pool);
+  }
+
+  async #createLease(): Promise<void> {
+    await this.#kube.create<Lease>(LEASES, {
+      metadata: {
+        name: this.holder,
+        namespace: this.#ns,
+        labels: { [RESERVATION.leaseLabel]: "true", [LABEL.managedBy]: MANAGED_BY.provisioner },
+      },
+      spec: {
+        holderIdentity: this.holder,
+        leaseDurationSeconds: this.#opts.leaseSeconds,
+        renewTime: microTime(),
+      },
+    });
+    this.#renewedAt = performance.now();
+  }
+
+  /** Releases every pod still held and deletes the Lease (the operator need not wait it out). */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearInterval(this.#renewer);
+    this.#pods.stop();
+    const held = [...this.#held.keys()];
+    this.#held.clear();
+    await Promise.allSettled(held.map((name) => this.#mark(name, null)));
+    await this.#kube.delete(LEASES, this.#ns, this.holder).catch(() => undefined);
+  }
+
+  /** From now on this replica holds warm pods of `pool` too. */
+  serve(pool: SandboxPool): void {
+    const packages = (pool.spec.template.packages?.length ?? 0) > 0;
+    if (this.#pools.get(pool.metadata.name)?.packages === packages) return;
+    this.#pools.set(pool.metadata.name, { packages });
+    this.#topUp(pool.metadata.name);
+  }
+
+  /**
+   * A reserved pod of `pool` for a create, taken out of the reservation: one held already, else
+   * one reserved now (a burst larger than the reservation costs that patch), else undefined
+   * and the create goes the operator's way. Never while this replica's Lease may have lapsed:
+   * the operator may be giving its reservations back.
+   */
+  async take(pool: string): Promise<Reserved | undefined> {
+    if (!this.#live()) return undefined;
+    for (const [name, r] of this.#held) {
+      if (r.pool !== pool) continue;
+      this.#held.delete(name);
+      this.#topUp(pool);
+      return r;
+    }
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const r = await this.#reserveOne(pool);
+      if (r !== "conflict") return r;
+    }
+    return undefined;
+  }
+
+  /** A taken pod whose create did not use it (its Sandbox existed already): held again. */
+  giveBack(r: Reserved): void {
+    const pod = this.#pods.get(r.podName, this.#ns);
+    if (pod && this.#mine(pod)) this.#held.set(r.podName, r);
+  }
+
+  /** The pool's warm token, which a blank warm pod's sandboxd accepts (read once). */
+  warmToken(pool: string): Promise<string> {
+    return this.#secret(`${pool}-warm-token`, "token");
+  }
+
+  /** The key sandbox tokens of reserved pods are derived from (read once). */
+  tokenKey(): Promise<string> {
+    return this.#secret(TOKEN_KEY_SECRET, "key");
+  }
+
+  /** How many pods this replica holds now (for tests and metrics). */
+  get heldCount(): number {
+    return this.#held.size;
+  }
+
+  #secret(name: string, field: string): Promise<string> {
+    let value = this.#secrets.get(name);
+    if (!value) {
+      value = this.#kube.get<Secret>(SECRETS, this.#ns, name).then((s) => {
+        const v = Buffer.from(s.data?.[field] ?? "", "base64").toString();
+        if (!v) throw new Error(`Secret ${name} has no ${field}`);
+        return v;
+      });
+      value.catch(() => this.#secrets.delete(name)); // asked again next time
+      this.#secrets.set(name, value);
+    }
+    return value;
+  }
+
+  /** The Lease was renewed recently enough that no operator can consider this holder gone. */
+  #live(): boolean {
+    return (
+      !this.#stopped && performance.now() - this.#renewedAt < (this.#opts.leaseSeconds * 1000) / 2
+    );
+  }
+
+  async #renew(): Promise<void> {
+    try {
+      await this.#kube.patch(LEASES, this.#ns, this.holder, "merge", {
+        spec: { renewTime: microTime() },
+      });
+      this.#renewedAt = performance.now();
+    } catch (err) {
+      this.#log.warn({ err }, "could not renew the reservation Lease");
+      // Deleted (by hand, or by a cleanup): made again, the reservations are still annotated.
+      if (isNotFound(err) && !this.#stopped) await this.#createLease().catch(() => undefined);
+    }
+  }
+
+  #mine(p: Pod): boolean {
+    return (
+      p.metadata.annotations?.[RESERVATION.holder] === this.holder &&
+      p.metadata.labels?.[LABEL.warm] === "true" &&
+      !p.metadata.deletionTimestamp
+    );
+  }
+
+  /** Ready, unreserved, and with the template's packages installed when it has any. */
+  #claimable(p: Pod, pool: string): boolean {
+    if (p.metadata.labels?.[LABEL.pool] !== pool || p.metadata.deletionTimestamp) return false;
+    if (p.metadata.annotations?.[RESERVATION.holder] || this.#reserving.has(p.metadata.name))
+      return false;
+    const ready = p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");
+    if (!ready || !p.status?.podIP) return false;
+    if (!this.#pools.get(pool)?.packages) return true;
+    const restarts = p.status.containerStatuses?.[0]?.restartCount ?? 0;
+    return p.metadata.annotations?.[ANNOTATION.packagesReady] === `${p.metadata.uid}/${restarts}`;
+  }
+
+  /** Reserves pods of `pool` until this replica holds its share (one pass; events bring more). */
+  #topUp(pool: string | undefined): void {
+    if (!pool || !this.#pools.has(pool) || !this.#pods.isSynced || !this.#live()) return;
+    const have =
+      [...this.#held.values()].filter((r) => r.pool === pool).length +
+      [...this.#reserving].filter(
+        (n) => this.#pods.get(n, this.#ns)?.metadata.labels?.[LABEL.pool] === pool,
+      ).length;
+    for (let i = have; i < this.#opts.size; i++) {
+      void this.#reserveOne(pool).then(
+        (r) => {
+          if (r && r !== "conflict") {
+            if (this.#stopped) void this.#mark(r.podName, null);
+            else this.#held.set(r.podName, r);
+          }
+        },
+        (err: unknown) => this.#log.warn({ err, pool }, "could not reserve a warm pod"),
+      );
+    }
+  }
+
+  /** Reserves one claimable pod: it, "conflict" when another took it first, or undefined. */
+  async #reserveOne(pool: string): Promise<Reserved | "conflict" | undefined> {
+    const pod = this.#pods.list(this.#ns).find((p) => this.#claimable(p, pool));
+    if (!pod) return undefined;
+    const name = pod.metadata.name;
+    this.#reserving.add(name);
+    try {
+      const marked = await this.#mark(name, this.holder, pod.metadata.resourceVersion);
+      if (!marked) return "conflict";
+      faultPoint("provisioner-reserved");
+      return { pool, podName: name, podIP: pod.status!.podIP! };
+    } finally {
+      this.#reserving.delete(name);
+    }
+  }
+
+  /**
+   * Sets (or with null removes) the reservation annotation; with `resourceVersion` only if the
+   * pod is unchanged since. False when it changed or is gone.
+   */
+  async #mark(name: string, holder: string | null, resourceVersion?: string): Promise<boolean> {
+    try {
+      await this.#kube.patch(PODS, this.#ns, name, "merge", {
+        metadata: {
+          ...(resourceVersion ? { resourceVersion } : {}),
+          annotations: { [RESERVATION.holder]: holder },
+        },
+      });
+      return true;
+    } catch (err) {
+      if (isConflict(err) || isNotFound(err)) return false;
+      throw err;
+    }
+  }
+}
