@@ -214,8 +214,12 @@ class LocalSandbox implements SandboxdLifecycle {
   private async cleanUp(run: RunRecord): Promise<void> {
     await stopDetached(run);
     await removeRun(this.dir);
-    // The socket's directory goes with the process that listened in it (a warm one's has its key).
-    await fs.rm(dirname(run.socketPath), { recursive: true, force: true });
+    // The socket's directory goes with the process that listened in it (a warm one's has its
+    // key). Only a directory of the run root: the run file is read from disk, and one naming
+    // any other place (a forged or corrupt record) must not get that place deleted.
+    const socketDir = dirname(run.socketPath);
+    if (dirname(socketDir) === RUN_ROOT) await fs.rm(socketDir, { recursive: true, force: true });
+    if (socketDir !== this.runDir) await fs.rm(this.runDir, { recursive: true, force: true });
   }
 
   async kill(): Promise<void> {
