@@ -94,6 +94,14 @@ const Env = z.object({
     .string()
     .min(32, "at least 32 characters (the chart generates one)")
     .optional(),
+  /**
+   * The key DeerFlow sandbox_url capabilities are derived from (provisioner/src/capability.ts):
+   * the same on every replica. Unset: a random one per process (URLs change on restart).
+   */
+  SANDPIT_CAPABILITY_KEY: z
+    .string()
+    .min(32, "at least 32 characters (the chart generates one)")
+    .optional(),
   /** The domain of E2B's host routing: api.<domain> and <port>-<sandboxId>.<domain>. */
   SANDPIT_E2B_DOMAIN: z
     .string()
@@ -118,6 +126,8 @@ export interface ProvisionerConfig {
   shutdownDelayMs: number;
   maxBodyBytes: number;
   logLevel: string;
+  /** Key of the DeerFlow capabilities; undefined: the app makes a random one. */
+  capabilityKey: Buffer | undefined;
   /** Warm pods held per pool (0: no fast path) and the holder Lease's duration. */
   reservation: { size: number; leaseSeconds: number };
   /** Resource floors and ceilings where a pool sets none (SANDPIT_MIN_* / SANDPIT_MAX_*). */
@@ -176,6 +186,7 @@ export function readConfig(env: NodeJS.ProcessEnv): ProvisionerConfig {
     shutdownDelayMs: e.SANDPIT_SHUTDOWN_DELAY_MS,
     maxBodyBytes: e.SANDPIT_MAX_BODY_BYTES,
     logLevel: e.SANDPIT_LOG_LEVEL,
+    capabilityKey: e.SANDPIT_CAPABILITY_KEY ? Buffer.from(e.SANDPIT_CAPABILITY_KEY) : undefined,
     reservation: {
       size: e.SANDPIT_WARM_RESERVATION,
       leaseSeconds: e.SANDPIT_RESERVATION_LEASE_SECONDS,

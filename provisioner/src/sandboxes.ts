@@ -6,7 +6,7 @@
  * Identity: a sandbox for a (tenant, user, thread) has a name derived from them, so concurrent
  * creates for one thread race to create one object and all get the same sandbox.
  */
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import {
   ANNOTATION,
@@ -36,8 +36,6 @@ export type { CreateInput };
 
 // The provisioner's routes see the Sandbox API through this module.
 export { LABEL, type Sandbox };
-/** The capability in a DeerFlow sandbox_url (DeerFlow sends no credential to the sandbox). */
-export const CAPABILITY_ANNOTATION = ANNOTATION.capability;
 export const EXTERNAL_ID_ANNOTATION = ANNOTATION.externalId;
 /** How long a pool's "at capacity" must hold before a waiting create is told 429. */
 const CAPACITY_GRACE_MS = 2_000;
@@ -434,7 +432,6 @@ export class SandboxStore implements SandboxBackend {
         },
         annotations: {
           ...input.annotations,
-          [CAPABILITY_ANNOTATION]: randomBytes(24).toString("base64url"),
           ...(reserved ? reservedAnnotations(reserved, reservations!.holder) : {}),
         },
       },
@@ -640,14 +637,5 @@ export class SandboxStore implements SandboxBackend {
     if (!token) throw new Error(`the token Secret of ${s.metadata.name} is empty`);
     this.#tokens.set(uid, token);
     return token;
-  }
-
-  /** Whether `capability` opens this sandbox (constant-time comparison). */
-  static capabilityMatches(s: Sandbox, capability: string): boolean {
-    const expected = Buffer.from(s.metadata.annotations?.[CAPABILITY_ANNOTATION] ?? "");
-    const given = Buffer.from(capability);
-    return (
-      expected.length > 0 && expected.length === given.length && timingSafeEqual(expected, given)
-    );
   }
 }

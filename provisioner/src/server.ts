@@ -4,6 +4,7 @@
  * (WebSocket, TCP tunnels) on the proxy paths, and the service's own routes. State lives in the
  * store (./store.ts) only; every route that sends a sandbox traffic goes through one Transport.
  */
+import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { isIPv6 } from "node:net";
 import express, { type Request } from "express";
@@ -37,6 +38,7 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxBackend, log: Lo
     keys: new KeyRing(cfg.keys),
     transport: new Transport(store, cfg.readyTimeoutMs),
     baseUrl: (req: Request) => cfg.publicUrl ?? arrivedAt(req),
+    capabilityKey: cfg.capabilityKey ?? randomCapabilityKey(log),
   };
   let shuttingDown = false;
   // First in line: E2B's hosts and its data plane's /health and /metrics are not the service's.
@@ -106,4 +108,12 @@ function metricsOnly(registry: Registry): Server {
       (err: unknown) => res.writeHead(500, { "content-type": "text/plain" }).end(`${err}\n`),
     );
   });
+}
+
+/** No SANDPIT_CAPABILITY_KEY: this process's own, so its sandbox_urls die with it. */
+function randomCapabilityKey(log: Logger): Buffer {
+  log.warn(
+    "SANDPIT_CAPABILITY_KEY is not set: DeerFlow sandbox_urls change when this process restarts and differ between replicas",
+  );
+  return randomBytes(32);
 }

@@ -172,7 +172,6 @@ describe("sandpit serve's store", () => {
       // Never reached: the refusal comes first.
       provider: {} as never,
       serveId: "s",
-      secret: Buffer.alloc(32),
       log: pino({ level: "silent" }),
       support: { backend: "docker", cpu: true, memory: true, disk: true, networkDeny: true },
       idleTimeoutMs: 0,

@@ -377,6 +377,11 @@ describe("the chart, offline", () => {
     expect(docs.some((d) => d.kind === "Secret" && d.metadata.name === `${fullname}-e2b`)).toBe(
       true,
     );
+    // The DeerFlow capability key: always, from a Secret of its own.
+    expect(env).toContainEqual({
+      name: "SANDPIT_CAPABILITY_KEY",
+      valueFrom: { secretKeyRef: { name: `${fullname}-capability`, key: "capability-key" } },
+    });
     // Off by default: no Ingress; and with e2b off, neither its Secret nor its settings.
     expect((await render()).some((d) => d.kind === "Ingress")).toBe(false);
     const off = await render("--set", "provisioner.e2b.enabled=false");
@@ -400,14 +405,18 @@ describe("the chart, offline", () => {
   });
 });
 
-async function e2bSecret(): Promise<string> {
-  const secret = await core.readNamespacedSecret({ name: `${fullname}-e2b`, namespace: systemNs });
-  return Buffer.from(secret.data!["token-secret"]!, "base64").toString();
+async function secretOf(suffix: string, key: string): Promise<string> {
+  const name = `${fullname}-${suffix}`;
+  const secret = await core.readNamespacedSecret({ name, namespace: systemNs });
+  return Buffer.from(secret.data![key]!, "base64").toString();
 }
+const e2bSecret = () => secretOf("e2b", "token-secret");
+const capabilityKey = () => secretOf("capability", "capability-key");
 
 describe("the chart on the cluster", () => {
   let keyBefore: string;
   let e2bBefore: string;
+  let capabilityBefore: string;
   let sandboxId: string;
 
   it("installs: the operator leads, the provisioner serves, a sandbox runs Python and TypeScript", async () => {
@@ -461,6 +470,9 @@ describe("the chart on the cluster", () => {
     // The E2B API is on, with the token key the chart generated.
     e2bBefore = await e2bSecret();
     expect(e2bBefore).toMatch(/^[A-Za-z0-9]{48}$/);
+    capabilityBefore = await capabilityKey();
+    expect(capabilityBefore).toMatch(/^[A-Za-z0-9]{48}$/);
+    expect(capabilityBefore).not.toBe(e2bBefore);
     const e2bList = await fetch(`${url}/e2b/v2/sandboxes`, { headers: { "x-api-key": keyBefore } });
     expect(e2bList.status).toBe(200);
 
@@ -538,6 +550,7 @@ describe("the chart on the cluster", () => {
 
     expect(await apiKey()).toBe(keyBefore);
     expect(await e2bSecret()).toBe(e2bBefore);
+    expect(await capabilityKey()).toBe(capabilityBefore);
     const provider = createProvider({
       use: "kubernetes",
       kubernetes: { provisionerUrl: url, apiKey: keyBefore },

@@ -397,6 +397,12 @@ export interface ProvisionerProcess {
   kill9: () => Promise<void>;
 }
 
+/**
+ * The DeerFlow capability key of every provisioner the tests start (replicas of one namespace
+ * must share it); a test derives a capability with it to prove what one does not open.
+ */
+export const CAPABILITY_KEY = "test-capability-key-of-the-cluster-suites";
+
 /** Starts the provisioner out of cluster for `namespace`, with one API key of its own. */
 export async function startProvisioner(o: {
   kubeconfig: string;
@@ -430,6 +436,7 @@ export async function startProvisioner(o: {
       SANDPIT_LOG_LEVEL: "info",
       // No Service in front of it: nothing to wait for on SIGTERM.
       SANDPIT_SHUTDOWN_DELAY_MS: "0",
+      SANDPIT_CAPABILITY_KEY: CAPABILITY_KEY,
       ...o.env,
     },
     `${url}/readyz`,

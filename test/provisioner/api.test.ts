@@ -4,10 +4,11 @@
  * Retry-After), body limits, the proxy (a cut upload leaves no file; a paused sandbox wakes on
  * access) and the DeerFlow-compatible API with its capability URL.
  */
-import { randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import {
+  CAPABILITY_KEY,
   type Clients,
   type ProvisionerApi,
   type ProvisionerProcess,
@@ -358,6 +359,56 @@ describe("DeerFlow-compatible API", () => {
         async () =>
           (await api("GET", "/api/sandboxes/deer-1", undefined, undefined, xkey)).status === 404,
       );
+    },
+  );
+
+  test(
+    "a sandbox_url's capability is stored nowhere, and none opens a sandbox made through another API",
+    { timeout: 180_000 },
+    async () => {
+      const xkey = { "x-api-key": KEY_A };
+      const sandboxes = {
+        group: "sandpit.dev",
+        version: "v1alpha1",
+        namespace: ns,
+        plural: "sandboxes",
+      };
+      const derive = (uid: string) =>
+        createHmac("sha256", CAPABILITY_KEY)
+          .update(`deerflow-capability\0${uid}`)
+          .digest("base64url");
+      const created = await api(
+        "POST",
+        "/api/sandboxes",
+        undefined,
+        { sandbox_id: "deer-cap", thread_id: "th-cap" },
+        xkey,
+      );
+      expect(created.status).toBe(200);
+      const url = created.json.sandbox_url as string;
+      const [base, rest] = url.split("/aio/") as [string, string];
+      const [name, capability] = rest.split("/") as [string, string];
+      const deer = (await c.custom.getNamespacedCustomObject({ ...sandboxes, name })) as {
+        metadata: { uid: string; annotations?: Record<string, string> };
+      };
+      // The Sandbox as `kubectl get sbx -o yaml` shows it holds nothing that opens it.
+      expect(JSON.stringify(deer)).not.toContain(capability);
+      expect(deer.metadata.annotations?.["sandpit.dev/capability"]).toBeUndefined();
+      expect(derive(deer.metadata.uid)).toBe(capability);
+      // A sandbox made through the native API: what would be its capability opens nothing.
+      const native = await api("POST", "/v1/sandboxes", KEY_A, { threadId: "t-cap-native" });
+      expect(native.status).toBe(201);
+      const id = native.json.id as string;
+      const made = (await c.custom.getNamespacedCustomObject({ ...sandboxes, name: id })) as {
+        metadata: { uid: string };
+      };
+      const forged = `${base}/aio/${id}/${derive(made.metadata.uid)}`;
+      expect((await fetch(`${forged}/v1/sandbox`)).status).toBe(404);
+      expect((await fetch(`${url}/v1/sandbox`)).status).toBe(200);
+      expect((await api("DELETE", `/v1/sandboxes/${id}`, KEY_A)).status).toBe(204);
+      expect(
+        (await api("DELETE", "/api/sandboxes/deer-cap", undefined, undefined, xkey)).status,
+      ).toBe(200);
     },
   );
 

@@ -37,8 +37,6 @@ export const ANNOTATION = {
   specHash: "sandpit.dev/spec-hash",
   /** On a warm pod: the template packages are installed. */
   packagesReady: "sandpit.dev/packages-ready",
-  /** On a Sandbox: the capability in a DeerFlow sandbox_url (DeerFlow sends no credential). */
-  capability: "sandpit.dev/capability",
   /** On a Sandbox: the id a DeerFlow client gave it. */
   externalId: "sandpit.dev/external-id",
   /** On a Sandbox the provisioner made: the user and thread ids as the client gave them. */

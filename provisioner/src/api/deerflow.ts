@@ -11,12 +11,11 @@ import { type KeyRing, requireKey } from "./auth.ts";
 import { ApiError, parse } from "./errors.ts";
 import { jsonBody } from "./json-body.ts";
 import { DeerFlowCreate } from "./schemas.ts";
+import { capabilityMatches, capabilityOf } from "../capability.ts";
 import type { ProvisionerConfig } from "../config.ts";
 import {
-  CAPABILITY_ANNOTATION,
   EXTERNAL_ID_ANNOTATION,
   type Sandbox,
-  SandboxStore,
   externalSandboxName,
   identity,
 } from "../sandboxes.ts";
@@ -29,6 +28,8 @@ export interface DeerFlowDeps {
   keys: KeyRing;
   transport: Transport;
   baseUrl: (req: Request) => string;
+  /** Key of the sandbox_url capabilities (../capability.ts). */
+  capabilityKey: Buffer;
 }
 
 /** How long a create waits for Ready before answering; DeerFlow's client waits 30 s. */
@@ -101,7 +102,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
 
   const shape = (req: Request, s: Sandbox) => ({
     sandbox_id: s.metadata.annotations?.[EXTERNAL_ID_ANNOTATION] ?? s.metadata.name,
-    sandbox_url: `${d.baseUrl(req)}/aio/${s.metadata.name}/${s.metadata.annotations?.[CAPABILITY_ANNOTATION]}`,
+    sandbox_url: `${d.baseUrl(req)}/aio/${s.metadata.name}/${capabilityOf(d.capabilityKey, s)}`,
     status: deerflowStatus(s),
     extra_mounts: providedMounts(s),
   });
@@ -185,7 +186,7 @@ export function deerflowRouter(d: DeerFlowDeps): Router {
   // that subset: the native API behind the same token would let a capability holder replace
   // the sandbox's token (/v1/init) or reach what DeerFlow never asked for.
   r.all("/aio/:name/:capability/*rest", async (req: Request, res: Response) => {
-    const sandbox = findByCapability(d.store, req);
+    const sandbox = findByCapability(d, req);
     const segments = ([] as string[]).concat(req.params.rest ?? []).flatMap((s) => s.split("/"));
     const path = `/${segments.join("/")}`;
     if (!isAioPath(path) || segments.some((s) => s === "." || s === "..")) {
@@ -202,12 +203,12 @@ const madeHere = (s: Sandbox, id: string) =>
   s.metadata.annotations?.[EXTERNAL_ID_ANNOTATION] === id;
 
 /** The sandbox a capability URL names, or 404 (the same answer for a wrong capability). */
-function findByCapability(store: SandboxBackend, req: Request): Sandbox {
-  const s = store.getAnyTenant(String(req.params.name));
+function findByCapability(d: DeerFlowDeps, req: Request): Sandbox {
+  const s = d.store.getAnyTenant(String(req.params.name));
   if (
     !s ||
     s.metadata.deletionTimestamp ||
-    !SandboxStore.capabilityMatches(s, String(req.params.capability))
+    !capabilityMatches(d.capabilityKey, s, String(req.params.capability))
   ) {
     throw new ApiError("NOT_FOUND", "no such sandbox");
   }

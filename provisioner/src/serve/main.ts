@@ -87,6 +87,8 @@ export async function startServe(o: ServeOptions = {}): Promise<Serving> {
       ...env,
       ...(generated ? { SANDPIT_API_KEYS_FILE: generated.path } : {}),
       SANDPIT_E2B_TOKEN_SECRET: e2bSecret,
+      // The state's own key, so a restarted serve hands out the same sandbox_urls.
+      SANDPIT_CAPABILITY_KEY: env.SANDPIT_CAPABILITY_KEY ?? state.secret.toString("base64url"),
     }),
     listen: { host: o.host ?? "127.0.0.1", port: o.port ?? 8080 },
     metricsListen: undefined, // one process on a laptop: nothing scrapes it
@@ -193,7 +195,6 @@ async function openBackend(
     provider,
     support,
     serveId: state.id,
-    secret: state.secret,
     log,
     idleTimeoutMs: o.idleTimeoutMs ?? DEFAULT_IDLE_MS,
     bounds: cfg.bounds,

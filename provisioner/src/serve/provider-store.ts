@@ -10,7 +10,7 @@
  *   sandbox itself through the provider's create `labels` (Docker: container labels; local: its
  *   record in the state directory) and read back with `provider.list()` at start. No secret goes
  *   there: sandboxd's token stays with the backend, and the DeerFlow capability is derived
- *   (./capability.ts).
+ *   (../capability.ts).
  * - Lifetimes are enforced here, as the operator does on Kubernetes: past its TTL a sandbox is
  *   deleted; idle past its idle timeout (no traffic through the proxy) it is paused, data kept,
  *   and the next request resumes it.
@@ -25,7 +25,6 @@ import {
 } from "@sandpit/sdk";
 import { type PlatformBounds, packageSpec } from "@sandpit/operator/api";
 import {
-  CAPABILITY_ANNOTATION,
   type CreateInput,
   LABEL,
   type Sandbox,
@@ -36,7 +35,6 @@ import type { SandboxBackend } from "../store.ts";
 import { ApiError } from "../api/errors.ts";
 import { preconnect } from "../proxy.ts";
 import { splitEndpoint } from "../transport.ts";
-import { capabilityFor } from "./capability.ts";
 import { admitResources } from "../limits.ts";
 import { type ServeSupport, refuseUnsupported } from "./platform.ts";
 import { MAX_RECORD_BYTES, STATE_LABEL, recordLabels, recordOf } from "./record-labels.ts";
@@ -72,8 +70,6 @@ export interface ProviderStoreOptions {
   provider: SandboxProvider;
   /** The serve state's id: on every sandbox it makes, and the provider's user id for them. */
   serveId: string;
-  /** Key of the derived DeerFlow capabilities. */
-  secret: Buffer;
   log: Logger;
   /** What of create's platform options the backend carries out; the rest is refused. */
   support: ServeSupport;
@@ -222,10 +218,7 @@ export class ProviderStore implements SandboxBackend {
           uid: stored.name,
           creationTimestamp: stored.createdAt,
           labels: { ...stored.labels, [LABEL.tenant]: stored.tenant },
-          annotations: {
-            ...stored.annotations,
-            [CAPABILITY_ANNOTATION]: capabilityFor(this.#o.secret, stored.name),
-          },
+          annotations: stored.annotations,
         },
         spec: stored.spec,
         status: { ...status, ...(expiresAt ? { expiresAt } : {}) },

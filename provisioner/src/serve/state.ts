@@ -4,7 +4,7 @@
  * directory, 0600 files):
  *
  *   serve.json   this state's id, on every sandbox it makes (so two states never mix)
- *   secret       the key DeerFlow capabilities are derived with (./capability.ts)
+ *   secret       the key DeerFlow capabilities are derived with (../capability.ts)
  *   e2b-secret   the key the E2B API's envd access tokens are derived with (../api/e2b/tokens.ts),
  *                unless SANDPIT_E2B_TOKEN_SECRET is set
  *   keys.json    the API keys, generated on first start unless SANDPIT_API_KEYS(_FILE) is set
