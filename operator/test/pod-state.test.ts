@@ -1,7 +1,14 @@
 /** Explaining why a pod does not serve yet. */
 import { describe, expect, it } from "vitest";
 import type { Pod } from "../src/kube/resources.ts";
-import { containerRunning, podProblem, podReady, restartCount } from "../src/workload/pod-state.ts";
+import {
+  containerRunning,
+  lastRestart,
+  podEnd,
+  podProblem,
+  podReady,
+  restartCount,
+} from "../src/workload/pod-state.ts";
 
 const pod = (status: Pod["status"]): Pod => ({ metadata: { name: "p" }, status });
 
@@ -140,5 +147,60 @@ describe("pod status helpers", () => {
     expect(restartCount(fresh)).toBe(0);
     expect(containerRunning(fresh)).toBe(false);
     expect(podReady(pod(undefined))).toBe(false);
+  });
+});
+
+describe("podEnd and lastRestart", () => {
+  it("takes the pod's own reason first: an eviction, with the kubelet's message", () => {
+    const p = pod({
+      phase: "Failed",
+      reason: "Evicted",
+      message: "The node was low on resource: memory.",
+    });
+    expect(podEnd(p)).toEqual({
+      reason: "Evicted",
+      message: "The node was low on resource: memory.",
+    });
+  });
+
+  it("then a disruption's, then what the container said when it exited", () => {
+    const disrupted = pod({
+      phase: "Succeeded",
+      conditions: [
+        { type: "DisruptionTarget", status: "True", reason: "PreemptionByScheduler", message: "m" },
+      ],
+    });
+    expect(podEnd(disrupted)).toEqual({ reason: "PreemptionByScheduler", message: "m" });
+    const oom = pod({
+      phase: "Failed",
+      containerStatuses: [
+        { restartCount: 0, state: { terminated: { reason: "OOMKilled", exitCode: 137 } } },
+      ],
+    });
+    expect(podEnd(oom)).toEqual({
+      reason: "OOMKilled",
+      message: "sandboxd was killed for using more than its memory limit (exit code 137)",
+    });
+    expect(podEnd(pod({ phase: "Succeeded" })).reason).toBe("Succeeded");
+  });
+
+  it("reports a restart in place only when there was one", () => {
+    const running = { running: { startedAt: "x" } };
+    expect(lastRestart(pod({ containerStatuses: [{ restartCount: 0, state: running }] }))).toBe(
+      undefined,
+    );
+    const restarted = pod({
+      containerStatuses: [
+        {
+          restartCount: 2,
+          state: running,
+          lastState: { terminated: { reason: "Error", exitCode: 1 } },
+        },
+      ],
+    });
+    expect(lastRestart(restarted)).toEqual({
+      reason: "Error",
+      message: "sandboxd exited (Error, exit code 1); the kubelet restarted it (restart 2)",
+    });
   });
 });

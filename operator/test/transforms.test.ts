@@ -280,6 +280,94 @@ describe("a reconcile from transformed caches", () => {
     expect(JSON.stringify(g.writes)).toContain("PodTerminating");
   });
 
+  test("says why a pod died, in the kubelet's words, on the Sandbox and in an Event", async () => {
+    // Every lastFailure written, wherever in a write it sits.
+    const lastFailureOf = (writes: unknown[]): unknown[] => {
+      const found: unknown[] = [];
+      const walk = (v: unknown): void => {
+        if (Array.isArray(v)) v.forEach(walk);
+        else if (v && typeof v === "object") {
+          for (const [k, x] of Object.entries(v)) {
+            if (k === "lastFailure") found.push(x);
+            else walk(x);
+          }
+        }
+      };
+      walk(writes);
+      return found;
+    };
+    const evicted = sandbox("evicted", {}, { phase: "Ready", podName: "evicted", startedAt: "x" });
+    const kubelet = 'Usage of EmptyDir volume "tmp" exceeds the limit "512Mi". ';
+    const e = await same(
+      evicted,
+      children(evicted, { phase: "Failed", reason: "Evicted", message: kubelet }),
+    );
+    expect(lastFailureOf(e.writes)).toEqual([
+      expect.objectContaining({ reason: "Evicted", message: kubelet, restarts: 0 }),
+    ]);
+    expect(e.writes).toContainEqual(
+      expect.arrayContaining(["event", "evicted", "Warning", "Evicted", "Recreate"]),
+    );
+    // A pod the kubelet ended without a pod reason (its sandboxd exited 0): the disruption says why.
+    const ended = sandbox("ended", {}, { phase: "Ready", podName: "ended", startedAt: "x" });
+    const d = await same(
+      ended,
+      children(ended, {
+        phase: "Succeeded",
+        conditions: [
+          {
+            type: "DisruptionTarget",
+            status: "True",
+            reason: "TerminationByKubelet",
+            message: "The node had condition: [DiskPressure].",
+          },
+        ],
+      }),
+    );
+    expect(lastFailureOf(d.writes)).toEqual([
+      expect.objectContaining({
+        reason: "TerminationByKubelet",
+        message: "The node had condition: [DiskPressure].",
+      }),
+    ]);
+  });
+
+  test("says once why sandboxd was restarted in place (an OOM kill)", async () => {
+    const oom = sandbox("oom", {}, { phase: "Ready", podName: "oom", startedAt: "x" });
+    const objects = children(oom, {
+      phase: "Running",
+      containerStatuses: [
+        {
+          ready: false,
+          restartCount: 1,
+          state: { running: { startedAt: new Date(NOW).toISOString() } },
+          lastState: { terminated: { reason: "OOMKilled", exitCode: 137 } },
+        },
+      ],
+    });
+    const first = await same(oom, objects);
+    const said = first.writes.filter((w) => (w as unknown[])[0] === "event");
+    expect(said).toContainEqual(expect.arrayContaining(["Warning", "OOMKilled", "Restart"]));
+    const patch = JSON.stringify(
+      first.writes.find((w) => JSON.stringify(w).includes("lastFailure")),
+    );
+    expect(patch).toContain('"reason":"OOMKilled"');
+    expect(patch).toContain("was killed for using more than its memory limit (exit code 137)");
+    // Recorded: the next pass says nothing new about the same restart.
+    const podUID = objects.pods[0]!.metadata.uid!;
+    const known = sandbox(
+      "oom",
+      {},
+      {
+        ...oom.status,
+        lastFailure: { reason: "OOMKilled", message: "m", at: "t", podUID, restarts: 1 },
+      },
+    );
+    const again = await same(known, objects);
+    expect(again.writes.filter((w) => (w as unknown[])[1] === "OOMKilled")).toEqual([]);
+    expect(JSON.stringify(again.writes)).not.toContain('"reason":"OOMKilled","message":"sandboxd');
+  });
+
   test("clears a deleted namesake's children, found by their controller's uid", async () => {
     const sbx = sandbox("again");
     const old = children(sandbox("again", {}, undefined), { phase: "Running" });

@@ -226,6 +226,7 @@ export interface SandboxObject {
     readyAt?: string;
     expiresAt?: string;
     lastActivityTime?: string;
+    lastFailure?: { reason: string; message: string; at: string; podUID: string; restarts: number };
     conditions?: {
       type: string;
       status: string;

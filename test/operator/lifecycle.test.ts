@@ -141,6 +141,53 @@ describe("a sandbox's lifecycle", () => {
   );
 
   test.concurrent(
+    "a pod the kubelet evicts (its /tmp past the limit) leaves why on the Sandbox, which comes back",
+    { timeout: 300_000 },
+    async () => {
+      await sandboxes.create(c, ns, "hoarder", {});
+      const ready = await waitForPhase(c, ns, "hoarder", "Ready");
+      const oldPod = await c.core.readNamespacedPod({ name: "hoarder", namespace: ns });
+      const token = await tokenOf(c, ns, "hoarder");
+      // 600 MiB into /tmp, an emptyDir of 512Mi: the kubelet's eviction manager ends the pod
+      // (the call itself may or may not answer before it does).
+      await runCode(
+        ready.status!.endpoint!,
+        token,
+        "with open('/tmp/fill', 'wb') as f:\n    for _ in range(600):\n        f.write(bytes(1 << 20))\nprint('written')",
+      ).catch(() => undefined);
+      const failed = await waitFor(
+        "the eviction on the Sandbox",
+        180_000,
+        async () => {
+          const s = await sandboxes.get(c, ns, "hoarder");
+          return s.status?.lastFailure ? s : undefined;
+        },
+        500,
+      );
+      const why = failed.status!.lastFailure!;
+      expect(["Evicted", "TerminationByKubelet"], JSON.stringify(why)).toContain(why.reason);
+      expect(why.message).toMatch(/tmp|ephemeral/i);
+      expect(why.podUID).toBe(oldPod.metadata!.uid);
+      const events = await c.core.listNamespacedEvent({
+        namespace: ns,
+        fieldSelector: `involvedObject.name=hoarder,involvedObject.kind=Sandbox,reason=${why.reason}`,
+      });
+      expect(events.items.map((e) => e.message).join("\n")).toMatch(/tmp|ephemeral/i);
+      // Then it is back on a new pod, and says why the last one died still.
+      const back = await waitFor("Ready on a new pod", 120_000, async () => {
+        const s = await sandboxes.get(c, ns, "hoarder");
+        const pod = await c.core
+          .readNamespacedPod({ name: "hoarder", namespace: ns })
+          .catch(() => undefined);
+        return s.status?.phase === "Ready" && pod?.metadata?.uid !== oldPod.metadata!.uid
+          ? s
+          : undefined;
+      });
+      expect(back.status?.lastFailure).toEqual(why);
+    },
+  );
+
+  test.concurrent(
     "TTL: the sandbox is deleted when its lifetime ends",
     { timeout: 150_000 },
     async () => {

@@ -39,6 +39,8 @@ interface Column {
   type: string;
   jsonPath: string;
   description: string;
+  /** 1: shown by `kubectl get -o wide` only. */
+  priority?: number;
 }
 
 function crd(o: {
@@ -131,6 +133,41 @@ export function crds(): Schema[] {
           description: "In-cluster address of sandboxd.",
         },
         age,
+        {
+          name: "Tenant",
+          type: "string",
+          jsonPath: ".metadata.labels.sandpit\\.dev/tenant",
+          description: "The tenant (API key) it belongs to.",
+          priority: 1,
+        },
+        {
+          name: "Thread",
+          type: "string",
+          jsonPath: ".metadata.annotations.sandpit\\.dev/thread-id",
+          description: "The agent thread it serves, as the client named it.",
+          priority: 1,
+        },
+        {
+          name: "Reason",
+          type: "string",
+          jsonPath: '.status.conditions[?(@.type=="Ready")].reason',
+          description: "Why it is in its phase (the Ready condition's reason).",
+          priority: 1,
+        },
+        {
+          name: "Last-Failure",
+          type: "string",
+          jsonPath: ".status.lastFailure.reason",
+          description: "Why its pod last died or its sandboxd was last restarted.",
+          priority: 1,
+        },
+        {
+          name: "Expires",
+          type: "date",
+          jsonPath: ".status.expiresAt",
+          description: "When its TTL ends it.",
+          priority: 1,
+        },
       ],
     }),
     crd({

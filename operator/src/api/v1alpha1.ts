@@ -451,6 +451,27 @@ export const SandboxStatus = z
       .describe(
         "Pods recreated after failing or vanishing since the sandbox was last Ready; at the operator's limit the sandbox is Failed.",
       ),
+    lastFailure: z
+      .strictObject({
+        reason: z
+          .string()
+          .max(128)
+          .describe(
+            "Why: the kubelet's (Evicted, OOMKilled, Error, ...), or the disruption's (TerminationByKubelet, ...).",
+          ),
+        message: z.string().max(1024).describe("The kubelet's or the container's own words."),
+        at: z.string().describe("When the operator saw it (RFC 3339)."),
+        podUID: z.string().max(64).describe("The UID of the pod it happened to."),
+        restarts: z
+          .number()
+          .int()
+          .min(0)
+          .describe("The container's restart count when it was recorded (a restart in place)."),
+      })
+      .optional()
+      .describe(
+        "The last time the sandbox's pod died or its sandboxd was restarted, and why; kept after the sandbox is Ready again.",
+      ),
     initializedFor: z
       .string()
       .max(128)

@@ -11,7 +11,13 @@ import type { Ctx } from "../context.ts";
 import type { Pod } from "../kube/resources.ts";
 import type { KObject } from "../kube/rest.ts";
 import { sandboxReadySeconds, sandboxTransitions } from "../metrics.ts";
-import { podProblem, restartCount } from "../workload/pod-state.ts";
+import {
+  type Failure,
+  lastRestart,
+  podEnd,
+  podProblem,
+  restartCount,
+} from "../workload/pod-state.ts";
 import type { Effective } from "../workload/spec.ts";
 import type { Adoption, PoolMembership } from "./membership.ts";
 import type { SandboxStatusBuilder } from "./status.ts";
@@ -279,17 +285,40 @@ export function recordPodCreated(
   return { requeueAfterMs: QUIET_START_MS };
 }
 
-/** The pod failed or completed: it is recreated. */
+/** The pod failed or completed: it is recreated, and why it ended stays on the Sandbox. */
 export function recordPodFailed(ctx: Ctx, sbx: Sandbox, pod: Pod, st: SandboxStatusBuilder): void {
-  const why = pod.status?.reason ?? pod.status?.phase;
+  const end = podEnd(pod);
   ctx.events.record(
     sbx,
     "Warning",
-    "PodFailed",
+    end.reason,
     "Recreate",
-    `pod ${pod.metadata.name} ${why}: ${pod.status?.message ?? ""}`.trim(),
+    `pod ${pod.metadata.name} ended: ${end.message}; recreating it`,
   );
-  st.phaseIs("Starting", "PodFailed", `pod ${why}; recreating it`).set({ endpoint: undefined });
+  st.phaseIs("Starting", "PodFailed", `pod ${end.reason}: ${end.message}; recreating it`).set({
+    endpoint: undefined,
+    lastFailure: failure(st, pod, end),
+  });
+}
+
+/** sandboxd died and the kubelet restarted it in place (an OOM kill, say): said once per restart. */
+export function recordRestart(ctx: Ctx, sbx: Sandbox, pod: Pod, st: SandboxStatusBuilder): void {
+  const restart = lastRestart(pod);
+  if (!restart) return;
+  const last = st.current.lastFailure;
+  if (last && last.podUID === pod.metadata.uid && last.restarts >= restartCount(pod)) return;
+  ctx.events.record(sbx, "Warning", restart.reason, "Restart", restart.message);
+  st.set({ lastFailure: failure(st, pod, restart) });
+}
+
+function failure(st: SandboxStatusBuilder, pod: Pod, f: Failure) {
+  return {
+    reason: f.reason.slice(0, 128),
+    message: f.message.slice(0, 1024),
+    at: st.now,
+    podUID: pod.metadata.uid ?? "",
+    restarts: restartCount(pod),
+  };
 }
 
 /** The pod is not serving: say why, once it has been long enough to matter. */

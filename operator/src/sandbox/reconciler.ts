@@ -43,6 +43,7 @@ import {
   recordOutOfBounds,
   recordPodCreated,
   recordPodFailed,
+  recordRestart,
   recordPreviousGoing,
   recordReady,
   recordRunning,
@@ -253,6 +254,7 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
     await stopPod(ctx, pod);
     return;
   }
+  recordRestart(ctx, sbx, pod, st);
   return serve(ctx, pools, r, pod, now, resuming);
 }
 

@@ -81,3 +81,47 @@ export function podProblem(pod: Pod): PodProblem {
     stuck: false,
   };
 }
+
+export interface Failure {
+  reason: string;
+  message: string;
+}
+
+/**
+ * Why a pod that will not run again (phase Failed or Succeeded) ended, in the kubelet's words:
+ * the pod's own reason (Evicted, with the kubelet's message naming the resource), else a
+ * disruption's (TerminationByKubelet, PreemptionByScheduler, DeletionByTaintManager...), else
+ * what its container said when it exited (OOMKilled, Error and its exit code).
+ */
+export function podEnd(pod: Pod): Failure {
+  const s = pod.status;
+  if (s?.reason) return { reason: s.reason, message: s.message ?? `pod ${s.reason}` };
+  const disruption = s?.conditions?.find(
+    (c) => c.type === "DisruptionTarget" && c.status === "True",
+  );
+  if (disruption?.reason) {
+    return { reason: disruption.reason, message: disruption.message ?? disruption.reason };
+  }
+  const t = s?.containerStatuses?.[0]?.state?.terminated;
+  if (t) return { reason: t.reason ?? "Terminated", message: exited(t) };
+  return { reason: s?.phase ?? "Unknown", message: `the pod is ${s?.phase ?? "gone"}` };
+}
+
+/** Why the container last restarted in place (sandboxd died and the kubelet started it again). */
+export function lastRestart(pod: Pod): Failure | undefined {
+  const t = pod.status?.containerStatuses?.[0]?.lastState?.terminated;
+  if (!t || restartCount(pod) === 0) return undefined;
+  return {
+    reason: t.reason ?? "Terminated",
+    message: `${exited(t)}; the kubelet restarted it (restart ${restartCount(pod)})`,
+  };
+}
+
+function exited(t: { reason?: string; exitCode?: number; message?: string }): string {
+  const code = `exit code ${t.exitCode ?? "unknown"}`;
+  const what =
+    t.reason === "OOMKilled"
+      ? `sandboxd was killed for using more than its memory limit (${code})`
+      : `sandboxd exited (${t.reason ? `${t.reason}, ` : ""}${code})`;
+  return t.message ? `${what}: ${t.message}` : what;
+}
