@@ -50,7 +50,7 @@ import {
   writeRun,
   type RunRecord,
 } from "./detached.ts";
-import { LocalProviderOptions, warmPoolSize } from "./options.ts";
+import { LocalProviderOptions, isolationWanted, warmPoolSize } from "./options.ts";
 import { WarmPool, type WarmProcess } from "./warm-pool.ts";
 import {
   expired,
@@ -626,21 +626,27 @@ export class LocalProvider implements SandboxProvider {
     return this.resolvedIsolation;
   }
 
+  /**
+   * Host execution is never a fallback: without bubblewrap a sandbox would be a plain process
+   * of the calling user, able to read everything that user can. It happens only when asked for
+   * by name (isolation "none"), as DeerFlow's allow_host_bash is; otherwise no sandbox starts.
+   */
   private async decideIsolation(): Promise<"bwrap" | "none"> {
-    const wanted = this.options.isolation;
-    if (wanted === "none") return "none";
-    const ok = await bwrapAvailable();
-    if (ok) return "bwrap";
-    if (wanted === "bwrap") {
-      throw new SandboxError(
-        "isolation 'bwrap' was asked for but bubblewrap is not usable here: install it (apt-get install bubblewrap) and allow user namespaces",
-        "CONNECTION_FAILED",
+    const wanted = isolationWanted(this.options.isolation);
+    if (wanted === "none") {
+      this.logger?.warn(
+        "isolation 'none': local sandboxes run as plain host processes of this user, without namespace isolation",
       );
+      return "none";
     }
-    this.logger?.warn(
-      "bubblewrap is not available: local sandboxes run as plain host processes without namespace isolation",
+    if (await bwrapAvailable()) return "bwrap";
+    throw new SandboxError(
+      `local sandboxes need bubblewrap, which is not usable here${wanted === "bwrap" ? " (isolation 'bwrap' was asked for)" : ""}: ` +
+        "install it (apt-get install bubblewrap) and allow unprivileged user namespaces; " +
+        "or run sandboxes as plain host processes, for code you trust, with isolation 'none' (SANDPIT_LOCAL_ISOLATION=none)",
+      // As for a provider that cannot be reached: a fallback chain moves on to its next one.
+      "CONNECTION_FAILED",
     );
-    return "none";
   }
 
   /**

@@ -11,8 +11,12 @@ const MAX_WARM = 16;
 export const LocalProviderOptions = z.strictObject({
   /** Where sandbox directories live. */
   baseDir: z.string().default(join(homedir(), ".local", "share", "sandpit")),
-  /** "auto" uses bubblewrap when it works on this host and says so in the log when it does not. */
-  isolation: z.enum(["auto", "bwrap", "none"]).default("auto"),
+  /**
+   * "bwrap" and "auto" (the default) run sandboxes in bubblewrap and refuse to start one where
+   * it does not work; "none" runs them as plain host processes, on purpose (code you trust).
+   * Default: SANDPIT_LOCAL_ISOLATION, else "auto".
+   */
+  isolation: z.enum(["auto", "bwrap", "none"]).optional(),
   /** With bubblewrap: false gives the sandbox a private network namespace (loopback only). */
   network: z.boolean().default(true),
   /** Cap on each captured output stream of one command. */
@@ -39,4 +43,20 @@ export function warmPoolSize(option: number | undefined, env = process.env): num
       "INVALID_ARGUMENT",
     );
   return n;
+}
+
+const ISOLATIONS = ["auto", "bwrap", "none"] as const;
+export type Isolation = (typeof ISOLATIONS)[number];
+
+/** The isolation asked for: the option, else SANDPIT_LOCAL_ISOLATION, else "auto". */
+export function isolationWanted(option: Isolation | undefined, env = process.env): Isolation {
+  if (option !== undefined) return option;
+  const raw = env.SANDPIT_LOCAL_ISOLATION;
+  if (raw === undefined || raw === "") return "auto";
+  if (!(ISOLATIONS as readonly string[]).includes(raw))
+    throw new SandboxError(
+      `SANDPIT_LOCAL_ISOLATION must be one of ${ISOLATIONS.join(", ")}, got ${JSON.stringify(raw)}`,
+      "INVALID_ARGUMENT",
+    );
+  return raw as Isolation;
 }
