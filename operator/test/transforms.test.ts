@@ -135,7 +135,10 @@ async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolea
       // A new token is random each time: only that one was minted counts.
       writes.push(
         JSON.parse(
-          JSON.stringify([verb, r.plural, ...args]).replace(/"token":"[^"]*"/g, '"token":"…"'),
+          JSON.stringify([verb, r.plural, ...args]).replace(
+            /"token(-sha256)?":"[^"]*"/g,
+            '"token$1":"…"',
+          ),
         ),
       );
       return { metadata: { name: "x" } };

@@ -1,4 +1,5 @@
 /** What a sandbox's pod is made of: effective spec precedence, secure Pod, NetworkPolicy. */
+import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { SANDBOXD_PORT, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
 import { ANNOTATION, LABEL, SandboxPoolSpec, SandboxSpec } from "../src/api/index.ts";
@@ -7,6 +8,7 @@ import type { KObject } from "../src/kube/rest.ts";
 import {
   BLOCKED_CIDRS,
   dataClaim,
+  legacyTokenSecret,
   networkPolicy,
   pod,
   service,
@@ -198,13 +200,28 @@ describe("pod", () => {
     });
   });
 
-  it("reads its token from the Secret and gets the environment, never the token in plain text", () => {
+  it("gets only its token's digest from the Secret, never the token, and the environment", () => {
     const env = at(container, "env") as { name: string; value?: string; valueFrom?: unknown }[];
-    expect(env.find((v) => v.name === "SANDBOXD_TOKEN")).toEqual({
-      name: "SANDBOXD_TOKEN",
-      valueFrom: { secretKeyRef: { name: "sbx-1-token", key: "token" } },
+    expect(env.find((v) => v.name === "SANDBOXD_TOKEN_SHA256")).toEqual({
+      name: "SANDBOXD_TOKEN_SHA256",
+      valueFrom: { secretKeyRef: { name: "sbx-1-token", key: "token-sha256" } },
     });
+    expect(env.find((v) => v.name === "SANDBOXD_TOKEN")).toBeUndefined();
     expect(JSON.parse(env.find((v) => v.name === "SANDBOXD_ENV")!.value!)).toEqual({ K: "v" });
+  });
+
+  it("a token Secret holds the token and its digest; one made before the digest keeps the token in the pod", () => {
+    const owner = { apiVersion: "v1", kind: "X", metadata: { name: "o", uid: "u" } };
+    const s = tokenSecret(
+      { name: "t", namespace: "ns", owner, labels: {} },
+      "a-token",
+    ) as unknown as {
+      data: Record<string, string>;
+    };
+    const digest = Buffer.from(s.data["token-sha256"]!, "base64").toString();
+    expect(digest).toBe(createHash("sha256").update("a-token").digest("hex"));
+    expect(legacyTokenSecret(s)).toBe(false);
+    expect(legacyTokenSecret({ data: { token: s.data.token! } })).toBe(true);
   });
 
   it("mounts the PVC at /mnt/user-data and a writable /tmp", () => {

@@ -22,6 +22,14 @@ const Settings = z.object({
   SANDBOXD_TOKEN: z.string().min(32, "the token must be at least 32 characters").optional(),
   SANDBOXD_TOKEN_FILE: z.string().optional(),
   /**
+   * The token's SHA-256 (hex) instead of the token: what a pod is given, so the token itself is
+   * in no environment the sandbox's code can read (/proc/1/environ).
+   */
+  SANDBOXD_TOKEN_SHA256: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/, "the token's SHA-256 as 64 lowercase hex digits")
+    .optional(),
+  /**
    * "1": read the token from the first line of stdin and exit when stdin closes (parent gone).
    * "detached": read it the same way but outlive the parent (the local provider's sandboxes
    * keep running between the processes that use them; a signal stops them).

@@ -42,8 +42,11 @@ export interface RunningSandboxd {
 
 export async function startSandboxd(o: {
   settings: Settings;
-  /** Null only with SANDBOXD_AIO_NO_AUTH=1: then native routes accept nothing until /v1/init. */
-  token: string | null;
+  /**
+   * The token, or its SHA-256 (what a pod is given). Null only with SANDBOXD_AIO_NO_AUTH=1: then
+   * native routes accept nothing until /v1/init.
+   */
+  token: string | { sha256: string } | null;
   logger: Logger;
   env: NodeJS.ProcessEnv;
 }): Promise<RunningSandboxd> {

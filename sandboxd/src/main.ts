@@ -9,7 +9,10 @@ import { pino } from "pino";
 import { startSandboxd } from "./index.ts";
 import { readSettings } from "./config.ts";
 
-async function readToken(settings: ReturnType<typeof readSettings>): Promise<string | null> {
+async function readToken(
+  settings: ReturnType<typeof readSettings>,
+): Promise<string | { sha256: string } | null> {
+  if (settings.SANDBOXD_TOKEN_SHA256) return { sha256: settings.SANDBOXD_TOKEN_SHA256 };
   if (settings.SANDBOXD_TOKEN) return settings.SANDBOXD_TOKEN;
   if (settings.SANDBOXD_TOKEN_FILE)
     return (await readFile(settings.SANDBOXD_TOKEN_FILE, "utf8")).trim();
@@ -21,14 +24,14 @@ async function readToken(settings: ReturnType<typeof readSettings>): Promise<str
   // the deployer makes explicitly, never a default.
   if (settings.SANDBOXD_AIO_NO_AUTH === "1") return null;
   throw new Error(
-    "no token: set SANDBOXD_TOKEN, SANDBOXD_TOKEN_FILE or SANDBOXD_TOKEN_STDIN=1; or, to serve " +
+    "no token: set SANDBOXD_TOKEN_SHA256 (its digest), SANDBOXD_TOKEN, SANDBOXD_TOKEN_FILE or SANDBOXD_TOKEN_STDIN=1; or, to serve " +
       "only the AIO routes (/v1/sandbox, /v1/shell, /v1/bash, /v1/file) without a token, as " +
       "DeerFlow's local container backend needs, set SANDBOXD_AIO_NO_AUTH=1",
   );
 }
 
 let settings: ReturnType<typeof readSettings>;
-let token: string | null;
+let token: string | { sha256: string } | null;
 try {
   settings = readSettings(process.env);
   token = await readToken(settings);
@@ -41,6 +44,7 @@ const logger = pino({ level: settings.SANDBOXD_LOG_LEVEL }, pino.destination(2))
 try {
   // The token and settings are not passed on: children get a scrubbed environment built afresh.
   delete process.env.SANDBOXD_TOKEN;
+  delete process.env.SANDBOXD_TOKEN_SHA256;
   const server = await startSandboxd({ settings, token, logger, env: process.env });
   process.stdout.write(
     JSON.stringify({ ready: true, address: server.address, port: server.port }) + "\n",

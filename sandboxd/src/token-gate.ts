@@ -8,8 +8,14 @@ import { bearerCredential } from "./protocol.ts";
  */
 export class TokenGate {
   private digest: Buffer | null;
-  constructor(token: string | null) {
-    this.digest = token === null ? null : sha256(token);
+  /** The token, or its SHA-256 (`{sha256: hex}`): all the gate keeps is the digest. */
+  constructor(token: string | { sha256: string } | null) {
+    this.digest =
+      token === null
+        ? null
+        : typeof token === "string"
+          ? sha256(token)
+          : Buffer.from(token.sha256, "hex");
   }
   replace(token: string): void {
     this.digest = sha256(token);

@@ -1,5 +1,5 @@
 /** sandboxd's API on a real process: auth, commands, streaming, caps, timeouts, code, bad input. */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -45,6 +45,31 @@ describe("authentication", () => {
         headers: { authorization: `${scheme} ${d.token}` },
       });
       expect(res.status).toBe(200);
+    }
+  });
+
+  it("verifies with the token's SHA-256 alone (SANDBOXD_TOKEN_SHA256), which opens nothing itself", async () => {
+    const token = randomUUID() + randomUUID();
+    const digest = createHash("sha256").update(token).digest("hex");
+    const h = await startSandboxd({ SANDBOXD_TOKEN: null, SANDBOXD_TOKEN_SHA256: digest });
+    try {
+      const as = (credential: string) =>
+        fetch(`${h.url}/v1/files/stat?path=.`, {
+          headers: { authorization: `Bearer ${credential}` },
+        });
+      expect((await as(token)).status).toBe(200);
+      expect((await as(digest)).status).toBe(401);
+      // Neither reaches what the sandbox runs: its commands' environment has no trace of it.
+      const env = await fetch(`${h.url}/v1/commands/run`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ command: "env" }),
+      });
+      const out = ((await env.json()) as { stdout: string }).stdout;
+      expect(out).not.toContain(digest);
+      expect(out).not.toContain("SANDBOXD_TOKEN");
+    } finally {
+      await h.stop();
     }
   });
 

@@ -13,6 +13,7 @@
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import type { Claim, Pod, Secret } from "./resources.ts";
 import type { KObject, ObjectMeta, OwnerReference } from "./rest.ts";
+import { TOKEN_DIGEST_KEY } from "../workload/manifests.ts";
 
 export type Transform<T extends KObject = KObject> = (o: T) => T;
 
@@ -132,14 +133,19 @@ export const claim: Transform<Claim> = (o) => ({
 });
 
 /**
- * Our Secrets: a token (a sandbox's own, a pool's warm one) or the key reserved sandboxes'
- * tokens derive from (operator/src/api/reservations.ts) is read, nothing else.
+ * Our Secrets: a token (a sandbox's own, a pool's warm one) and whether it has its digest, or
+ * the key reserved sandboxes' tokens derive from (operator/src/api/reservations.ts), nothing else.
  */
 export const secret: Transform<Secret> = (o) => {
-  const { token, key } = o.data ?? {};
+  const { token, key, [TOKEN_DIGEST_KEY]: digest } = o.data ?? {};
+  const data = {
+    ...(token ? { token } : {}),
+    ...(digest ? { [TOKEN_DIGEST_KEY]: digest } : {}),
+    ...(key ? { key } : {}),
+  };
   return {
     ...head(o),
     metadata: meta(o.metadata),
-    ...(token || key ? { data: { ...(token ? { token } : {}), ...(key ? { key } : {}) } } : {}),
+    ...(Object.keys(data).length ? { data } : {}),
   };
 };

@@ -16,6 +16,7 @@ import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS } from "../kube/resourc
 import { isAlreadyExists } from "../kube/rest.ts";
 import {
   dataClaim,
+  legacyTokenSecret,
   networkPolicy,
   newToken,
   pod as podManifest,
@@ -197,6 +198,7 @@ async function createWarmPod(
       e,
       {
         tokenSecret: warmSecretName(pool),
+        legacyToken: legacyTokenSecret(ctx.caches.secrets.get(warmSecretName(pool), ns)),
         mounts,
         annotations: { [ANNOTATION.templateHash]: hash, [ANNOTATION.shapeHash]: shape },
       },

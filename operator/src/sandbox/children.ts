@@ -14,6 +14,7 @@ import {
   controlledByAnother,
   controllerRef,
   dataClaim,
+  legacyTokenSecret,
   networkPolicy,
   newToken,
   pod as podManifest,
@@ -140,7 +141,13 @@ export async function createPod(
       podManifest(
         { name: podName, namespace: ns, owner: sbx, labels },
         eff,
-        { tokenSecret: tokenSecretName(sbx.metadata.name), mounts },
+        {
+          tokenSecret: tokenSecretName(sbx.metadata.name),
+          legacyToken: legacyTokenSecret(
+            ctx.caches.secrets.get(tokenSecretName(sbx.metadata.name), ns),
+          ),
+          mounts,
+        },
         ctx.cfg,
       ),
     );

@@ -4,7 +4,7 @@
  * /mnt/user-data, the NetworkPolicy
  * and the Secret holding its bearer token. Secure defaults (docs/security.md) live here alone.
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { SANDBOXD_PORT, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
 import { ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
 import { quantityValue } from "../api/rules.ts";
@@ -70,6 +70,12 @@ const metadata = (m: Meta, annotations?: Record<string, string>) => ({
   ownerReferences: [controllerRef(m.owner)],
 });
 
+/**
+ * A token Secret: the token, for the provisioner and operator, and its SHA-256, the only form a
+ * pod is given. sandboxd verifies with the digest, so the token is in no pod's environment:
+ * code in the sandbox can read PID 1's environment (/proc/1/environ), and finds nothing there
+ * that opens any sandboxd.
+ */
 export function tokenSecret(m: Meta, token: string): KObject {
   return {
     apiVersion: "v1",
@@ -77,8 +83,23 @@ export function tokenSecret(m: Meta, token: string): KObject {
     metadata: metadata(m),
     type: "Opaque",
     immutable: true,
-    data: { token: Buffer.from(token).toString("base64") },
+    data: {
+      token: Buffer.from(token).toString("base64"),
+      [TOKEN_DIGEST_KEY]: Buffer.from(tokenDigest(token)).toString("base64"),
+    },
   };
+}
+
+/** The token Secret's key holding the digest sandboxd verifies with. */
+export const TOKEN_DIGEST_KEY = "token-sha256";
+
+export function tokenDigest(token: string): string {
+  return createHash("sha256").update(token).digest("hex");
+}
+
+/** Whether a token Secret predates the digest: its pods are given the token itself. */
+export function legacyTokenSecret(s: { data?: Record<string, string> } | undefined): boolean {
+  return Boolean(s?.data?.token && !s.data[TOKEN_DIGEST_KEY]);
 }
 
 export function dataClaim(m: Meta, e: Effective): KObject {
@@ -207,7 +228,13 @@ function claimVolumes(mounts: ClaimMount[]) {
 export function pod(
   m: Meta,
   e: Effective,
-  opts: { tokenSecret: string; mounts: ClaimMount[]; annotations?: Record<string, string> },
+  opts: {
+    tokenSecret: string;
+    /** The Secret has no digest (made before it existed): the token itself, as then. */
+    legacyToken?: boolean;
+    mounts: ClaimMount[];
+    annotations?: Record<string, string>;
+  },
   cfg: OperatorConfig,
 ): KObject {
   const claims = claimVolumes(opts.mounts);
@@ -241,10 +268,15 @@ export function pod(
           workingDir: VIRTUAL_ROOT,
           ports: [{ name: "sandboxd", containerPort: SANDBOXD_PORT, protocol: "TCP" }],
           env: [
-            {
-              name: "SANDBOXD_TOKEN",
-              valueFrom: { secretKeyRef: { name: opts.tokenSecret, key: "token" } },
-            },
+            opts.legacyToken
+              ? {
+                  name: "SANDBOXD_TOKEN",
+                  valueFrom: { secretKeyRef: { name: opts.tokenSecret, key: "token" } },
+                }
+              : {
+                  name: "SANDBOXD_TOKEN_SHA256",
+                  valueFrom: { secretKeyRef: { name: opts.tokenSecret, key: TOKEN_DIGEST_KEY } },
+                },
             { name: "SANDBOXD_ENV", value: JSON.stringify(e.env) },
             { name: "SANDBOXD_AIO_PATHS", value: "any" }, // a pod: AIO paths reach what bash can
           ],
