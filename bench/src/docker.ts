@@ -34,7 +34,7 @@ import { promisify } from "node:util";
 import type { SandboxInstance } from "@sandpit/sdk";
 import { DockerProvider } from "@sandpit/sdk/docker";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
-import { commitMeasured, hostInfo, writeResults } from "./report.ts";
+import { type HeadlineRow, commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { median, percentile, summarize, type Summary } from "./stats.ts";
 
 const IMAGE = "sandpit-sandbox:latest";
@@ -799,15 +799,6 @@ const p3 = (s: Summary, p95v: number) =>
   `${f(s.p50)} / ${f(p95v)} / ${f(s.p99)} ms (p50 / p95 / p99)`;
 
 /** Issue 17's rows, for the headline table (`npm run bench`). */
-interface HeadlineRow {
-  metric: string;
-  value: string;
-  floor: string;
-  ratio: number | null;
-  goal: string;
-  met: boolean;
-}
-
 function coldHeadline(c: ColdResult): HeadlineRow {
   return {
     metric: "Docker cold create → first command / `docker run --rm img true`",

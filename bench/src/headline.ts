@@ -16,16 +16,7 @@ import { spawnSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-
-/** One goal row, as every part writes it into its results file. */
-export interface HeadlineRow {
-  metric: string;
-  value: string;
-  floor: string;
-  ratio: number | null;
-  goal: string;
-  met: boolean;
-}
+import type { HeadlineRow } from "./report.ts";
 
 interface Part {
   /** Name used by `--only`. */

@@ -59,7 +59,7 @@ import {
   stopOperator,
   updateResultsMd,
 } from "./kube.ts";
-import { commitMeasured, hostInfo, writeResults } from "./report.ts";
+import { type HeadlineRow, commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { type Summary, summarize } from "./stats.ts";
 
 const run = promisify(execFile);
@@ -1051,23 +1051,15 @@ interface WritesRun extends RunInfo {
   readyP50Ms: number;
   writes: Counts;
 }
-interface Headline {
-  metric: string;
-  value: string;
-  floor: string;
-  ratio: number | null;
-  goal: string;
-  met: boolean;
-}
 interface Record_ {
   scaleRuns?: Record<string, ScaleRun>;
   writesRun?: WritesRun;
-  headline?: Headline[];
+  headline?: HeadlineRow[];
   [k: string]: unknown;
 }
 
-function headlineOf(r: Record_): Headline[] {
-  const out: Headline[] = [];
+function headlineOf(r: Record_): HeadlineRow[] {
+  const out: HeadlineRow[] = [];
   const runs = Object.values(r.scaleRuns ?? {}).sort((a, b) => b.count - a.count);
   const top = runs[0];
   if (top) {

@@ -29,3 +29,14 @@ export async function writeResults(file: string, record: Record<string, unknown>
   await fs.mkdir(dirname(file), { recursive: true });
   await fs.writeFile(file, JSON.stringify(record, null, 2) + "\n");
 }
+
+/** One goal row, as every part writes it into its results file (`headline`), for
+ * the table bench/src/headline.ts prints. */
+export interface HeadlineRow {
+  metric: string;
+  value: string;
+  floor: string;
+  ratio: number | null;
+  goal: string;
+  met: boolean;
+}
