@@ -23,13 +23,16 @@
  * Prints a Markdown section on stdout (progress on stderr) and writes
  * bench/results/e2b-sdk-<target>.json. Nothing is asserted: the numbers are the result.
  */
+import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { Sandbox as CodeInterpreter } from "@e2b/code-interpreter";
 import { Sandbox } from "e2b";
 import { LocalProvider, SandboxdClient } from "@sandpit/sdk";
+import { ensureVenv } from "../../test/deerflow/python.ts";
 import { FakeE2B } from "../../test/fakes/e2b.ts";
 import {
   type ProvisionerProcess,
@@ -206,9 +209,57 @@ async function clusterTarget(): Promise<Target> {
   };
 }
 
-/** Part 1: SDK create → `true` against the native floor, interleaved (alternating first). */
-async function createThenTrue(t: Target) {
+/**
+ * The E2B Python SDK (the conformance suite's pinned venv), in one long-lived process
+ * (bench/src/e2b_sdk_worker.py): each command is one timed sample, answered on a line.
+ */
+class PythonSdk {
+  readonly #child: ChildProcessWithoutNullStreams;
+  readonly #lines: AsyncIterator<string>;
+  #stderr = "";
+
+  private constructor(child: ChildProcessWithoutNullStreams) {
+    this.#child = child;
+    child.stderr.on(
+      "data",
+      (b: Buffer) => (this.#stderr = (this.#stderr + b.toString()).slice(-4000)),
+    );
+    this.#lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  }
+
+  static async start(e2b: Target["e2b"]): Promise<PythonSdk> {
+    const python = await ensureVenv(log, join(ROOT, "test/e2b-compat/requirements.txt"));
+    const child = spawn(python, [join(ROOT, "bench/src/e2b_sdk_worker.py")], {
+      env: {
+        PATH: process.env.PATH ?? "/usr/bin:/bin",
+        HOME: process.env.HOME ?? "/tmp",
+        E2B_API_KEY: e2b.apiKey,
+        E2B_API_URL: e2b.apiUrl,
+        E2B_SANDBOX_URL: e2b.sandboxUrl,
+      },
+    });
+    return new PythonSdk(child);
+  }
+
+  async ask(command: string): Promise<number> {
+    this.#child.stdin.write(`${command}\n`);
+    const { value, done } = await this.#lines.next();
+    if (done) throw new Error(`the Python SDK worker exited:\n${this.#stderr}`);
+    return Number(value);
+  }
+
+  close(): void {
+    this.#child.stdin.end();
+  }
+}
+
+/**
+ * Part 1: create → `true` from each SDK against the native floor, interleaved (the order
+ * rotates every round).
+ */
+async function createThenTrue(t: Target, py: PythonSdk) {
   const sdk: number[] = [];
+  const python: number[] = [];
   const native: number[] = [];
   const sdkCreate = async () => {
     const t0 = now();
@@ -225,51 +276,79 @@ async function createThenTrue(t: Target) {
     await remove();
     return ms;
   };
+  const pythonCreate = () => py.ask("create");
+  const series = [
+    { into: sdk, take: sdkCreate },
+    { into: python, take: pythonCreate },
+    { into: native, take: nativeCreate },
+  ];
   for (let i = 0; i < WARMUP / 4 + 1; i++) {
-    await t.ready();
-    await sdkCreate();
-    await t.ready();
-    await nativeCreate();
+    for (const s of series) {
+      await t.ready();
+      await s.take();
+    }
   }
   for (let i = 0; i < CREATES; i++) {
-    const order = i % 2 === 0 ? ([sdk, native] as const) : ([native, sdk] as const);
-    for (const into of order) {
+    for (let k = 0; k < series.length; k++) {
+      const s = series[(i + k) % series.length]!;
       await t.ready();
-      into.push(await (into === sdk ? sdkCreate() : nativeCreate()));
+      s.into.push(await s.take());
     }
     if ((i + 1) % 10 === 0) log(`create → true: ${i + 1}/${CREATES}`);
   }
-  return { sdk: pcts(sdk), native: pcts(native), ratioP50: pcts(sdk).p50 / pcts(native).p50 };
+  return {
+    sdk: pcts(sdk),
+    python: pcts(python),
+    native: pcts(native),
+    ratioP50: pcts(sdk).p50 / pcts(native).p50,
+    pythonRatioP50: pcts(python).p50 / pcts(native).p50,
+  };
 }
 
 /** Part 2: a cell's round trip through the SDK, against a native context's, interleaved. */
-async function cellRoundTrip(t: Target) {
+async function cellRoundTrip(t: Target, py: PythonSdk) {
   await t.ready();
   const ci = await CodeInterpreter.create({ ...t.e2b, timeoutMs: 1_800_000 });
   await t.ready();
   const floor = await t.nativeCell();
+  await t.ready();
+  await py.ask("cell-open");
   try {
-    const sdkCell = async () => {
+    const timed = (run: () => Promise<unknown>) => async () => {
+      const t0 = now();
+      await run();
+      return now() - t0;
+    };
+    const sdkCell = timed(async () => {
       const r = await ci.runCode("1");
       if (r.text !== "1") throw new Error(`runCode("1") gave ${JSON.stringify(r.toJSON())}`);
-    };
-    for (let i = 0; i < WARMUP; i++) {
-      await sdkCell();
-      await floor.run();
-    }
+    });
     const cell: number[] = [];
+    const python: number[] = [];
     const native: number[] = [];
+    const series = [
+      { into: cell, take: sdkCell },
+      // The worker times its own call: no pipe to it in the sample.
+      { into: python, take: () => py.ask("cell") },
+      { into: native, take: timed(floor.run) },
+    ];
+    for (let i = 0; i < WARMUP; i++) for (const s of series) await s.take();
     for (let i = 0; i < CELLS; i++) {
-      const order = i % 2 === 0 ? ([cell, native] as const) : ([native, cell] as const);
-      for (const into of order) {
-        const t0 = now();
-        await (into === cell ? sdkCell() : floor.run());
-        into.push(now() - t0);
+      for (let k = 0; k < series.length; k++) {
+        const s = series[(i + k) % series.length]!;
+        s.into.push(await s.take());
       }
     }
-    return { cell: pcts(cell), native: pcts(native), ratioP50: pcts(cell).p50 / pcts(native).p50 };
+    return {
+      cell: pcts(cell),
+      python: pcts(python),
+      native: pcts(native),
+      ratioP50: pcts(cell).p50 / pcts(native).p50,
+      pythonRatioP50: pcts(python).p50 / pcts(native).p50,
+    };
   } finally {
     await ci.kill();
+    await py.ask("cell-close");
     await floor.close();
   }
 }
@@ -325,25 +404,27 @@ function section(r: {
   const row = (name: string, p: Pcts) =>
     `| ${name} | ${p.n} | ${f(p.p50)} | ${f(p.p95)} | ${f(p.p99)} |`;
   return [
-    `### E2B JS SDK against ${r.target} (${r.date.slice(0, 10)}, ${r.commit ?? "uncommitted"})`,
+    `### E2B SDKs against ${r.target} (${r.date.slice(0, 10)}, ${r.commit ?? "uncommitted"})`,
     "",
     '`Sandbox.create()` → `commands.run("true")` done, warm, in ms:',
     "",
     "| path | n | p50 | p95 | p99 |",
     "| --- | --- | --- | --- | --- |",
-    row("E2B SDK", r.create.sdk),
+    row("E2B JS SDK (`e2b` on npm)", r.create.sdk),
+    row("E2B Python SDK (`e2b` on PyPI; timed in Python)", r.create.python),
     row(r.floor, r.create.native),
     "",
-    `Ratio at p50: ${r.create.ratioP50.toFixed(2)}x.`,
+    `Ratio at p50: JS ${r.create.ratioP50.toFixed(2)}x, Python ${r.create.pythonRatioP50.toFixed(2)}x.`,
     "",
     'Code interpreter cell round trip (`runCode("1")`, the default context), in ms:',
     "",
     "| call | n | p50 | p95 | p99 |",
     "| --- | --- | --- | --- | --- |",
-    row('runCode("1")', r.cell.cell),
+    row('JS `runCode("1")`', r.cell.cell),
+    row('Python `run_code("1")` (timed in Python)', r.cell.python),
     row(`cell \`1\` in a context, ${r.floor}`, r.cell.native),
     "",
-    `Ratio at p50: ${r.cell.ratioP50.toFixed(2)}x.`,
+    `Ratio at p50: JS ${r.cell.ratioP50.toFixed(2)}x, Python ${r.cell.pythonRatioP50.toFixed(2)}x.`,
     "",
     `${r.burst.n} SDK creates at once: ${r.burst.ok} answered in ${f(r.burst.wallMs)} ms` +
       (r.burst.each
@@ -362,13 +443,15 @@ async function main(): Promise<void> {
     throw new Error("usage: bench/src/e2b-sdk.ts --target fake|cluster");
   const t = which === "fake" ? await fakeTarget() : await clusterTarget();
   const date = new Date().toISOString();
+  let py: PythonSdk | undefined;
   try {
     log(`target: ${t.name}`);
-    const create = await createThenTrue(t);
+    py = await PythonSdk.start(t.e2b);
+    const create = await createThenTrue(t, py);
     log(
       `create → true p50: SDK ${f(create.sdk.p50)} ms, ${t.floorName} ${f(create.native.p50)} ms`,
     );
-    const cell = await cellRoundTrip(t);
+    const cell = await cellRoundTrip(t, py);
     log(`cell p50: SDK ${f(cell.cell.p50)} ms, native ${f(cell.native.p50)} ms`);
     const b = await burst(t);
     log(`burst: ${b.ok}/${b.n} in ${f(b.wallMs)} ms`);
@@ -386,6 +469,7 @@ async function main(): Promise<void> {
     if (!SMOKE) await writeResults(join(ROOT, "bench", "results", `e2b-sdk-${which}.json`), record);
     process.stdout.write(section({ ...record, burst: b }));
   } finally {
+    py?.close();
     await t.close();
   }
 }
