@@ -245,6 +245,7 @@ class PythonSdk {
     this.#child.stdin.write(`${command}\n`);
     const { value, done } = await this.#lines.next();
     if (done) throw new Error(`the Python SDK worker exited:\n${this.#stderr}`);
+    if (value.startsWith("!")) throw new Error(value.slice(1));
     return Number(value);
   }
 

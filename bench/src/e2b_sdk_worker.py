@@ -6,7 +6,7 @@ It reads one command a line on stdin and answers one line on stdout:
   cell-open    a code interpreter sandbox for the cells (not timed): "ok"
   cell         run_code("1") in it: the ms
   cell-close   kills it: "ok"
-The target comes from the environment, as an unchanged E2B program gets it (E2B_API_KEY,
+A command that fails answers "!" and the error on its line. The target comes from the environment, as an unchanged E2B program gets it (E2B_API_KEY,
 E2B_API_URL, E2B_SANDBOX_URL).
 """
 
@@ -24,8 +24,8 @@ def answer(value) -> None:
     sys.stdout.flush()
 
 
-for line in sys.stdin:
-    command = line.strip()
+def run(command: str) -> None:
+    global interpreter
     if command == "create":
         t0 = time.perf_counter()
         sandbox = Sandbox.create()
@@ -48,3 +48,10 @@ for line in sys.stdin:
         answer("ok")
     else:
         raise SystemExit(f"unknown command {command!r}")
+
+
+for line in sys.stdin:
+    try:
+        run(line.strip())
+    except Exception as err:  # one failed sample, said on its line; the worker goes on
+        answer("!" + f"{type(err).__name__}: {err}".replace("\n", " "))
