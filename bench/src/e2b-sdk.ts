@@ -51,7 +51,7 @@ import {
   runningCluster,
 } from "./kube.ts";
 import { commitMeasured, hostInfo, writeResults } from "./report.ts";
-import { percentile } from "./stats.ts";
+import { type Percentiles, percentiles } from "./stats.ts";
 
 const SMOKE = process.env.SANDPIT_BENCH_SMOKE === "1";
 const CREATES = SMOKE ? 5 : 50;
@@ -65,18 +65,6 @@ const WARM_POOL = 2;
 
 const log = (line: string) => process.stderr.write(`[e2b-sdk] ${line}\n`);
 const now = () => performance.now();
-
-interface Pcts {
-  n: number;
-  p50: number;
-  p95: number;
-  p99: number;
-}
-
-function pcts(samples: number[]): Pcts {
-  const s = [...samples].sort((a, b) => a - b);
-  return { n: s.length, p50: percentile(s, 50), p95: percentile(s, 95), p99: percentile(s, 99) };
-}
 
 /** One target: E2B connection options, a native create → `true`, and setup/teardown. */
 interface Target {
@@ -308,11 +296,11 @@ async function createThenTrue(t: Target, py: PythonSdk) {
   }
   return {
     failures,
-    sdk: pcts(sdk),
-    python: pcts(python),
-    native: pcts(native),
-    ratioP50: pcts(sdk).p50 / pcts(native).p50,
-    pythonRatioP50: pcts(python).p50 / pcts(native).p50,
+    sdk: percentiles(sdk),
+    python: percentiles(python),
+    native: percentiles(native),
+    ratioP50: percentiles(sdk).p50 / percentiles(native).p50,
+    pythonRatioP50: percentiles(python).p50 / percentiles(native).p50,
   };
 }
 
@@ -351,11 +339,11 @@ async function cellRoundTrip(t: Target, py: PythonSdk) {
       }
     }
     return {
-      cell: pcts(cell),
-      python: pcts(python),
-      native: pcts(native),
-      ratioP50: pcts(cell).p50 / pcts(native).p50,
-      pythonRatioP50: pcts(python).p50 / pcts(native).p50,
+      cell: percentiles(cell),
+      python: percentiles(python),
+      native: percentiles(native),
+      ratioP50: percentiles(cell).p50 / percentiles(native).p50,
+      pythonRatioP50: percentiles(python).p50 / percentiles(native).p50,
     };
   } finally {
     await ci.kill();
@@ -397,7 +385,7 @@ async function burst(t: Target) {
     errors: errors.slice(0, 5),
     withinLimit: bounded,
     wallMs,
-    each: each.length ? pcts(each) : null,
+    each: each.length ? percentiles(each) : null,
   };
 }
 
@@ -412,7 +400,7 @@ function section(r: {
   cell: Awaited<ReturnType<typeof cellRoundTrip>>;
   burst: Awaited<ReturnType<typeof burst>>;
 }): string {
-  const row = (name: string, p: Pcts) =>
+  const row = (name: string, p: Percentiles) =>
     `| ${name} | ${p.n} | ${f(p.p50)} | ${f(p.p95)} | ${f(p.p99)} |`;
   return [
     `### E2B SDKs against ${r.target} (${r.date.slice(0, 10)}, ${r.commit ?? "uncommitted"})`,

@@ -33,7 +33,7 @@ import { parseArgs } from "node:util";
 import type { Metafile } from "esbuild";
 import { bundleSandboxdWithMetafile } from "../../images/build.ts";
 import { commitMeasured, hostInfo, writeResults } from "./report.ts";
-import { percentile } from "./stats.ts";
+import { type Percentiles, percentiles } from "./stats.ts";
 
 const WARMUP = 3;
 const IDLE_MS = 1000;
@@ -50,18 +50,6 @@ const IMAGE_SETTINGS = {
 
 const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
 const now = () => performance.now();
-
-interface Percentiles {
-  n: number;
-  p50: number;
-  p95: number;
-  p99: number;
-}
-
-function percentiles(samples: number[]): Percentiles {
-  const s = [...samples].sort((a, b) => a - b);
-  return { n: s.length, p50: percentile(s, 50), p95: percentile(s, 95), p99: percentile(s, 99) };
-}
 
 /** A started child: its pid, and a promise of its exit. */
 function start(argv: string[], env: NodeJS.ProcessEnv) {

@@ -42,6 +42,19 @@ export function summarize(samples: readonly number[]): Summary {
   };
 }
 
+/** p50, p95 and p99 with the count: what the headline parts report. */
+export interface Percentiles {
+  n: number;
+  p50: number;
+  p95: number;
+  p99: number;
+}
+
+export function percentiles(samples: readonly number[]): Percentiles {
+  const s = ascending(samples);
+  return { n: s.length, p50: percentile(s, 50), p95: percentile(s, 95), p99: percentile(s, 99) };
+}
+
 function ascending(samples: readonly number[]): number[] {
   return [...samples].sort((a, b) => a - b);
 }
