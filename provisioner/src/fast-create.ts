@@ -17,6 +17,10 @@ import { SandboxdClient } from "@sandpit/sdk/sandboxd-client";
 import type { Reserved, Reservations } from "./reservations.ts";
 import type { CreateInput } from "./store.ts";
 
+/** The longest a reserved pod's /v1/init may take before the operator is left to finish it. */
+const INIT_TIMEOUT_MS = 15_000;
+const PACKAGES_INIT_TIMEOUT_MS = 10 * 60_000;
+
 /** What the provisioner knows of a sandbox it answered for before the operator reported it. */
 export interface FastReady {
   uid: string;
@@ -67,12 +71,17 @@ export async function initReserved(
   // The template's packages are on the pod already; the sandbox's own list replaces them.
   const packages = sbx.spec.packages?.map((p) => packageSpec(language, p)) ?? [];
   const endpoint = `${r.podIP}:${SANDBOXD_PORT}`;
-  await new SandboxdClient({ baseUrl: `http://${endpoint}`, token: warm }).init({
-    token,
-    env,
-    packages,
-    language,
-  });
+  const client = new SandboxdClient({ baseUrl: `http://${endpoint}`, token: warm });
+  try {
+    await client.init(
+      { token, env, packages, language },
+      // Without packages an init is a few writes in sandboxd: a pod that has not answered by
+      // then is left to the operator rather than holding the caller's create.
+      packages.length ? PACKAGES_INIT_TIMEOUT_MS : INIT_TIMEOUT_MS,
+    );
+  } finally {
+    await client.destroy(); // its connection is for this one call
+  }
   faultPoint("provisioner-initialised");
   return {
     uid: sbx.metadata.uid!,

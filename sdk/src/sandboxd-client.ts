@@ -251,8 +251,9 @@ export class SandboxdClient {
     await this.json("POST", "/v1/packages/install", req, (req.timeoutMs ?? 10 * 60_000) + GRACE_MS);
   }
 
-  async init(req: InitRequest): Promise<void> {
-    await this.json("POST", "/v1/init", req, 10 * 60_000);
+  /** `timeoutMs` bounds the whole call; the default leaves room for installing packages. */
+  async init(req: InitRequest, timeoutMs = 10 * 60_000): Promise<void> {
+    await this.json("POST", "/v1/init", req, timeoutMs);
   }
 
   /**

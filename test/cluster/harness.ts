@@ -5,7 +5,7 @@
  * typed access to Sandboxes and their children, bounded waits, and sandboxd calls.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { readFileSync, readdirSync } from "node:fs";
+import { createWriteStream, readFileSync, readdirSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import {
@@ -136,7 +136,12 @@ async function spawnService(
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";
+  // SANDPIT_SERVICE_LOGS=<dir> keeps every service's whole log there too, for a failure found
+  // after the run (a benchmark's, say): the in-memory copy keeps only the last megabyte or two.
+  const dir = process.env.SANDPIT_SERVICE_LOGS;
+  const file = dir ? createWriteStream(join(dir, `${name}-${proc.pid}.log`)) : undefined;
   const keep = (b: Buffer) => {
+    file?.write(b);
     out += b.toString();
     if (out.length > 2_000_000) out = out.slice(-1_000_000);
   };
