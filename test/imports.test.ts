@@ -111,6 +111,10 @@ describe("the import graph", () => {
     const server = reachable(entries)
       .map(name)
       .filter((f) => f.startsWith("sandboxd/src/"));
-    expect(server.sort()).toEqual(["sandboxd/src/protocol.ts", "sandboxd/src/runners.ts"]);
+    expect(server.sort()).toEqual([
+      "sandboxd/src/protocol.ts",
+      "sandboxd/src/runners.ts",
+      "sandboxd/src/wire.ts",
+    ]);
   });
 });

@@ -29,6 +29,7 @@ const dist = join(sdkDir, "dist");
 /** Where each `@sandpit/sandboxd` import of the SDK lands in dist. */
 const SANDBOXD_TARGETS: Record<string, string> = {
   "@sandpit/sandboxd/protocol": "sandboxd/src/protocol.js",
+  "@sandpit/sandboxd/wire": "sandboxd/src/wire.js",
   "@sandpit/sandboxd/environment": "sandboxd/src/environment.js",
   "@sandpit/sandboxd/runners": "sandboxd/src/runners.js",
   "@sandpit/sandboxd/main": "sandboxd/bin/sandboxd.js",

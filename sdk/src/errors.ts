@@ -17,7 +17,7 @@
  * - NOT_SUPPORTED: this provider cannot do what was asked (the message names the feature; the
  *   capability table in sdk/README.md lists which provider does what)
  */
-import { ERROR_CODES, type ErrorCode } from "@sandpit/sandboxd/protocol";
+import { ERROR_CODES, type ErrorCode } from "@sandpit/sandboxd/wire";
 
 /**
  * Protocol codes an SDK user never sees, and the code they surface as: a body too large is bad

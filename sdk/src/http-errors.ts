@@ -4,7 +4,7 @@
  * code; an answer without that envelope (from a proxy in between, say) is read by its status,
  * through the same map read backwards.
  */
-import { ERROR_CODES, HTTP_STATUS, type ErrorBody } from "@sandpit/sandboxd/protocol";
+import { ERROR_CODES, HTTP_STATUS, type ErrorBody } from "@sandpit/sandboxd/wire";
 import { sandboxErrorCode, type SandboxErrorCode } from "./errors.ts";
 
 const BY_STATUS = new Map<number, SandboxErrorCode>([

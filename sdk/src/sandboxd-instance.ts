@@ -5,7 +5,7 @@
 import { SandboxdCodeContexts } from "./sandboxd/contexts.ts";
 import { SandboxdFilesystem } from "./sandboxd/filesystem.ts";
 import { SandboxdCommands } from "./sandboxd/processes.ts";
-import { LANGUAGES } from "@sandpit/sandboxd/protocol";
+import { LANGUAGES } from "@sandpit/sandboxd/wire";
 import { SandboxError } from "./errors.ts";
 import type { SandboxdClient, SandboxdConnection } from "./sandboxd-client.ts";
 import { SandboxdPty } from "./sandboxd/pty.ts";
@@ -25,7 +25,6 @@ import type {
   SandboxPty,
   SandboxUrl,
 } from "./types.ts";
-import { validateTimeout } from "./create-options.ts";
 
 export interface SandboxdLifecycle {
   /** A client for the running sandboxd, starting it again first if the sandbox was paused. */
@@ -192,6 +191,8 @@ export class SandboxdInstance implements SandboxInstance {
   }
 
   async setTimeout(timeoutMs: number): Promise<void> {
+    // Loaded here: the create options' schemas (zod) are not on a command's path.
+    const { validateTimeout } = await import("./create-options.ts");
     return this.lifecycle.setTimeout(validateTimeout(timeoutMs));
   }
 

@@ -1,5 +1,5 @@
 /** Argument checks every provider makes before its backend sees the call. */
-import { PORT_RULE, isPort } from "@sandpit/sandboxd/protocol";
+import { PORT_RULE, isPort } from "@sandpit/sandboxd/wire";
 import { SandboxError } from "./errors.ts";
 
 /** getHost's port: a TCP port, or INVALID_ARGUMENT saying what one is. */

@@ -14,7 +14,7 @@ import {
   VIRTUAL_DIRS,
   VIRTUAL_ROOT,
   VIRTUAL_WORKSPACE,
-} from "@sandpit/sandboxd/protocol";
+} from "@sandpit/sandboxd/wire";
 import { validateCreate } from "../create-options.ts";
 import { SandboxError } from "../errors.ts";
 import type { PtySize, SandboxCreateOptions, SandboxLanguage } from "../types.ts";

@@ -3,8 +3,8 @@
  * interpreters whose cells share state and answer with rich results. Used by SandboxdInstance
  * for the local, docker and kubernetes providers.
  */
-import { LANGUAGES, type CellEvent, type ContextInfo } from "@sandpit/sandboxd/protocol";
-import { parseOutput } from "@sandpit/sandboxd/protocol";
+import { LANGUAGES, type CellEvent, type ContextInfo } from "@sandpit/sandboxd/wire";
+import { parseOutput } from "@sandpit/sandboxd/wire";
 import { SandboxError } from "../errors.ts";
 import { asSandboxError, fromBody, ndjson, type SandboxdClient } from "../sandboxd-client.ts";
 import type {

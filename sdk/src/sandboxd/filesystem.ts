@@ -12,7 +12,7 @@ import type {
   GlobResponse,
   GrepResponse,
   WatchStreamEvent,
-} from "@sandpit/sandboxd/protocol";
+} from "@sandpit/sandboxd/wire";
 import { SandboxError } from "../errors.ts";
 import {
   asSandboxError,

@@ -6,12 +6,12 @@
  * process itself belongs to the sandbox, so a handle, its client or its connection going away
  * never stops it.
  */
+import type { StartProcessRequest } from "@sandpit/sandboxd/protocol";
 import {
   PROCESS_SIGNALS,
   type ProcessEntry,
   type ProcessStreamEvent,
-  type StartProcessRequest,
-} from "@sandpit/sandboxd/protocol";
+} from "@sandpit/sandboxd/wire";
 import { SandboxError } from "../errors.ts";
 import { failure, fromBody, ndjson, type Body, type SandboxdClient } from "../sandboxd-client.ts";
 import type {

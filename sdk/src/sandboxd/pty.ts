@@ -5,7 +5,12 @@
  * goes wherever the provider's SandboxdClient goes (a unix socket, a container port, the
  * provisioner's proxy), with the same credentials.
  */
-import { PtySize, type PtyInfo, type PtyServerMessage } from "@sandpit/sandboxd/protocol";
+import {
+  PTY_MAX_SIZE,
+  type PtyInfo,
+  type PtyServerMessage,
+  ptyDimensionRule,
+} from "@sandpit/sandboxd/wire";
 import type { WebSocket } from "undici";
 import { SandboxError } from "../errors.ts";
 import type { SandboxdClient } from "../sandboxd-client.ts";
@@ -212,11 +217,14 @@ function closeError(pid: number, code: number, reason: string, what: string): Sa
   );
 }
 
+/** sandboxd's rule for a terminal's size, checked before anything is sent. */
 function checkSize(o: { cols: number; rows: number }): { cols: number; rows: number } {
-  const r = PtySize.safeParse({ cols: o?.cols, rows: o?.rows });
-  if (!r.success)
-    throw new SandboxError(r.error.issues[0]?.message ?? "bad terminal size", "INVALID_ARGUMENT");
-  return r.data;
+  for (const name of ["cols", "rows"] as const) {
+    const v: unknown = o?.[name];
+    if (!Number.isInteger(v) || (v as number) < 1 || (v as number) > PTY_MAX_SIZE)
+      throw new SandboxError(ptyDimensionRule(name), "INVALID_ARGUMENT");
+  }
+  return { cols: o.cols, rows: o.rows };
 }
 
 function checkPid(pid: number): void {

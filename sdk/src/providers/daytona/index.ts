@@ -25,7 +25,7 @@ import { randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Daytona, DaytonaNotFoundError, type Sandbox } from "@daytonaio/sdk";
-import { DEFAULT_TIMEOUT_MS, ID_PATTERN, parseOutput } from "@sandpit/sandboxd/protocol";
+import { DEFAULT_TIMEOUT_MS, ID_PATTERN, parseOutput } from "@sandpit/sandboxd/wire";
 import { RUNNERS, RUNNERS_DIR } from "@sandpit/sandboxd/runners";
 import type { Logger } from "../../logger.ts";
 import { z } from "zod";

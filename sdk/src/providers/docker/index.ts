@@ -18,7 +18,7 @@ import { join } from "node:path";
 import type { Logger } from "../../logger.ts";
 import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
-import { ID_PATTERN, VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
+import { ID_PATTERN, VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/wire";
 import { validateCreate, validateListLabels } from "../../create-options.ts";
 import { hasLabels, refuseUnsupported } from "../../platform-options.ts";
 import { SandboxError } from "../../errors.ts";

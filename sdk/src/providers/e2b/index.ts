@@ -30,7 +30,7 @@ import { CommandExitError, TimeoutError } from "e2b";
 import type { Logger } from "../../logger.ts";
 import { z } from "zod";
 import { E2BProviderOptions } from "./options.ts";
-import { DEFAULT_TIMEOUT_MS, ID_PATTERN, ID_RULE, parseOutput } from "@sandpit/sandboxd/protocol";
+import { DEFAULT_TIMEOUT_MS, ID_PATTERN, ID_RULE, parseOutput } from "@sandpit/sandboxd/wire";
 import { SandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
 import { checkPort } from "../../validate.ts";

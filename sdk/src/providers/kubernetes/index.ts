@@ -13,7 +13,7 @@
  *    route with the API key as the header it needs.
  */
 import type { z } from "zod";
-import { VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
+import { VIRTUAL_ROOT } from "@sandpit/sandboxd/wire";
 import { validateCreate, validateListLabels } from "../../create-options.ts";
 import { refuseUnsupported, userLabels } from "../../platform-options.ts";
 import { SandboxError, type SandboxErrorCode } from "../../errors.ts";

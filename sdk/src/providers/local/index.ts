@@ -22,7 +22,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 // The local provider starts sandboxd itself, so it (alone) uses sandboxd's host-side helpers.
 import { discoverInterpreters, scrubEnv, type Interpreters } from "@sandpit/sandboxd/environment";
-import { ID_PATTERN, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
+import { ID_PATTERN, VIRTUAL_ROOT } from "@sandpit/sandboxd/wire";
 import type { Logger } from "../../logger.ts";
 import type { z } from "zod";
 import { validateCreate, validateListLabels } from "../../create-options.ts";
