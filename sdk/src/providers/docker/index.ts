@@ -72,6 +72,13 @@ const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
 const PORT_ATTEMPTS = 10;
 /** How often the reaper looks when some sandbox has a lifetime or an idle timeout of its own. */
 const LIFETIME_REAP_MS = 1_000;
+/**
+ * How often it looks for lifetimes when nothing else sets its pace (no idle timeout): sandboxes
+ * another process gave a lifetime end even when no process that knows of it still runs.
+ */
+const LIFETIME_SCAN_MS = 60_000;
+/** The first look, this long after the provider first reached the engine. */
+const FIRST_REAP_MS = 1_000;
 
 /** What one container is made of, from the provider's defaults and the create options. */
 interface ContainerShape {
@@ -259,6 +266,9 @@ export class DockerProvider implements SandboxProvider {
   private rt: Promise<ContainerRuntime> | null = null;
   private readonly sandboxes = new Map<string, Promise<DockerSandbox>>();
   private reaper: NodeJS.Timeout | null = null;
+  private firstReap: NodeJS.Timeout | null = null;
+  /** The reaper's pass under way: passes never overlap. */
+  private reaping: Promise<string[]> | null = null;
   private warmFill: Promise<void> | null = null;
   /** Ports handed out by this process and not yet seen in use (they may still be starting). */
   private readonly recentPorts = new Set<number>();
@@ -284,10 +294,20 @@ export class DockerProvider implements SandboxProvider {
 
   /** The container engine, detected once; CONNECTION_FAILED when none answers. */
   runtime(): Promise<ContainerRuntime> {
-    this.rt ??= detectRuntime(this.options, this.logger).catch((err: unknown) => {
-      this.rt = null; // try again next time: the engine may have been started meanwhile
-      throw err;
-    });
+    this.rt ??= detectRuntime(this.options, this.logger).then(
+      (rt) => {
+        // Lifetimes are the engine's (labels) and the state directory's, not this process's:
+        // one look soon finds those other processes set, however this one is used.
+        this.startReaper();
+        this.firstReap ??= setTimeout(() => this.reapInBackground(), FIRST_REAP_MS);
+        this.firstReap.unref();
+        return rt;
+      },
+      (err: unknown) => {
+        this.rt = null; // try again next time: the engine may have been started meanwhile
+        throw err;
+      },
+    );
     return this.rt;
   }
 
@@ -558,7 +578,9 @@ export class DockerProvider implements SandboxProvider {
   async close(): Promise<void> {
     if (this.reaper) clearInterval(this.reaper);
     if (this.refill) clearTimeout(this.refill);
+    if (this.firstReap) clearTimeout(this.firstReap);
     this.reaper = this.refill = null;
+    await this.reaping?.catch(() => undefined);
     await this.warmFill?.catch(() => undefined);
     await Promise.allSettled(this.background);
     for (const w of this.warmReady) await w.client?.close().catch(() => undefined);
@@ -869,31 +891,42 @@ export class DockerProvider implements SandboxProvider {
   startReaper(lifetimes = false): void {
     const every = lifetimes
       ? LIFETIME_REAP_MS
-      : Math.max(1_000, Math.min(60_000, Math.floor(this.options.idleTimeoutMs / 2)));
-    if (!lifetimes && this.options.idleTimeoutMs === 0) return;
+      : this.options.idleTimeoutMs === 0
+        ? LIFETIME_SCAN_MS
+        : Math.max(1_000, Math.min(60_000, Math.floor(this.options.idleTimeoutMs / 2)));
     if (this.reaper && this.reapEveryMs <= every) return;
     if (this.reaper) clearInterval(this.reaper);
     this.reapEveryMs = every;
-    this.reaper = setInterval(
-      () =>
-        void this.reapIdle().catch((err: unknown) =>
-          this.logger?.warn({ err }, "idle reaper failed"),
-        ),
-      every,
-    );
+    this.reaper = setInterval(() => this.reapInBackground(), every);
     this.reaper.unref();
+  }
+
+  private reapInBackground(): void {
+    void this.reapIdle().catch((err: unknown) => this.logger?.warn({ err }, "idle reaper failed"));
   }
 
   /**
    * Removes sandboxes past their lifetime (stopped ones too) and stops running ones whose
    * sandboxd has been idle past their idle timeout (their own, else idleTimeoutMs); returns the
-   * names it acted on.
+   * names it acted on. A pass asked for while one runs is that pass.
    */
-  async reapIdle(): Promise<string[]> {
+  reapIdle(): Promise<string[]> {
+    this.reaping ??= this.reapPass().finally(() => (this.reaping = null));
+    return this.reaping;
+  }
+
+  private async reapPass(): Promise<string[]> {
     const rt = await this.runtime();
     const stopped: string[] = [];
+    let lifetimes = false;
     for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
       if (c.name.startsWith(`${this.options.containerPrefix}-warm-`)) continue;
+      const labels = await this.claimed.of(c);
+      if (
+        (await this.lifetimes.expiresAt(c.name, labels)) !== undefined ||
+        labels[LIFETIME_LABEL.idleTimeoutMs]
+      )
+        lifetimes = true;
       if (await this.isExpired(c)) {
         this.logger?.info({ container: c.name }, "removing a sandbox at the end of its lifetime");
         await this.removeContainer(c);
@@ -913,6 +946,8 @@ export class DockerProvider implements SandboxProvider {
         stopped.push(c.name);
       }
     }
+    // Some sandbox ends at a time of its own (set here or by any other process): look every second.
+    if (lifetimes) this.startReaper(true);
     return stopped;
   }
 

@@ -1,0 +1,91 @@
+/**
+ * The Docker provider's lifecycle across processes, on a real engine and the real image: a
+ * lifetime ends sandboxes that are stopped and whose creator is gone.
+ */
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { DockerProvider } from "@sandpit/sdk/docker";
+import {
+  containersNamed,
+  docker,
+  eventually,
+  removeAll,
+  runScript,
+  volumesNamed,
+} from "./helpers.ts";
+
+const image = inject("sandboxImage");
+const PREFIX = "sandpit-lc";
+const BASE_PORT = 33000;
+
+/** Options of every provider here, in this process and in scripts (as JSON). */
+function options(extra: Partial<ConstructorParameters<typeof DockerProvider>[0]> = {}) {
+  return {
+    image,
+    containerPrefix: PREFIX,
+    basePort: BASE_PORT,
+    idleTimeoutMs: 0,
+    memoryMb: 512,
+    ...extra,
+  };
+}
+
+beforeAll(async () => {
+  await removeAll(PREFIX);
+});
+afterAll(async () => {
+  await removeAll(PREFIX);
+});
+
+describe("lifetimes", () => {
+  it("a paused sandbox past its lifetime is removed, volume and host state included, by another process on the same state directory", async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), "sandpit-ttl-"));
+    try {
+      // The creator: another process, gone long before the lifetimes end. One lifetime is a
+      // label set at create, the other a setTimeout (a file in the state directory).
+      const ids = await runScript<string[]>(`
+        import { DockerProvider } from "@sandpit/sdk/docker";
+        const p = new DockerProvider(${JSON.stringify(options({ stateDir }))});
+        const a = await p.create({ language: "python", threadId: "ttl-label", lifetime: { ttlMs: 4000 } });
+        const b = await p.create({ language: "python", threadId: "ttl-override" });
+        await b.setTimeout(4000);
+        for (const s of [a, b]) {
+          await s.filesystem.write("kept.txt", "data on the volume");
+          await s.pause();
+        }
+        console.log(JSON.stringify([a.sandboxId, b.sandboxId]));
+        await p.close();
+      `);
+      for (const id of ids) {
+        expect(await docker("inspect", "-f", "{{.State.Running}}", id)).toBe("false");
+        expect(await volumesNamed(`${id}-data`)).toEqual([`${id}-data`]);
+      }
+      expect((await readdir(stateDir)).some((f) => f.startsWith(ids[1]!))).toBe(true);
+
+      // The remover: a provider in this process that never saw them, busy with one of its own
+      // (no lifetime, no idle timeout), as a long-running server would be.
+      const other = new DockerProvider(options({ stateDir }));
+      try {
+        const own = await other.create({ language: "python", threadId: "bystander" });
+        const gone = await eventually(
+          async () =>
+            (await containersNamed(ids[0]!)).length + (await containersNamed(ids[1]!)).length === 0,
+          20_000,
+        );
+        expect(gone, "both expired containers removed").toBe(true);
+        for (const id of ids) expect(await volumesNamed(`${id}-data`)).toEqual([]);
+        const left = await readdir(stateDir);
+        expect(left.filter((f) => ids.some((id) => f.startsWith(id)))).toEqual([]);
+        // Its own sandbox, with no lifetime, is untouched.
+        expect((await own.commands.run("echo still")).stdout).toBe("still\n");
+        await own.kill();
+      } finally {
+        await other.close();
+      }
+    } finally {
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
