@@ -37,6 +37,7 @@ import type {
 import { ClaimedLabels } from "./claimed-labels.ts";
 import { SandboxdRecords } from "./sandboxd-records.ts";
 import { LIFETIME_LABEL, LifetimeOverrides } from "./lifetime.ts";
+import { TokenKeys, type SandboxTokens } from "./tokens.ts";
 import { detectRuntime } from "./detect.ts";
 import {
   NameConflictError,
@@ -99,6 +100,12 @@ interface WarmContainer {
   client: SandboxdClient | null;
 }
 
+/** What a claim hands a warm container's sandboxd, through the client that warmed it if any. */
+interface Claim {
+  env: Record<string, string>;
+  client?: SandboxdClient | undefined;
+}
+
 interface SandboxRecord {
   workingDirectory?: string | undefined;
   timeoutMs?: number | undefined;
@@ -147,14 +154,14 @@ class DockerSandbox implements SandboxdLifecycle {
   }
 
   /**
-   * Uses a container known to answer (a claimed warm one) without another inspect: with the
-   * client that warmed it up (its keep-alive connection open) when this process started it.
+   * Takes a claimed warm container without another inspect, handing its sandboxd the thread's
+   * token and environment: through the client that warmed it up when this process started it.
    * Its sandboxd record is for later processes, so it is written after the claim answers.
    */
-  async connectReady(info: ContainerInfo, client?: SandboxdClient): Promise<SandboxdClient> {
+  async connectReady(info: ContainerInfo, claim: Claim): Promise<SandboxdClient> {
     this.container = info;
     this.adoptedFrom = null;
-    this.client = client ?? (await this.provider.waitReady(info));
+    this.client = await this.provider.waitReady(info, claim);
     this.provider.inBackground(this.provider.remember(info));
     return this.client;
   }
@@ -283,6 +290,7 @@ export class DockerProvider implements SandboxProvider {
   readonly lifetimes: LifetimeOverrides;
   readonly claimed: ClaimedLabels;
   private readonly sandboxds: SandboxdRecords;
+  private readonly tokens: TokenKeys;
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
@@ -290,6 +298,7 @@ export class DockerProvider implements SandboxProvider {
     this.lifetimes = new LifetimeOverrides(this.options.stateDir);
     this.claimed = new ClaimedLabels(this.options.stateDir);
     this.sandboxds = new SandboxdRecords(this.options.stateDir);
+    this.tokens = new TokenKeys(this.options.stateDir);
   }
 
   /** The container engine, detected once; CONNECTION_FAILED when none answers. */
@@ -483,10 +492,13 @@ export class DockerProvider implements SandboxProvider {
 
   /** Keeps where a container's sandboxd answers for later processes (./sandboxd-records.ts). */
   async remember(info: ContainerInfo): Promise<void> {
-    const token = info.env.SANDBOXD_TOKEN;
-    if (!info.endpoint || !token) return;
+    if (!info.endpoint) return;
+    const { endpoint } = info;
     const expiresAt = (await this.claimed.of(info))[LIFETIME_LABEL.expiresAt];
-    await this.sandboxds.write(info.name, { endpoint: info.endpoint, token, expiresAt }).catch(
+    await (async () => {
+      const token = (await this.tokens.of(info)).live;
+      await this.sandboxds.write(info.name, { endpoint, token, expiresAt });
+    })().catch(
       // Only a shortcut for later processes: a state directory that cannot be written costs
       // them the engine calls, not this one its sandbox.
       (err: unknown) =>
@@ -599,22 +611,40 @@ export class DockerProvider implements SandboxProvider {
     this.background.add(p);
   }
 
-  /** Polls sandboxd's /healthz until it answers, then returns a client with the container's token. */
-  async waitReady(info: ContainerInfo): Promise<SandboxdClient> {
+  /**
+   * Waits for sandboxd to answer, then returns a client with the container's token (./tokens.ts).
+   * A renamed (claimed warm) container's sandboxd starts with the token of the name it was
+   * created under: it is handed the current one first, with the claim's environment on a claim.
+   */
+  async waitReady(info: ContainerInfo, claim?: Claim): Promise<SandboxdClient> {
+    const tokens = await this.tokens.of(info);
+    // A warm container this process started answers already.
+    const { endpoint, client } =
+      claim?.client && info.endpoint
+        ? { endpoint: info.endpoint, client: clientAt(info.endpoint, tokens.live) }
+        : await this.answering(info, tokens.live);
+    try {
+      if (claim || tokens.boot !== tokens.live) await handOver(endpoint, tokens, claim);
+    } catch (err) {
+      await client.close();
+      throw err;
+    }
+    return client;
+  }
+
+  /** Polls sandboxd's /healthz until it answers; a client with `token` there. */
+  private async answering(
+    info: ContainerInfo,
+    token: string,
+  ): Promise<{ endpoint: string; client: SandboxdClient }> {
     const deadline = Date.now() + this.options.startTimeoutMs;
-    const token = info.env.SANDBOXD_TOKEN;
-    if (!token)
-      throw new SandboxError(
-        `container ${info.name} is not a Sandpit sandbox (no token)`,
-        "INTERNAL",
-      );
     let current = info;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
       if (current.endpoint) {
         const client = clientAt(current.endpoint, token);
         try {
           await client.health(2_000);
-          return client;
+          return { endpoint: current.endpoint, client };
         } catch {
           await client.close();
         }
@@ -723,8 +753,10 @@ export class DockerProvider implements SandboxProvider {
     name: string,
     shape: ContainerShape,
   ): Promise<ContainerInfo> {
-    const { labels, envs } = shape;
-    const token = randomBytes(32).toString("hex");
+    const { envs } = shape;
+    // Only the token's digest goes into the container: code in it can read its environment.
+    const token = await this.tokens.forNew(name);
+    const labels = { ...shape.labels, ...token.labels };
     const tried: number[] = [];
     try {
       for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
@@ -734,7 +766,7 @@ export class DockerProvider implements SandboxProvider {
           name,
           image: shape.image,
           env: {
-            SANDBOXD_TOKEN: token,
+            SANDBOXD_TOKEN_SHA256: token.digest,
             // HOME on the volume: pip and npm caches survive pause/resume and a read-only root.
             SANDBOXD_ENV: JSON.stringify({ HOME: `${VIRTUAL_ROOT}/.sandpit/home`, ...envs }),
             SANDBOXD_AIO_PATHS: "any", // a container: AIO paths reach what bash can
@@ -848,8 +880,11 @@ export class DockerProvider implements SandboxProvider {
       const info = candidate.info ? { ...candidate.info, name } : await rt.inspect(name);
       if (!info) continue;
       const sandbox = this.adopt(info);
-      const client = await sandbox.connectReady(info, candidate.client ?? undefined);
-      await client.init({ token: info.env.SANDBOXD_TOKEN!, env: o.envs ?? {} });
+      // Its sandboxd gets the token of the thread's name (the warm one stops working there).
+      await sandbox.connectReady(info, {
+        env: o.envs ?? {},
+        client: candidate.client ?? undefined,
+      });
       return sandbox;
     }
     // None was claimed: a container of its own will carry the labels. Unless another process
@@ -969,6 +1004,22 @@ export class DockerProvider implements SandboxProvider {
       workingDirectory: sandbox.record.workingDirectory,
       timeoutMs: sandbox.record.timeoutMs,
     });
+  }
+}
+
+/**
+ * Gives a sandboxd that started with its creation token the current one (/v1/init, which also
+ * makes the old one stop working), with a claim's environment on a claim. Outside a claim, a
+ * refusal means it has the current one already (handed over since it started).
+ */
+async function handOver(endpoint: string, tokens: SandboxTokens, claim?: Claim): Promise<void> {
+  const client = claim?.client ?? clientAt(endpoint, tokens.boot);
+  try {
+    await client.init({ token: tokens.live, ...(claim ? { env: claim.env } : {}) });
+  } catch (err) {
+    if (claim || !(err instanceof SandboxError && err.code === "UNAUTHORIZED")) throw err;
+  } finally {
+    await client.close();
   }
 }
 
