@@ -7,6 +7,7 @@ import type {
   CodeExecutionResult,
   CommandExit,
   CommandStreamEvent,
+  DrainResponse,
   ErrorBody,
   ExecuteCodeRequest,
   FileEntry,
@@ -253,6 +254,14 @@ export class SandboxdClient {
 
   async init(req: InitRequest): Promise<void> {
     await this.json("POST", "/v1/init", req, 10 * 60_000);
+  }
+
+  /**
+   * Asks sandboxd to stop itself if nothing runs and nothing has for `idleMs` (the check and
+   * the stop are sandboxd's, atomic: @sandpit/sandboxd/protocol, DRAIN_PATH).
+   */
+  drain(idleMs: number, timeoutMs = 5_000): Promise<DrainResponse> {
+    return this.json("POST", "/v1/drain", { idleMs }, timeoutMs);
   }
 
   /**
@@ -517,6 +526,11 @@ function abortError(reason: unknown): Error {
 
 export function fromBody(e: ErrorBody): SandboxError {
   return new SandboxError(e.message, sandboxErrorCode(e.code) ?? "INTERNAL", e);
+}
+
+/** Whether `err` is a draining sandboxd's refusal: the request was not run (DRAIN_PATH). */
+export function isDrainRefusal(err: unknown): boolean {
+  return err instanceof SandboxError && (err.cause as Partial<ErrorBody>)?.draining === true;
 }
 
 /** Network-level failures: refused, reset, timed out. */

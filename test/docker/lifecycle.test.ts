@@ -1,10 +1,12 @@
 /**
  * The Docker provider's lifecycle across processes, on a real engine and the real image: a
- * lifetime ends sandboxes that are stopped and whose creator is gone.
+ * lifetime ends sandboxes that are stopped and whose creator is gone, and the idle reaper of one
+ * process never stops a sandbox another process is starting work in.
  */
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { DockerProvider } from "@sandpit/sdk/docker";
 import {
@@ -13,6 +15,7 @@ import {
   eventually,
   removeAll,
   runScript,
+  startScript,
   volumesNamed,
 } from "./helpers.ts";
 
@@ -87,5 +90,61 @@ describe("lifetimes", () => {
     } finally {
       await rm(stateDir, { recursive: true, force: true });
     }
+  }, 120_000);
+});
+
+describe("the idle reaper", () => {
+  it("never stops a sandbox while another process starts work in it: every racing command completes with its output", async () => {
+    const IDLE_MS = 400;
+    const stateDir = await mkdtemp(join(tmpdir(), "sandpit-race-"));
+    // The user: a provider without a reaper of its own.
+    const user = new DockerProvider(options({ stateDir }));
+    // The reaper: another process on the same state directory, with a short idle timeout,
+    // reaping as fast as it can until its stdin closes; it prints what it stopped.
+    const reaper = startScript(`
+      import { DockerProvider } from "@sandpit/sdk/docker";
+      const p = new DockerProvider(${JSON.stringify(options({ stateDir, idleTimeoutMs: IDLE_MS }))});
+      let done = false;
+      process.stdin.on("end", () => (done = true));
+      process.stdin.resume();
+      while (!done) {
+        for (const name of await p.reapIdle()) console.log(JSON.stringify({ reaped: name }));
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      await p.close();
+    `);
+    const reaped: string[] = [];
+    let reaperErr = "";
+    reaper.stderr!.on("data", (c: Buffer) => (reaperErr += c.toString()));
+    createInterface({ input: reaper.stdout! }).on("line", (l) =>
+      reaped.push((JSON.parse(l) as { reaped: string }).reaped),
+    );
+    const exited = new Promise((r) => reaper.once("exit", r));
+    const outcomes: string[] = [];
+    try {
+      const s = await user.create({ language: "python", threadId: "raced" });
+      const deadline = Date.now() + 60_000;
+      for (let i = 0; i < 30 && Date.now() < deadline; i++) {
+        // Each command starts around the moment the reaper may find the sandbox idle (the idle
+        // timeout, give or take 80 ms), and runs long enough that a stop would cut it.
+        await new Promise((r) => setTimeout(r, IDLE_MS - 80 + Math.random() * 160));
+        outcomes.push(
+          await s.commands.run(`echo start-${i}; sleep 0.3; echo end-${i}`).then(
+            (r) => `${r.exitCode}:${r.stdout}`,
+            (e: Error) => `failed: ${e.message}`,
+          ),
+        );
+      }
+    } finally {
+      reaper.stdin!.end();
+      await exited;
+      await user.close();
+      await rm(stateDir, { recursive: true, force: true });
+    }
+    expect(reaperErr).toBe("");
+    expect(outcomes.length).toBeGreaterThanOrEqual(10);
+    expect(outcomes).toEqual(outcomes.map((_, i) => `0:start-${i}\nend-${i}\n`));
+    // The race was run: the reaper did stop the sandbox between commands, again and again.
+    expect(reaped.length).toBeGreaterThanOrEqual(3);
   }, 120_000);
 });

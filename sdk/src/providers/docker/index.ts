@@ -18,13 +18,18 @@ import { join } from "node:path";
 import type { Logger } from "../../logger.ts";
 import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
-import { ID_PATTERN, VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/protocol";
+import {
+  DRAINED_EXIT_CODE,
+  ID_PATTERN,
+  VIRTUAL_ROOT,
+  type HealthResponse,
+} from "@sandpit/sandboxd/protocol";
 import { validateCreate, validateListLabels } from "../../create-options.ts";
 import { hasLabels, refuseUnsupported } from "../../platform-options.ts";
-import { SandboxError } from "../../errors.ts";
+import { SandboxError, isSandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
-import { SandboxdClient } from "../../sandboxd-client.ts";
-import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
+import { SandboxdClient, isDrainRefusal } from "../../sandboxd-client.ts";
+import { SandboxdInstance, withClient, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
 import { PortForwarder } from "../../port-forward.ts";
 import type {
   SandboxCreateOptions,
@@ -71,6 +76,12 @@ const READY_POLL_MS = 10;
 const REFILL_DELAY_MS = 250;
 const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
 const PORT_ATTEMPTS = 10;
+/**
+ * How long a drained sandboxd may take to exit and its container to stop (sandboxd exits within
+ * 5 s whatever happens), and how often that is looked at.
+ */
+const DRAIN_STOP_WAIT_MS = 10_000;
+const DRAIN_STOP_POLL_MS = 25;
 /** How often the reaper looks when some sandbox has a lifetime or an idle timeout of its own. */
 const LIFETIME_REAP_MS = 1_000;
 /**
@@ -218,6 +229,25 @@ class DockerSandbox implements SandboxdLifecycle {
     return err;
   }
 
+  /**
+   * Whether sandboxd ran none of a call that failed with `err` because it drained (the idle
+   * reaper, a capacity eviction): refused by a draining sandboxd; or cut off by, or never
+   * reaching, one that exited drained and had started before the call went out, so that it was
+   * the sandboxd the call went to. The container has stopped then; the next connect starts it.
+   */
+  async recover(err: SandboxError, sentAt: number | undefined): Promise<boolean> {
+    const refused = isDrainRefusal(err);
+    if (!refused && err.code !== "CONNECTION_FAILED") return false;
+    await this.dropClient();
+    const info = await this.provider.whenStopped(this.name, refused);
+    if (!info || info.running) return false;
+    if (refused) return true;
+    return (
+      info.exitCode === DRAINED_EXIT_CODE &&
+      (sentAt === undefined || (!!info.startedAt && info.startedAt.getTime() <= sentAt))
+    );
+  }
+
   async pause(): Promise<void> {
     await this.dropClient();
     await (await this.provider.runtime()).stop(this.name);
@@ -250,7 +280,7 @@ class DockerSandbox implements SandboxdLifecycle {
 
   /** Reads the defaults create() stored in the sandbox (working directory, timeout). */
   async loadRecord(): Promise<void> {
-    this.record = await readRecord(await this.connect()).catch(() => ({}));
+    this.record = await withClient(this, readRecord).catch(() => ({}));
   }
 
   /** Closes port forwards and connections; the container keeps running (released, warm). */
@@ -287,6 +317,8 @@ export class DockerProvider implements SandboxProvider {
   private readonly background = new Set<Promise<unknown>>();
   private refill: NodeJS.Timeout | null = null;
   private reapEveryMs = 0;
+  /** Containers whose sandboxd has no drain route, told once. */
+  private readonly noDrain = new Set<string>();
   readonly lifetimes: LifetimeOverrides;
   readonly claimed: ClaimedLabels;
   private readonly sandboxds: SandboxdRecords;
@@ -396,14 +428,16 @@ export class DockerProvider implements SandboxProvider {
     }
     if (fresh) {
       try {
-        const client = await sandbox.connect();
         sandbox.record = { workingDirectory: o.workingDirectory, timeoutMs: o.timeoutMs };
-        if (o.workingDirectory || o.timeoutMs) {
-          await client.writeFile(RECORD_PATH, JSON.stringify(sandbox.record));
-        }
-        if (o.workingDirectory) await client.mkdir(o.workingDirectory);
-        if (o.packages?.length)
-          await client.installPackages({ language: o.language, packages: o.packages });
+        // Each step may be made again (on a sandbox an idle reaper stopped meanwhile).
+        await withClient(sandbox, async (client) => {
+          if (o.workingDirectory || o.timeoutMs) {
+            await client.writeFile(RECORD_PATH, JSON.stringify(sandbox.record));
+          }
+          if (o.workingDirectory) await client.mkdir(o.workingDirectory);
+          if (o.packages?.length)
+            await client.installPackages({ language: o.language, packages: o.packages });
+        });
       } catch (err) {
         await sandbox.kill().catch(() => undefined);
         throw err;
@@ -972,18 +1006,81 @@ export class DockerProvider implements SandboxProvider {
         Number((await this.claimed.of(c))[LIFETIME_LABEL.idleTimeoutMs]) ||
         this.options.idleTimeoutMs;
       if (!c.running || !c.endpoint || idleTimeoutMs === 0) continue;
-      const health = await this.health(c);
-      if (health && health.idleMs >= idleTimeoutMs) {
-        this.logger?.info({ container: c.name, idleMs: health.idleMs }, "stopping idle sandbox");
+      if (await this.drainIfIdle(c, idleTimeoutMs)) {
+        this.logger?.info({ container: c.name }, "stopped idle sandbox");
         const mine = await this.sandboxes.get(c.name)?.catch(() => undefined);
         await mine?.dropClient();
-        await rt.stop(c.name);
         stopped.push(c.name);
       }
     }
     // Some sandbox ends at a time of its own (set here or by any other process): look every second.
     if (lifetimes) this.startReaper(true);
     return stopped;
+  }
+
+  /**
+   * Stops a running container if nothing runs in it and nothing has for `minIdleMs`. sandboxd
+   * decides and stops itself (DRAIN_PATH in @sandpit/sandboxd/protocol), so work that starts
+   * meanwhile is never cut: a stop from outside would cut what started after the last look at
+   * its idle time. Waits for the container to stop. False when it was busy, or is not this
+   * provider's to open (another state directory's key), or its sandboxd cannot drain (an older
+   * image: it is not stopped from outside either).
+   */
+  async drainIfIdle(c: ContainerInfo, minIdleMs: number): Promise<boolean> {
+    const endpoint = c.endpoint;
+    if (!endpoint) return false;
+    const ask = async (token: string) => {
+      const client = clientAt(endpoint, token);
+      try {
+        return (await client.drain(minIdleMs)).drained;
+      } finally {
+        await client.close();
+      }
+    };
+    let drained: boolean;
+    try {
+      const tokens = await this.tokens.of(c);
+      drained = await ask(tokens.live).catch((err: unknown) => {
+        // A claimed container started again and not yet handed its current token.
+        if (isSandboxError(err, "UNAUTHORIZED") && tokens.boot !== tokens.live)
+          return ask(tokens.boot);
+        throw err;
+      });
+    } catch (err) {
+      if (isSandboxError(err, "NOT_FOUND") && !this.noDrain.has(c.name)) {
+        this.noDrain.add(c.name);
+        this.logger?.warn(
+          { container: c.name },
+          "its sandboxd cannot drain (an image older than this provider): not stopped when idle",
+        );
+      } else this.logger?.debug({ err, container: c.name }, "could not ask sandboxd to drain");
+      return false;
+    }
+    if (!drained) return false;
+    const after = await this.whenStopped(c.name, true);
+    if (after?.running)
+      this.logger?.warn({ container: c.name }, "a drained sandboxd did not exit in time");
+    return true;
+  }
+
+  /**
+   * Waits (a bounded while) for a container whose sandboxd drains, or may have, to stop; its
+   * inspect at the end, null when it is gone. Unless `draining` is known, a running container
+   * whose sandboxd answers and is not draining is returned at once: it is not stopping.
+   */
+  async whenStopped(name: string, draining: boolean): Promise<ContainerInfo | null> {
+    const rt = await this.runtime();
+    const deadline = Date.now() + DRAIN_STOP_WAIT_MS;
+    for (;;) {
+      const info = await rt.inspect(name);
+      if (!info?.running) return info;
+      if (!draining) {
+        const health = await this.health(info);
+        if (health && !health.draining) return info;
+      }
+      if (Date.now() >= deadline) return info;
+      await sleep(DRAIN_STOP_POLL_MS);
+    }
   }
 
   /** sandboxd's unauthenticated /healthz, over whichever endpoint the container has. */
