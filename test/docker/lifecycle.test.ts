@@ -1,7 +1,8 @@
 /**
  * The Docker provider's lifecycle across processes, on a real engine and the real image: a
- * lifetime ends sandboxes that are stopped and whose creator is gone, and the idle reaper of one
- * process never stops a sandbox another process is starting work in.
+ * lifetime ends sandboxes that are stopped and whose creator is gone, the idle reaper of one
+ * process never stops a sandbox another process is starting work in, and a cap on running
+ * sandboxes holds across processes.
  */
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -9,6 +10,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { DockerProvider } from "@sandpit/sdk/docker";
+import { expectSandboxError } from "../contract/suite.ts";
 import {
   containersNamed,
   docker,
@@ -147,4 +149,137 @@ describe("the idle reaper", () => {
     // The race was run: the reaper did stop the sandbox between commands, again and again.
     expect(reaped.length).toBeGreaterThanOrEqual(3);
   }, 120_000);
+});
+
+/** Whether a container runs, by the engine. */
+const running = async (id: string) =>
+  (await docker("inspect", "-f", "{{.State.Running}}", id)) === "true";
+
+/** Containers (or only running ones) of a prefix. */
+const countOf = async (prefix: string, all = true) =>
+  (
+    await docker(
+      "ps",
+      ...(all ? ["-a"] : []),
+      "--filter",
+      `name=^${prefix}-`,
+      "--format",
+      "{{.Names}}",
+    )
+  )
+    .split("\n")
+    .filter(Boolean).length;
+
+describe("a cap on running sandboxes (maxRunning)", () => {
+  it("reject: a start at the cap fails with CAPACITY_EXCEEDED, in this process and in another; paused ones do not count, starting one again does", async () => {
+    const prefix = `${PREFIX}-rj`;
+    const stateDir = await mkdtemp(join(tmpdir(), "sandpit-cap-"));
+    const opts = options({ stateDir, containerPrefix: prefix, maxRunning: 2 });
+    const p = new DockerProvider(opts);
+    try {
+      const a = await p.create({ language: "python", threadId: "a" });
+      const b = await p.create({ language: "python", threadId: "b" });
+      const err = await expectSandboxError(
+        p.create({ language: "python", threadId: "c" }),
+        "CAPACITY_EXCEEDED",
+      );
+      expect(err.message).toContain("maxRunning");
+      // Another process counts the same containers.
+      const there = await runScript<string>(`
+        import { DockerProvider } from "@sandpit/sdk/docker";
+        const p = new DockerProvider(${JSON.stringify(opts)});
+        const out = await p.create({ language: "python", threadId: "d" }).then(() => "created", (e) => e.code);
+        console.log(JSON.stringify(out));
+        await p.close();
+      `);
+      expect(there).toBe("CAPACITY_EXCEEDED");
+      expect(await countOf(prefix)).toBe(2); // nothing was made for c or d
+
+      await a.pause();
+      const c = await p.create({ language: "python", threadId: "c" });
+      // Starting a paused sandbox again is a start like any other.
+      await expectSandboxError(a.commands.run("echo again"), "CAPACITY_EXCEEDED");
+      expect(await running(a.sandboxId)).toBe(false);
+      await c.kill();
+      expect((await a.commands.run("echo again")).stdout).toBe("again\n");
+      expect((await b.commands.run("echo b")).stdout).toBe("b\n");
+    } finally {
+      await p.close();
+      await removeAll(prefix);
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+
+  it("lru: makes room by stopping the sandbox idle longest, never one with work in flight; the stopped one's next call starts it again", async () => {
+    const prefix = `${PREFIX}-lru`;
+    const stateDir = await mkdtemp(join(tmpdir(), "sandpit-cap-"));
+    const p = new DockerProvider(
+      options({ stateDir, containerPrefix: prefix, maxRunning: 2, onCapacity: "lru" }),
+    );
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    try {
+      const a = await p.create({ language: "python", threadId: "a" });
+      const b = await p.create({ language: "python", threadId: "b" });
+      // a, the least recently used by its creation, has work in flight; b has been idle.
+      const aWork = a.commands.run("sleep 4; echo a-done");
+      await sleep(1_500);
+      const c = await p.create({ language: "python", threadId: "c" });
+      expect(await running(b.sandboxId)).toBe(false);
+      expect(await running(a.sandboxId)).toBe(true);
+      expect((await aWork).stdout).toBe("a-done\n");
+      await sleep(1_000);
+      // b comes back; c has been idle longest now (a just finished), so c makes room.
+      expect((await b.commands.run("echo b-back")).stdout).toBe("b-back\n");
+      expect(await running(c.sandboxId)).toBe(false);
+      expect(await running(a.sandboxId)).toBe(true);
+      expect(await countOf(prefix, false)).toBe(2);
+
+      // Both running ones busy: nothing to stop, so no room.
+      const works = [a, b].map((s) => s.commands.run("sleep 3; echo done"));
+      await sleep(500);
+      const err = await expectSandboxError(
+        p.create({ language: "python", threadId: "d" }),
+        "CAPACITY_EXCEEDED",
+      );
+      expect(err.message).toContain("work in flight");
+      for (const w of works) expect((await w).stdout).toBe("done\n");
+      expect(await countOf(prefix)).toBe(3);
+    } finally {
+      await p.close();
+      await removeAll(prefix);
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+
+  it("processes racing for the last place: as many start as the cap allows, the others fail with CAPACITY_EXCEEDED and leave nothing behind", async () => {
+    const prefix = `${PREFIX}-rc`;
+    const stateDir = await mkdtemp(join(tmpdir(), "sandpit-cap-"));
+    const opts = options({ stateDir, containerPrefix: prefix, maxRunning: 2 });
+    const p = new DockerProvider(opts);
+    try {
+      await p.create({ language: "python", threadId: "first" });
+      const outcomes = await Promise.all(
+        [0, 1, 2].map((i) =>
+          runScript<string>(`
+            import { DockerProvider } from "@sandpit/sdk/docker";
+            const p = new DockerProvider(${JSON.stringify(opts)});
+            const out = await p.create({ language: "python", threadId: "racer-${i}" }).then(
+              async (s) => (await s.commands.run("echo ran")).stdout.trim(),
+              (e) => e.code,
+            );
+            console.log(JSON.stringify(out));
+            await p.close();
+          `),
+        ),
+      );
+      expect(outcomes.sort()).toEqual(["CAPACITY_EXCEEDED", "CAPACITY_EXCEEDED", "ran"]);
+      expect(await countOf(prefix, false)).toBe(2);
+      expect(await countOf(prefix)).toBe(2);
+      expect(await volumesNamed(`${prefix}-`)).toHaveLength(2);
+    } finally {
+      await p.close();
+      await removeAll(prefix);
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  }, 180_000);
 });

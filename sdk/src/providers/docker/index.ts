@@ -43,6 +43,7 @@ import { ClaimedLabels } from "./claimed-labels.ts";
 import { SandboxdRecords } from "./sandboxd-records.ts";
 import { LIFETIME_LABEL, LifetimeOverrides } from "./lifetime.ts";
 import { TokenKeys, type SandboxTokens } from "./tokens.ts";
+import { RunningCap } from "./capacity.ts";
 import { detectRuntime } from "./detect.ts";
 import {
   NameConflictError,
@@ -203,9 +204,22 @@ class DockerSandbox implements SandboxdLifecycle {
         `sandbox ${this.name} does not exist (its container was removed)`,
         "NOT_FOUND",
       );
-    if (!info.running) info = await rt.start(this.name);
+    const starting = !info.running;
+    if (starting) {
+      await this.provider.cap.admit(rt, this.name);
+      info = await rt.start(this.name);
+    }
     this.container = info;
     this.client = await this.provider.waitReady(info);
+    if (starting) {
+      try {
+        // Given way to another start over the cap: stopped again, its data kept.
+        await this.provider.cap.settle(rt, this.name, () => this.provider.drainNamed(this.name));
+      } catch (err) {
+        await this.dropClient();
+        throw err;
+      }
+    }
     await this.provider.remember(info);
     return this.client;
   }
@@ -280,7 +294,10 @@ class DockerSandbox implements SandboxdLifecycle {
 
   /** Reads the defaults create() stored in the sandbox (working directory, timeout). */
   async loadRecord(): Promise<void> {
-    this.record = await withClient(this, readRecord).catch(() => ({}));
+    this.record = await withClient(this, readRecord).catch((err: unknown) => {
+      if (isSandboxError(err, "CAPACITY_EXCEEDED")) throw err; // it could not be started
+      return {};
+    });
   }
 
   /** Closes port forwards and connections; the container keeps running (released, warm). */
@@ -323,6 +340,7 @@ export class DockerProvider implements SandboxProvider {
   readonly claimed: ClaimedLabels;
   private readonly sandboxds: SandboxdRecords;
   private readonly tokens: TokenKeys;
+  readonly cap: RunningCap;
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
@@ -331,6 +349,12 @@ export class DockerProvider implements SandboxProvider {
     this.claimed = new ClaimedLabels(this.options.stateDir);
     this.sandboxds = new SandboxdRecords(this.options.stateDir);
     this.tokens = new TokenKeys(this.options.stateDir);
+    this.cap = new RunningCap({
+      ...this.options,
+      logger,
+      drainIfIdle: (c, minIdleMs) => this.drainIfIdle(c, minIdleMs),
+      health: (c) => this.health(c),
+    });
   }
 
   /** The container engine, detected once; CONNECTION_FAILED when none answers. */
@@ -413,10 +437,25 @@ export class DockerProvider implements SandboxProvider {
         // its own is made for this create. Labels and lifetimes a claim carries on the host.
         const plain = !o.template && !o.resources && !o.network && !o.mounts;
         const labels = this.createLabels(userId, threadId, o);
-        return (
+        await this.cap.admit(rt, name);
+        const made =
           (plain ? await this.claimWarm(rt, name, labels, o) : null) ??
-          this.startNew(rt, name, labels, o)
-        );
+          (await this.startNew(rt, name, labels, o));
+        try {
+          await made.connect();
+        } catch (err) {
+          await made.kill().catch(() => undefined); // this create made it, and it never answered
+          throw err;
+        }
+        try {
+          // Counted again once its sandboxd answers (so that it can be stopped): given way to
+          // another start over the cap, it goes, since this create made it.
+          await this.cap.settle(rt, name, () => this.undoCreate(rt, name));
+        } catch (err) {
+          await made.dropClient();
+          throw err;
+        }
+        return made;
       })();
     this.sandboxes.set(name, pending);
     let sandbox: DockerSandbox;
@@ -1083,8 +1122,25 @@ export class DockerProvider implements SandboxProvider {
     }
   }
 
+  /** Stops a container if nothing runs in it now (see drainIfIdle). */
+  async drainNamed(name: string): Promise<void> {
+    const info = await (await this.runtime()).inspect(name);
+    if (info?.running) await this.drainIfIdle(info, 0);
+  }
+
+  /**
+   * Removes a container this create just made, if nothing runs in it: a create of the same
+   * thread in another process may have adopted it meanwhile, and then it stays.
+   */
+  private async undoCreate(rt: ContainerRuntime, name: string): Promise<void> {
+    const info = await rt.inspect(name);
+    if (!info || (info.running && !(await this.drainIfIdle(info, 0)))) return;
+    await rt.remove(name, info.volume);
+    await this.removeHostState(name);
+  }
+
   /** sandboxd's unauthenticated /healthz, over whichever endpoint the container has. */
-  private async health(c: ContainerInfo): Promise<HealthResponse | null> {
+  async health(c: ContainerInfo): Promise<HealthResponse | null> {
     if (!c.endpoint) return null;
     const client = clientAt(c.endpoint, "-");
     try {
