@@ -6,8 +6,13 @@
  * - Names are deterministic (`<prefix>-<sha256(user:thread)[:16]>`), so any process finds and
  *   adopts the same container; when two processes race to create it, the loser adopts.
  * - Host ports come from a range; a port taken by something else is retried (10 attempts).
+ * - Tokens are derived on the host from a key in the state directory; a container holds only
+ *   its token's digest (./tokens.ts).
  * - Released or idle containers stay running for their thread until the idle reaper stops them
- *   (data kept); `warm` blank containers are claimed by new threads without a cold start.
+ *   (data kept), which sandboxd does itself so that no work is cut (./drain.ts); `warm` blank
+ *   containers are claimed by new threads without a cold start. Lifetimes end sandboxes, stopped
+ *   ones too, whichever process looks (./lifetime.ts).
+ * - `maxRunning` caps running sandboxes across processes (./capacity.ts).
  * - Containers are confined: CPU, memory and pids limits, all capabilities dropped,
  *   no-new-privileges, read-only root with a writable volume at /mnt/user-data and a tmpfs /tmp.
  */
@@ -18,12 +23,7 @@ import { join } from "node:path";
 import type { Logger } from "../../logger.ts";
 import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
-import {
-  DRAINED_EXIT_CODE,
-  ID_PATTERN,
-  VIRTUAL_ROOT,
-  type HealthResponse,
-} from "@sandpit/sandboxd/protocol";
+import { DRAINED_EXIT_CODE, ID_PATTERN, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
 import { validateCreate, validateListLabels } from "../../create-options.ts";
 import { hasLabels, refuseUnsupported } from "../../platform-options.ts";
 import { SandboxError, isSandboxError } from "../../errors.ts";
@@ -44,6 +44,8 @@ import { SandboxdRecords } from "./sandboxd-records.ts";
 import { LIFETIME_LABEL, LifetimeOverrides } from "./lifetime.ts";
 import { TokenKeys, type SandboxTokens } from "./tokens.ts";
 import { RunningCap } from "./capacity.ts";
+import { Drainer } from "./drain.ts";
+import { clientAt, health } from "./endpoint.ts";
 import { detectRuntime } from "./detect.ts";
 import {
   NameConflictError,
@@ -77,12 +79,6 @@ const READY_POLL_MS = 10;
 const REFILL_DELAY_MS = 250;
 const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
 const PORT_ATTEMPTS = 10;
-/**
- * How long a drained sandboxd may take to exit and its container to stop (sandboxd exits within
- * 5 s whatever happens), and how often that is looked at.
- */
-const DRAIN_STOP_WAIT_MS = 10_000;
-const DRAIN_STOP_POLL_MS = 25;
 /** How often the reaper looks when some sandbox has a lifetime or an idle timeout of its own. */
 const LIFETIME_REAP_MS = 1_000;
 /**
@@ -334,13 +330,12 @@ export class DockerProvider implements SandboxProvider {
   private readonly background = new Set<Promise<unknown>>();
   private refill: NodeJS.Timeout | null = null;
   private reapEveryMs = 0;
-  /** Containers whose sandboxd has no drain route, told once. */
-  private readonly noDrain = new Set<string>();
   readonly lifetimes: LifetimeOverrides;
   readonly claimed: ClaimedLabels;
   private readonly sandboxds: SandboxdRecords;
   private readonly tokens: TokenKeys;
   readonly cap: RunningCap;
+  private readonly drainer: Drainer;
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
@@ -349,11 +344,12 @@ export class DockerProvider implements SandboxProvider {
     this.claimed = new ClaimedLabels(this.options.stateDir);
     this.sandboxds = new SandboxdRecords(this.options.stateDir);
     this.tokens = new TokenKeys(this.options.stateDir);
+    this.drainer = new Drainer({ runtime: () => this.runtime(), tokens: this.tokens, logger });
     this.cap = new RunningCap({
       ...this.options,
       logger,
       drainIfIdle: (c, minIdleMs) => this.drainIfIdle(c, minIdleMs),
-      health: (c) => this.health(c),
+      health,
     });
   }
 
@@ -1057,69 +1053,14 @@ export class DockerProvider implements SandboxProvider {
     return stopped;
   }
 
-  /**
-   * Stops a running container if nothing runs in it and nothing has for `minIdleMs`. sandboxd
-   * decides and stops itself (DRAIN_PATH in @sandpit/sandboxd/protocol), so work that starts
-   * meanwhile is never cut: a stop from outside would cut what started after the last look at
-   * its idle time. Waits for the container to stop. False when it was busy, or is not this
-   * provider's to open (another state directory's key), or its sandboxd cannot drain (an older
-   * image: it is not stopped from outside either).
-   */
-  async drainIfIdle(c: ContainerInfo, minIdleMs: number): Promise<boolean> {
-    const endpoint = c.endpoint;
-    if (!endpoint) return false;
-    const ask = async (token: string) => {
-      const client = clientAt(endpoint, token);
-      try {
-        return (await client.drain(minIdleMs)).drained;
-      } finally {
-        await client.close();
-      }
-    };
-    let drained: boolean;
-    try {
-      const tokens = await this.tokens.of(c);
-      drained = await ask(tokens.live).catch((err: unknown) => {
-        // A claimed container started again and not yet handed its current token.
-        if (isSandboxError(err, "UNAUTHORIZED") && tokens.boot !== tokens.live)
-          return ask(tokens.boot);
-        throw err;
-      });
-    } catch (err) {
-      if (isSandboxError(err, "NOT_FOUND") && !this.noDrain.has(c.name)) {
-        this.noDrain.add(c.name);
-        this.logger?.warn(
-          { container: c.name },
-          "its sandboxd cannot drain (an image older than this provider): not stopped when idle",
-        );
-      } else this.logger?.debug({ err, container: c.name }, "could not ask sandboxd to drain");
-      return false;
-    }
-    if (!drained) return false;
-    const after = await this.whenStopped(c.name, true);
-    if (after?.running)
-      this.logger?.warn({ container: c.name }, "a drained sandboxd did not exit in time");
-    return true;
+  /** See Drainer.drainIfIdle (./drain.ts). */
+  drainIfIdle(c: ContainerInfo, minIdleMs: number): Promise<boolean> {
+    return this.drainer.drainIfIdle(c, minIdleMs);
   }
 
-  /**
-   * Waits (a bounded while) for a container whose sandboxd drains, or may have, to stop; its
-   * inspect at the end, null when it is gone. Unless `draining` is known, a running container
-   * whose sandboxd answers and is not draining is returned at once: it is not stopping.
-   */
-  async whenStopped(name: string, draining: boolean): Promise<ContainerInfo | null> {
-    const rt = await this.runtime();
-    const deadline = Date.now() + DRAIN_STOP_WAIT_MS;
-    for (;;) {
-      const info = await rt.inspect(name);
-      if (!info?.running) return info;
-      if (!draining) {
-        const health = await this.health(info);
-        if (health && !health.draining) return info;
-      }
-      if (Date.now() >= deadline) return info;
-      await sleep(DRAIN_STOP_POLL_MS);
-    }
+  /** See Drainer.whenStopped (./drain.ts). */
+  whenStopped(name: string, draining: boolean): Promise<ContainerInfo | null> {
+    return this.drainer.whenStopped(name, draining);
   }
 
   /** Stops a container if nothing runs in it now (see drainIfIdle). */
@@ -1137,19 +1078,6 @@ export class DockerProvider implements SandboxProvider {
     if (!info || (info.running && !(await this.drainIfIdle(info, 0)))) return;
     await rt.remove(name, info.volume);
     await this.removeHostState(name);
-  }
-
-  /** sandboxd's unauthenticated /healthz, over whichever endpoint the container has. */
-  async health(c: ContainerInfo): Promise<HealthResponse | null> {
-    if (!c.endpoint) return null;
-    const client = clientAt(c.endpoint, "-");
-    try {
-      return await client.health(2_000);
-    } catch {
-      return null;
-    } finally {
-      await client.close();
-    }
   }
 
   private instance(sandbox: DockerSandbox): SandboxInstance {
@@ -1174,16 +1102,6 @@ async function handOver(endpoint: string, tokens: SandboxTokens, claim?: Claim):
   } finally {
     await client.close();
   }
-}
-
-/** A client for sandboxd at a container's endpoint ("host:port" or "unix:/path"). */
-function clientAt(endpoint: string, token: string): SandboxdClient {
-  const socketPath = endpoint.startsWith("unix:") ? endpoint.slice(5) : undefined;
-  return new SandboxdClient({
-    baseUrl: socketPath ? "http://sandboxd" : `http://${endpoint}`,
-    socketPath,
-    token,
-  });
 }
 
 /**
