@@ -49,40 +49,59 @@ describe("lifetimes", () => {
     const stateDir = await mkdtemp(join(tmpdir(), "sandpit-ttl-"));
     try {
       // The creator: another process, gone long before the lifetimes end. One lifetime is a
-      // label set at create, the other a setTimeout (a file in the state directory).
+      // label set at create, one a setTimeout (a file in the state directory), one a claimed
+      // warm container's (its labels in the state directory, its volume named after the warm
+      // container it was).
       const ids = await runScript<string[]>(`
         import { DockerProvider } from "@sandpit/sdk/docker";
-        const p = new DockerProvider(${JSON.stringify(options({ stateDir }))});
-        const a = await p.create({ language: "python", threadId: "ttl-label", lifetime: { ttlMs: 4000 } });
-        const b = await p.create({ language: "python", threadId: "ttl-override" });
-        await b.setTimeout(4000);
-        for (const s of [a, b]) {
+        const p = new DockerProvider(${JSON.stringify(options({ stateDir, warm: 1 }))});
+        await p.fillWarmPool();
+        const c = await p.create({ language: "python", threadId: "ttl-warm", lifetime: { ttlMs: 5000 } });
+        const a = await p.create({ language: "python", threadId: "ttl-label", template: ${JSON.stringify(image)}, lifetime: { ttlMs: 5000 } });
+        const b = await p.create({ language: "python", threadId: "ttl-override", template: ${JSON.stringify(image)} });
+        await b.setTimeout(5000);
+        for (const s of [a, b, c]) {
           await s.filesystem.write("kept.txt", "data on the volume");
           await s.pause();
         }
-        console.log(JSON.stringify([a.sandboxId, b.sandboxId]));
+        console.log(JSON.stringify([a.sandboxId, b.sandboxId, c.sandboxId]));
         await p.close();
       `);
+      const volumes: string[] = [];
       for (const id of ids) {
         expect(await docker("inspect", "-f", "{{.State.Running}}", id)).toBe("false");
-        expect(await volumesNamed(`${id}-data`)).toEqual([`${id}-data`]);
+        volumes.push(
+          await docker(
+            "inspect",
+            "-f",
+            '{{range .Mounts}}{{if eq .Destination "/mnt/user-data"}}{{.Name}}{{end}}{{end}}',
+            id,
+          ),
+        );
       }
-      expect((await readdir(stateDir)).some((f) => f.startsWith(ids[1]!))).toBe(true);
+      // The claimed one's volume is the warm container's.
+      expect(volumes).toEqual([
+        `${ids[0]}-data`,
+        `${ids[1]}-data`,
+        expect.stringMatching(/-warm-/),
+      ]);
+      for (const v of volumes) expect(await volumesNamed(v)).toEqual([v]);
+      const mine = async () =>
+        (await readdir(stateDir)).filter((f) => ids.some((id) => f.startsWith(id)));
+      expect((await mine()).length).toBeGreaterThanOrEqual(2); // override, claimed labels
 
       // The remover: a provider in this process that never saw them, busy with one of its own
       // (no lifetime, no idle timeout), as a long-running server would be.
       const other = new DockerProvider(options({ stateDir }));
       try {
         const own = await other.create({ language: "python", threadId: "bystander" });
-        const gone = await eventually(
-          async () =>
-            (await containersNamed(ids[0]!)).length + (await containersNamed(ids[1]!)).length === 0,
-          20_000,
-        );
-        expect(gone, "both expired containers removed").toBe(true);
-        for (const id of ids) expect(await volumesNamed(`${id}-data`)).toEqual([]);
-        const left = await readdir(stateDir);
-        expect(left.filter((f) => ids.some((id) => f.startsWith(id)))).toEqual([]);
+        const gone = await eventually(async () => {
+          for (const id of ids) if ((await containersNamed(id)).length) return false;
+          return true;
+        }, 20_000);
+        expect(gone, "the expired containers removed").toBe(true);
+        for (const v of volumes) expect(await volumesNamed(v)).toEqual([]);
+        expect(await mine()).toEqual([]);
         // Its own sandbox, with no lifetime, is untouched.
         expect((await own.commands.run("echo still")).stdout).toBe("still\n");
         await own.kill();
