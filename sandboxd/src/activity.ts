@@ -10,6 +10,7 @@
 export class Activity {
   #open = 0;
   #last = Date.now();
+  #draining = false;
   readonly #sources: (() => boolean)[] = [];
   readonly #sampler: NodeJS.Timeout;
 
@@ -39,11 +40,31 @@ export class Activity {
 
   /** Milliseconds since the sandbox last did anything; 0 while it does. */
   idleMs(now = Date.now()): number {
+    return this.#busy(now) ? 0 : Math.max(0, now - this.#last);
+  }
+
+  /**
+   * Starts draining if nothing runs now and nothing has for at least `minIdleMs`; true if it
+   * did (or had). Synchronous, so nothing can begin between the check and the switch; callers
+   * refuse all work once `draining` (protocol.ts, DRAIN_PATH).
+   */
+  drain(minIdleMs: number, now = Date.now()): boolean {
+    if (this.#draining) return true;
+    if (this.#busy(now) || now - this.#last < minIdleMs) return false;
+    this.#draining = true;
+    return true;
+  }
+
+  get draining(): boolean {
+    return this.#draining;
+  }
+
+  #busy(now: number): boolean {
     if (this.#open > 0 || this.#sources.some((busy) => busy())) {
       this.#last = now;
-      return 0;
+      return true;
     }
-    return Math.max(0, now - this.#last);
+    return false;
   }
 
   stop(): void {

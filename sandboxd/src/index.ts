@@ -37,6 +37,11 @@ export interface RunningSandboxd {
   /** TCP port, or null on a unix socket. */
   port: number | null;
   server: Server;
+  /**
+   * Resolves once a drain succeeded and was answered (protocol.ts, DRAIN_PATH): from then on
+   * sandboxd refuses all work, and its owner stops it (main.ts exits with DRAINED_EXIT_CODE).
+   */
+  drained: Promise<void>;
   close(): Promise<void>;
 }
 
@@ -93,6 +98,8 @@ export async function startSandboxd(o: {
     outputTotalBytes: o.settings.SANDBOXD_PROCESS_OUTPUT_TOTAL_BYTES,
   });
   const activity = new Activity();
+  let onDrained!: () => void;
+  const drained = new Promise<void>((resolve) => (onDrained = resolve));
   activity.watch(() => processes.active);
   activity.watch(() => terminals.active);
   activity.watch(() => contexts.active);
@@ -106,6 +113,7 @@ export async function startSandboxd(o: {
     contexts,
     processes,
     activity,
+    onDrained,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
   const server = createServer(app);
@@ -135,6 +143,7 @@ export async function startSandboxd(o: {
     address: socket ? listen : `${listen.slice(0, listen.lastIndexOf(":"))}:${port}`,
     port,
     server,
+    drained,
     close: async () => {
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -6,7 +6,7 @@
 import { readFile } from "node:fs/promises";
 import { createInterface } from "node:readline";
 import { pino } from "pino";
-import { startSandboxd } from "./index.ts";
+import { DRAINED_EXIT_CODE, startSandboxd } from "./index.ts";
 import { readSettings } from "./config.ts";
 
 async function readToken(
@@ -30,6 +30,9 @@ async function readToken(
   );
 }
 
+/** How long a drained sandboxd's shutdown may take before it exits regardless. */
+const DRAIN_EXIT_DEADLINE_MS = 5_000;
+
 let settings: ReturnType<typeof readSettings>;
 let token: string | { sha256: string } | null;
 try {
@@ -49,10 +52,17 @@ try {
   process.stdout.write(
     JSON.stringify({ ready: true, address: server.address, port: server.port }) + "\n",
   );
-  const stop = (why: string) => {
+  const stop = (why: string, code = 0) => {
     logger.info({ why }, "stopping");
-    void server.close().then(() => process.exit(0));
+    void server.close().then(() => process.exit(code));
   };
+  // Drained: nothing runs and nothing will (every request is refused), so sandboxd exits, which
+  // stops its container. Its exit status tells the provider that a request cut off by it never
+  // ran. Bounded: a shutdown that hangs must not leave a sandbox refusing everything.
+  void server.drained.then(() => {
+    setTimeout(() => process.exit(DRAINED_EXIT_CODE), DRAIN_EXIT_DEADLINE_MS).unref();
+    stop("drained (idle)", DRAINED_EXIT_CODE);
+  });
   process.on("SIGTERM", () => stop("SIGTERM"));
   process.on("SIGINT", () => stop("SIGINT"));
   if (settings.SANDBOXD_TOKEN_STDIN === "1") {

@@ -84,6 +84,16 @@ export const InitRequest = z.strictObject({
 });
 export type InitRequest = z.infer<typeof InitRequest>;
 
+/** `POST /v1/drain` (./wire.ts DRAIN_PATH). */
+export const DrainRequest = z.strictObject({
+  idleMs: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_TIMEOUT_MS * 365),
+});
+export type DrainRequest = z.infer<typeof DrainRequest>;
+
 // --- Terminals (PTY): see docs/terminals.md -----------------------------------------------------
 
 const ptyDimension = (name: string) =>

@@ -22,6 +22,9 @@ import type { TokenGate } from "./token-gate.ts";
 import type { Activity } from "./activity.ts";
 import {
   CAPABILITIES,
+  DRAIN_PATH,
+  DrainRequest,
+  drainingError,
   ExecuteCodeRequest,
   HTTP_STATUS,
   isAioPath,
@@ -33,6 +36,7 @@ import {
   RunCommandRequest,
   SandboxdError,
   type CommandStreamEvent,
+  type DrainResponse,
   type ErrorBody,
   type HealthResponse,
 } from "./protocol.ts";
@@ -53,6 +57,8 @@ export interface ServerOptions {
   processes: ProcessTable;
   /** The idle measure /healthz reports; every authenticated request counts as activity. */
   activity: Activity;
+  /** Called once a drain succeeded and its answer went out (sandboxd then exits). */
+  onDrained: () => void;
   aio: {
     /** The jail AIO file paths resolve in (see aio.ts). */
     files: PathJail;
@@ -75,6 +81,7 @@ export function createApp(opts: ServerOptions): express.Express {
       protocol: PROTOCOL_VERSION,
       capabilities: CAPABILITIES,
       idleMs: opts.activity.idleMs(),
+      draining: opts.activity.draining,
     };
     res.json(body);
   });
@@ -85,11 +92,24 @@ export function createApp(opts: ServerOptions): express.Express {
     if (!open && !gate.accepts(req.headers.authorization)) {
       return next(new SandboxdError("UNAUTHORIZED", "missing or wrong bearer token"));
     }
-    res.once("close", opts.activity.begin());
+    const drain = req.path === DRAIN_PATH;
+    if (opts.activity.draining && !drain) return next(drainingError());
+    // A drain request asks whether the sandbox is idle: it is not work, or it never would be.
+    if (!drain) res.once("close", opts.activity.begin());
     next();
   });
 
   const json = express.json({ limit: MAX_SOURCE_BYTES + 64 * 1024 });
+
+  app.post(DRAIN_PATH, json, (req, res) => {
+    const { idleMs } = parse(DrainRequest, req.body);
+    const body: DrainResponse = {
+      drained: opts.activity.drain(idleMs),
+      idleMs: opts.activity.idleMs(),
+    };
+    if (body.drained) res.once("close", opts.onDrained);
+    res.json(body);
+  });
 
   app.post("/v1/commands/run", json, async (req, res) => {
     const body = parse(RunCommandRequest, req.body);
@@ -246,7 +266,8 @@ async function collect(req: Request, length: number): Promise<Buffer> {
 
 /** Client errors pass through; anything else is logged and reported without internals. */
 function errorBody(err: unknown, logger: Logger): ErrorBody {
-  if (err instanceof SandboxdError) return { code: err.code, message: err.message };
+  if (err instanceof SandboxdError)
+    return { code: err.code, message: err.message, ...(err.draining ? { draining: true } : {}) };
   const e = err as { type?: string; status?: number; message?: string };
   if (e?.type === "entity.too.large")
     return { code: "PAYLOAD_TOO_LARGE", message: "request body is too large" };

@@ -9,6 +9,7 @@ import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import type { TokenGate } from "./token-gate.ts";
 import type { Activity } from "./activity.ts";
+import { drainingError } from "./protocol.ts";
 
 export interface UpgradeRoute {
   path: RegExp;
@@ -35,6 +36,10 @@ export function attachUpgrades(
       if (!match) continue;
       if (!gate.accepts(req.headers.authorization))
         return refuseUpgrade(socket, 401, "missing or wrong bearer token");
+      if (activity.draining) {
+        const e = drainingError();
+        return refuseUpgrade(socket, 502, e.message, { draining: true });
+      }
       // An open terminal or tunnel is activity for as long as its connection lasts.
       socket.once("close", activity.begin());
       const failed = (err: unknown) => {
@@ -54,7 +59,12 @@ export function attachUpgrades(
 }
 
 /** Answers an upgrade request with an HTTP error in sandboxd's envelope and closes. */
-export function refuseUpgrade(socket: Duplex, status: number, message: string): void {
+export function refuseUpgrade(
+  socket: Duplex,
+  status: number,
+  message: string,
+  extra: { draining?: true } = {},
+): void {
   const code =
     status === 401
       ? "UNAUTHORIZED"
@@ -64,8 +74,10 @@ export function refuseUpgrade(socket: Duplex, status: number, message: string): 
           ? "INVALID_ARGUMENT"
           : status === 500
             ? "INTERNAL"
-            : "EXECUTION_FAILED";
-  const body = JSON.stringify({ error: { code, message } });
+            : extra.draining
+              ? "CONNECTION_FAILED"
+              : "EXECUTION_FAILED";
+  const body = JSON.stringify({ error: { code, message, ...extra } });
   socket.end(
     `HTTP/1.1 ${status} ${status === 502 ? "Bad Gateway" : "Refused"}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );

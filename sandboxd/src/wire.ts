@@ -85,6 +85,7 @@ export const CAPABILITIES = [
   "packages",
   "pty",
   "contexts",
+  "drain",
 ] as const;
 
 const MiB = 1024 * 1024;
@@ -202,6 +203,11 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
 export interface ErrorBody {
   code: ErrorCode;
   message: string;
+  /**
+   * On the refusal of a draining sandboxd (`POST /v1/drain`): the request was not run, and
+   * sandboxd is exiting. Start the sandbox again and send it again.
+   */
+  draining?: true;
 }
 
 /** The HTTP status each code is answered with. */
@@ -224,11 +230,48 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
 /** An error sandboxd reports to its caller with a code and a message safe to show. */
 export class SandboxdError extends Error {
   readonly code: ErrorCode;
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+  /** Refused because sandboxd is draining (ErrorBody.draining). */
+  readonly draining: boolean;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; draining?: boolean }) {
     super(message, options);
     this.name = "SandboxdError";
     this.code = code;
+    this.draining = options?.draining ?? false;
   }
+}
+
+// --- Draining: an idle stop decided inside sandboxd ------------------------------------------
+
+/**
+ * `POST /v1/drain` (its body: ./protocol.ts DrainRequest): sandboxd stops itself if, at that
+ * moment, nothing runs in it (no request, connection, process, terminal, code cell or session
+ * command) and nothing has for at least `idleMs`. The check and the switch are one step of
+ * sandboxd's event loop, so no work can start in between: from then on every request and upgrade
+ * is refused (`draining` in the error body, code CONNECTION_FAILED) and sandboxd exits with
+ * DRAINED_EXIT_CODE, which stops its container. An idle reaper calls this instead of stopping a
+ * container from outside, which would cut whatever started after it last looked at the idle
+ * time. `idleMs: 0` drains a sandbox that is idle now, however briefly (a capacity eviction).
+ * Answers `{drained, idleMs}`; a sandboxd that drains already answers `drained: true`.
+ */
+export const DRAIN_PATH = "/v1/drain";
+export interface DrainResponse {
+  drained: boolean;
+  /** The idle time sandboxd measured (0 while busy). */
+  idleMs: number;
+}
+/**
+ * sandboxd's exit status after a drain (EX_TEMPFAIL): nothing ran when it exited, so a request
+ * cut off by that exit was never run and may be sent again once the sandbox is started.
+ */
+export const DRAINED_EXIT_CODE = 75;
+
+/** What a draining sandboxd answers every request and upgrade with. */
+export function drainingError(): SandboxdError {
+  return new SandboxdError(
+    "CONNECTION_FAILED",
+    "sandboxd is stopping (it was idle) and ran nothing: start the sandbox again and retry",
+    { draining: true },
+  );
 }
 
 export interface HealthResponse {
@@ -241,6 +284,8 @@ export interface HealthResponse {
    * connection is open or a process, terminal, code cell or session command runs.
    */
   idleMs: number;
+  /** True once a drain succeeded: sandboxd refuses all work and is exiting. */
+  draining?: boolean;
 }
 
 /** The port sandboxd listens on in the sandbox image (and so in every sandbox pod). */

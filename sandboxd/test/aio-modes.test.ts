@@ -66,6 +66,7 @@ describe("SANDBOXD_AIO_NO_AUTH (DeerFlow's local container backend)", () => {
       ["/v1/commands/run", json({ command: "true" })],
       ["/v1/files/list?path=.", {}],
       ["/v1/init", json({ token: "x".repeat(40) })],
+      ["/v1/drain", json({ idleMs: 0 })],
     ] as const) {
       const res = await fetch(`${d.url}${path}`, {
         ...init,

@@ -7,6 +7,7 @@ import type {
   CodeExecutionResult,
   CommandExit,
   CommandStreamEvent,
+  DrainResponse,
   ErrorBody,
   ExecuteCodeRequest,
   FileEntry,
@@ -254,6 +255,14 @@ export class SandboxdClient {
   /** `timeoutMs` bounds the whole call; the default leaves room for installing packages. */
   async init(req: InitRequest, timeoutMs = 10 * 60_000): Promise<void> {
     await this.json("POST", "/v1/init", req, timeoutMs);
+  }
+
+  /**
+   * Asks sandboxd to stop itself if nothing runs and nothing has for `idleMs` (the check and
+   * the stop are sandboxd's, atomic: @sandpit/sandboxd/protocol, DRAIN_PATH).
+   */
+  drain(idleMs: number, timeoutMs = 5_000): Promise<DrainResponse> {
+    return this.json("POST", "/v1/drain", { idleMs }, timeoutMs);
   }
 
   /**
@@ -518,6 +527,11 @@ function abortError(reason: unknown): Error {
 
 export function fromBody(e: ErrorBody): SandboxError {
   return new SandboxError(e.message, sandboxErrorCode(e.code) ?? "INTERNAL", e);
+}
+
+/** Whether `err` is a draining sandboxd's refusal: the request was not run (DRAIN_PATH). */
+export function isDrainRefusal(err: unknown): boolean {
+  return err instanceof SandboxError && (err.cause as Partial<ErrorBody>)?.draining === true;
 }
 
 /** Network-level failures: refused, reset, timed out. */

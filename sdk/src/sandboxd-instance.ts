@@ -43,20 +43,46 @@ export interface SandboxdLifecycle {
    * outside. Without it, the CONNECTION_FAILED error stands.
    */
   diagnose?(err: SandboxError): Promise<SandboxError>;
+  /**
+   * Whether a call that failed with `err` may be made again, on a sandboxd the next connect
+   * starts: true only when it is certain that sandboxd ran none of it (it had drained: stopped
+   * itself while idle, see DRAIN_PATH in @sandpit/sandboxd/protocol). `sentAt` is when the
+   * call was sent, after its connect; undefined when the connect itself failed.
+   */
+  recover?(err: SandboxError, sentAt: number | undefined): Promise<boolean>;
 }
 
-/** Runs `op` against a connected client, letting the lifecycle explain connection failures. */
-async function withClient<T>(
+/** Calls made again after a drain, at most: each needs the sandbox to drain again meanwhile. */
+const MAX_RECOVERIES = 3;
+
+/**
+ * Runs `op` against a connected client, again on a restarted sandboxd when the lifecycle says it
+ * never ran (the idle reaper stopped the sandbox as the call went out), and lets the lifecycle
+ * explain connection failures.
+ */
+export async function withClient<T>(
   lifecycle: SandboxdLifecycle,
   op: (c: SandboxdClient) => Promise<T>,
 ): Promise<T> {
-  try {
-    return await op(await lifecycle.connect());
-  } catch (err) {
-    if (err instanceof SandboxError && err.code === "CONNECTION_FAILED" && lifecycle.diagnose) {
-      throw await lifecycle.diagnose(err);
+  for (let attempt = 0; ; attempt++) {
+    let sentAt: number | undefined;
+    try {
+      const client = await lifecycle.connect();
+      sentAt = Date.now();
+      return await op(client);
+    } catch (err) {
+      if (
+        err instanceof SandboxError &&
+        attempt < MAX_RECOVERIES &&
+        lifecycle.recover &&
+        (await lifecycle.recover(err, sentAt))
+      )
+        continue;
+      if (err instanceof SandboxError && err.code === "CONNECTION_FAILED" && lifecycle.diagnose) {
+        throw await lifecycle.diagnose(err);
+      }
+      throw err;
     }
-    throw err;
   }
 }
 

@@ -225,6 +225,8 @@ function toInfo(c: Docker.ContainerInspectInfo): ContainerInfo {
     endpoint: c.State.Running ? endpoint : null,
     volume: c.Mounts.find((m) => m.Destination === DATA_MOUNT)?.Name ?? null,
     state: c.State.OOMKilled ? "OOMKilled" : c.State.Status,
+    exitCode: c.State.ExitCode,
+    ...(Date.parse(c.State.StartedAt) > 0 ? { startedAt: new Date(c.State.StartedAt) } : {}),
     image: c.Config.Image,
     createdAt: new Date(c.Created),
     ...(c.HostConfig.NanoCpus ? { cpus: c.HostConfig.NanoCpus / 1e9 } : {}),

@@ -6,8 +6,13 @@
  * - Names are deterministic (`<prefix>-<sha256(user:thread)[:16]>`), so any process finds and
  *   adopts the same container; when two processes race to create it, the loser adopts.
  * - Host ports come from a range; a port taken by something else is retried (10 attempts).
+ * - Tokens are derived on the host from a key in the state directory; a container holds only
+ *   its token's digest (./tokens.ts).
  * - Released or idle containers stay running for their thread until the idle reaper stops them
- *   (data kept); `warm` blank containers are claimed by new threads without a cold start.
+ *   (data kept), which sandboxd does itself so that no work is cut (./drain.ts); `warm` blank
+ *   containers are claimed by new threads without a cold start. Lifetimes end sandboxes, stopped
+ *   ones too, whichever process looks (./lifetime.ts).
+ * - `maxRunning` caps running sandboxes across processes (./capacity.ts).
  * - Containers are confined: CPU, memory and pids limits, all capabilities dropped,
  *   no-new-privileges, read-only root with a writable volume at /mnt/user-data and a tmpfs /tmp.
  */
@@ -18,13 +23,13 @@ import { join } from "node:path";
 import type { Logger } from "../../logger.ts";
 import { z } from "zod";
 import { DockerProviderOptions } from "./options.ts";
-import { ID_PATTERN, VIRTUAL_ROOT, type HealthResponse } from "@sandpit/sandboxd/wire";
+import { DRAINED_EXIT_CODE, ID_PATTERN, VIRTUAL_ROOT } from "@sandpit/sandboxd/wire";
 import { validateCreate, validateListLabels } from "../../create-options.ts";
 import { hasLabels, refuseUnsupported } from "../../platform-options.ts";
-import { SandboxError } from "../../errors.ts";
+import { SandboxError, isSandboxError } from "../../errors.ts";
 import { parseOptions } from "../../parse-options.ts";
-import { SandboxdClient } from "../../sandboxd-client.ts";
-import { SandboxdInstance, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
+import { SandboxdClient, isDrainRefusal } from "../../sandboxd-client.ts";
+import { SandboxdInstance, withClient, type SandboxdLifecycle } from "../../sandboxd-instance.ts";
 import { PortForwarder } from "../../port-forward.ts";
 import type {
   SandboxCreateOptions,
@@ -37,6 +42,10 @@ import type {
 import { ClaimedLabels } from "./claimed-labels.ts";
 import { SandboxdRecords } from "./sandboxd-records.ts";
 import { LIFETIME_LABEL, LifetimeOverrides } from "./lifetime.ts";
+import { TokenKeys, type SandboxTokens } from "./tokens.ts";
+import { RunningCap } from "./capacity.ts";
+import { Drainer } from "./drain.ts";
+import { clientAt, health } from "./endpoint.ts";
 import { detectRuntime } from "./detect.ts";
 import {
   NameConflictError,
@@ -72,6 +81,13 @@ const RECORD_PATH = `${VIRTUAL_ROOT}/.sandpit/sandbox.json`;
 const PORT_ATTEMPTS = 10;
 /** How often the reaper looks when some sandbox has a lifetime or an idle timeout of its own. */
 const LIFETIME_REAP_MS = 1_000;
+/**
+ * How often it looks for lifetimes when nothing else sets its pace (no idle timeout): sandboxes
+ * another process gave a lifetime end even when no process that knows of it still runs.
+ */
+const LIFETIME_SCAN_MS = 60_000;
+/** The first look, this long after the provider first reached the engine. */
+const FIRST_REAP_MS = 1_000;
 
 /** What one container is made of, from the provider's defaults and the create options. */
 interface ContainerShape {
@@ -90,6 +106,12 @@ interface WarmContainer {
   name: string;
   info: ContainerInfo | null;
   client: SandboxdClient | null;
+}
+
+/** What a claim hands a warm container's sandboxd, through the client that warmed it if any. */
+interface Claim {
+  env: Record<string, string>;
+  client?: SandboxdClient | undefined;
 }
 
 interface SandboxRecord {
@@ -140,14 +162,14 @@ class DockerSandbox implements SandboxdLifecycle {
   }
 
   /**
-   * Uses a container known to answer (a claimed warm one) without another inspect: with the
-   * client that warmed it up (its keep-alive connection open) when this process started it.
+   * Takes a claimed warm container without another inspect, handing its sandboxd the thread's
+   * token and environment: through the client that warmed it up when this process started it.
    * Its sandboxd record is for later processes, so it is written after the claim answers.
    */
-  async connectReady(info: ContainerInfo, client?: SandboxdClient): Promise<SandboxdClient> {
+  async connectReady(info: ContainerInfo, claim: Claim): Promise<SandboxdClient> {
     this.container = info;
     this.adoptedFrom = null;
-    this.client = client ?? (await this.provider.waitReady(info));
+    this.client = await this.provider.waitReady(info, claim);
     this.provider.inBackground(this.provider.remember(info));
     return this.client;
   }
@@ -178,9 +200,22 @@ class DockerSandbox implements SandboxdLifecycle {
         `sandbox ${this.name} does not exist (its container was removed)`,
         "NOT_FOUND",
       );
-    if (!info.running) info = await rt.start(this.name);
+    const starting = !info.running;
+    if (starting) {
+      await this.provider.cap.admit(rt, this.name);
+      info = await rt.start(this.name);
+    }
     this.container = info;
     this.client = await this.provider.waitReady(info);
+    if (starting) {
+      try {
+        // Given way to another start over the cap: stopped again, its data kept.
+        await this.provider.cap.settle(rt, this.name, () => this.provider.drainNamed(this.name));
+      } catch (err) {
+        await this.dropClient();
+        throw err;
+      }
+    }
     await this.provider.remember(info);
     return this.client;
   }
@@ -202,6 +237,25 @@ class DockerSandbox implements SandboxdLifecycle {
       );
     }
     return err;
+  }
+
+  /**
+   * Whether sandboxd ran none of a call that failed with `err` because it drained (the idle
+   * reaper, a capacity eviction): refused by a draining sandboxd; or cut off by, or never
+   * reaching, one that exited drained and had started before the call went out, so that it was
+   * the sandboxd the call went to. The container has stopped then; the next connect starts it.
+   */
+  async recover(err: SandboxError, sentAt: number | undefined): Promise<boolean> {
+    const refused = isDrainRefusal(err);
+    if (!refused && err.code !== "CONNECTION_FAILED") return false;
+    await this.dropClient();
+    const info = await this.provider.whenStopped(this.name, refused);
+    if (!info || info.running) return false;
+    if (refused) return true;
+    return (
+      info.exitCode === DRAINED_EXIT_CODE &&
+      (sentAt === undefined || (!!info.startedAt && info.startedAt.getTime() <= sentAt))
+    );
   }
 
   async pause(): Promise<void> {
@@ -236,7 +290,10 @@ class DockerSandbox implements SandboxdLifecycle {
 
   /** Reads the defaults create() stored in the sandbox (working directory, timeout). */
   async loadRecord(): Promise<void> {
-    this.record = await readRecord(await this.connect()).catch(() => ({}));
+    this.record = await withClient(this, readRecord).catch((err: unknown) => {
+      if (isSandboxError(err, "CAPACITY_EXCEEDED")) throw err; // it could not be started
+      return {};
+    });
   }
 
   /** Closes port forwards and connections; the container keeps running (released, warm). */
@@ -259,6 +316,9 @@ export class DockerProvider implements SandboxProvider {
   private rt: Promise<ContainerRuntime> | null = null;
   private readonly sandboxes = new Map<string, Promise<DockerSandbox>>();
   private reaper: NodeJS.Timeout | null = null;
+  private firstReap: NodeJS.Timeout | null = null;
+  /** The reaper's pass under way: passes never overlap. */
+  private reaping: Promise<string[]> | null = null;
   private warmFill: Promise<void> | null = null;
   /** Ports handed out by this process and not yet seen in use (they may still be starting). */
   private readonly recentPorts = new Set<number>();
@@ -273,6 +333,9 @@ export class DockerProvider implements SandboxProvider {
   readonly lifetimes: LifetimeOverrides;
   readonly claimed: ClaimedLabels;
   private readonly sandboxds: SandboxdRecords;
+  private readonly tokens: TokenKeys;
+  readonly cap: RunningCap;
+  private readonly drainer: Drainer;
 
   constructor(options: DockerProviderOptions = {}, logger?: Logger) {
     this.options = parseOptions(DockerProviderOptions, options, "docker provider options");
@@ -280,14 +343,32 @@ export class DockerProvider implements SandboxProvider {
     this.lifetimes = new LifetimeOverrides(this.options.stateDir);
     this.claimed = new ClaimedLabels(this.options.stateDir);
     this.sandboxds = new SandboxdRecords(this.options.stateDir);
+    this.tokens = new TokenKeys(this.options.stateDir);
+    this.drainer = new Drainer({ runtime: () => this.runtime(), tokens: this.tokens, logger });
+    this.cap = new RunningCap({
+      ...this.options,
+      logger,
+      drainIfIdle: (c, minIdleMs) => this.drainIfIdle(c, minIdleMs),
+      health,
+    });
   }
 
   /** The container engine, detected once; CONNECTION_FAILED when none answers. */
   runtime(): Promise<ContainerRuntime> {
-    this.rt ??= detectRuntime(this.options, this.logger).catch((err: unknown) => {
-      this.rt = null; // try again next time: the engine may have been started meanwhile
-      throw err;
-    });
+    this.rt ??= detectRuntime(this.options, this.logger).then(
+      (rt) => {
+        // Lifetimes are the engine's (labels) and the state directory's, not this process's:
+        // one look soon finds those other processes set, however this one is used.
+        this.startReaper();
+        this.firstReap ??= setTimeout(() => this.reapInBackground(), FIRST_REAP_MS);
+        this.firstReap.unref();
+        return rt;
+      },
+      (err: unknown) => {
+        this.rt = null; // try again next time: the engine may have been started meanwhile
+        throw err;
+      },
+    );
     return this.rt;
   }
 
@@ -352,10 +433,25 @@ export class DockerProvider implements SandboxProvider {
         // its own is made for this create. Labels and lifetimes a claim carries on the host.
         const plain = !o.template && !o.resources && !o.network && !o.mounts;
         const labels = this.createLabels(userId, threadId, o);
-        return (
+        await this.cap.admit(rt, name);
+        const made =
           (plain ? await this.claimWarm(rt, name, labels, o) : null) ??
-          this.startNew(rt, name, labels, o)
-        );
+          (await this.startNew(rt, name, labels, o));
+        try {
+          await made.connect();
+        } catch (err) {
+          await made.kill().catch(() => undefined); // this create made it, and it never answered
+          throw err;
+        }
+        try {
+          // Counted again once its sandboxd answers (so that it can be stopped): given way to
+          // another start over the cap, it goes, since this create made it.
+          await this.cap.settle(rt, name, () => this.undoCreate(rt, name));
+        } catch (err) {
+          await made.dropClient();
+          throw err;
+        }
+        return made;
       })();
     this.sandboxes.set(name, pending);
     let sandbox: DockerSandbox;
@@ -367,14 +463,16 @@ export class DockerProvider implements SandboxProvider {
     }
     if (fresh) {
       try {
-        const client = await sandbox.connect();
         sandbox.record = { workingDirectory: o.workingDirectory, timeoutMs: o.timeoutMs };
-        if (o.workingDirectory || o.timeoutMs) {
-          await client.writeFile(RECORD_PATH, JSON.stringify(sandbox.record));
-        }
-        if (o.workingDirectory) await client.mkdir(o.workingDirectory);
-        if (o.packages?.length)
-          await client.installPackages({ language: o.language, packages: o.packages });
+        // Each step may be made again (on a sandbox an idle reaper stopped meanwhile).
+        await withClient(sandbox, async (client) => {
+          if (o.workingDirectory || o.timeoutMs) {
+            await client.writeFile(RECORD_PATH, JSON.stringify(sandbox.record));
+          }
+          if (o.workingDirectory) await client.mkdir(o.workingDirectory);
+          if (o.packages?.length)
+            await client.installPackages({ language: o.language, packages: o.packages });
+        });
       } catch (err) {
         await sandbox.kill().catch(() => undefined);
         throw err;
@@ -463,10 +561,13 @@ export class DockerProvider implements SandboxProvider {
 
   /** Keeps where a container's sandboxd answers for later processes (./sandboxd-records.ts). */
   async remember(info: ContainerInfo): Promise<void> {
-    const token = info.env.SANDBOXD_TOKEN;
-    if (!info.endpoint || !token) return;
+    if (!info.endpoint) return;
+    const { endpoint } = info;
     const expiresAt = (await this.claimed.of(info))[LIFETIME_LABEL.expiresAt];
-    await this.sandboxds.write(info.name, { endpoint: info.endpoint, token, expiresAt }).catch(
+    await (async () => {
+      const token = (await this.tokens.of(info)).live;
+      await this.sandboxds.write(info.name, { endpoint, token, expiresAt });
+    })().catch(
       // Only a shortcut for later processes: a state directory that cannot be written costs
       // them the engine calls, not this one its sandbox.
       (err: unknown) =>
@@ -558,7 +659,9 @@ export class DockerProvider implements SandboxProvider {
   async close(): Promise<void> {
     if (this.reaper) clearInterval(this.reaper);
     if (this.refill) clearTimeout(this.refill);
+    if (this.firstReap) clearTimeout(this.firstReap);
     this.reaper = this.refill = null;
+    await this.reaping?.catch(() => undefined);
     await this.warmFill?.catch(() => undefined);
     await Promise.allSettled(this.background);
     for (const w of this.warmReady) await w.client?.close().catch(() => undefined);
@@ -577,22 +680,40 @@ export class DockerProvider implements SandboxProvider {
     this.background.add(p);
   }
 
-  /** Polls sandboxd's /healthz until it answers, then returns a client with the container's token. */
-  async waitReady(info: ContainerInfo): Promise<SandboxdClient> {
+  /**
+   * Waits for sandboxd to answer, then returns a client with the container's token (./tokens.ts).
+   * A renamed (claimed warm) container's sandboxd starts with the token of the name it was
+   * created under: it is handed the current one first, with the claim's environment on a claim.
+   */
+  async waitReady(info: ContainerInfo, claim?: Claim): Promise<SandboxdClient> {
+    const tokens = await this.tokens.of(info);
+    // A warm container this process started answers already.
+    const { endpoint, client } =
+      claim?.client && info.endpoint
+        ? { endpoint: info.endpoint, client: clientAt(info.endpoint, tokens.live) }
+        : await this.answering(info, tokens.live);
+    try {
+      if (claim || tokens.boot !== tokens.live) await handOver(endpoint, tokens, claim);
+    } catch (err) {
+      await client.close();
+      throw err;
+    }
+    return client;
+  }
+
+  /** Polls sandboxd's /healthz until it answers; a client with `token` there. */
+  private async answering(
+    info: ContainerInfo,
+    token: string,
+  ): Promise<{ endpoint: string; client: SandboxdClient }> {
     const deadline = Date.now() + this.options.startTimeoutMs;
-    const token = info.env.SANDBOXD_TOKEN;
-    if (!token)
-      throw new SandboxError(
-        `container ${info.name} is not a Sandpit sandbox (no token)`,
-        "INTERNAL",
-      );
     let current = info;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
       if (current.endpoint) {
         const client = clientAt(current.endpoint, token);
         try {
           await client.health(2_000);
-          return client;
+          return { endpoint: current.endpoint, client };
         } catch {
           await client.close();
         }
@@ -701,8 +822,10 @@ export class DockerProvider implements SandboxProvider {
     name: string,
     shape: ContainerShape,
   ): Promise<ContainerInfo> {
-    const { labels, envs } = shape;
-    const token = randomBytes(32).toString("hex");
+    const { envs } = shape;
+    // Only the token's digest goes into the container: code in it can read its environment.
+    const token = await this.tokens.forNew(name);
+    const labels = { ...shape.labels, ...token.labels };
     const tried: number[] = [];
     try {
       for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
@@ -712,7 +835,7 @@ export class DockerProvider implements SandboxProvider {
           name,
           image: shape.image,
           env: {
-            SANDBOXD_TOKEN: token,
+            SANDBOXD_TOKEN_SHA256: token.digest,
             // HOME on the volume: pip and npm caches survive pause/resume and a read-only root.
             SANDBOXD_ENV: JSON.stringify({ HOME: `${VIRTUAL_ROOT}/.sandpit/home`, ...envs }),
             SANDBOXD_AIO_PATHS: "any", // a container: AIO paths reach what bash can
@@ -826,8 +949,11 @@ export class DockerProvider implements SandboxProvider {
       const info = candidate.info ? { ...candidate.info, name } : await rt.inspect(name);
       if (!info) continue;
       const sandbox = this.adopt(info);
-      const client = await sandbox.connectReady(info, candidate.client ?? undefined);
-      await client.init({ token: info.env.SANDBOXD_TOKEN!, env: o.envs ?? {} });
+      // Its sandboxd gets the token of the thread's name (the warm one stops working there).
+      await sandbox.connectReady(info, {
+        env: o.envs ?? {},
+        client: candidate.client ?? undefined,
+      });
       return sandbox;
     }
     // None was claimed: a container of its own will carry the labels. Unless another process
@@ -869,31 +995,42 @@ export class DockerProvider implements SandboxProvider {
   startReaper(lifetimes = false): void {
     const every = lifetimes
       ? LIFETIME_REAP_MS
-      : Math.max(1_000, Math.min(60_000, Math.floor(this.options.idleTimeoutMs / 2)));
-    if (!lifetimes && this.options.idleTimeoutMs === 0) return;
+      : this.options.idleTimeoutMs === 0
+        ? LIFETIME_SCAN_MS
+        : Math.max(1_000, Math.min(60_000, Math.floor(this.options.idleTimeoutMs / 2)));
     if (this.reaper && this.reapEveryMs <= every) return;
     if (this.reaper) clearInterval(this.reaper);
     this.reapEveryMs = every;
-    this.reaper = setInterval(
-      () =>
-        void this.reapIdle().catch((err: unknown) =>
-          this.logger?.warn({ err }, "idle reaper failed"),
-        ),
-      every,
-    );
+    this.reaper = setInterval(() => this.reapInBackground(), every);
     this.reaper.unref();
+  }
+
+  private reapInBackground(): void {
+    void this.reapIdle().catch((err: unknown) => this.logger?.warn({ err }, "idle reaper failed"));
   }
 
   /**
    * Removes sandboxes past their lifetime (stopped ones too) and stops running ones whose
    * sandboxd has been idle past their idle timeout (their own, else idleTimeoutMs); returns the
-   * names it acted on.
+   * names it acted on. A pass asked for while one runs is that pass.
    */
-  async reapIdle(): Promise<string[]> {
+  reapIdle(): Promise<string[]> {
+    this.reaping ??= this.reapPass().finally(() => (this.reaping = null));
+    return this.reaping;
+  }
+
+  private async reapPass(): Promise<string[]> {
     const rt = await this.runtime();
     const stopped: string[] = [];
+    let lifetimes = false;
     for (const c of await rt.list(`${this.options.containerPrefix}-`)) {
       if (c.name.startsWith(`${this.options.containerPrefix}-warm-`)) continue;
+      const labels = await this.claimed.of(c);
+      if (
+        (await this.lifetimes.expiresAt(c.name, labels)) !== undefined ||
+        labels[LIFETIME_LABEL.idleTimeoutMs]
+      )
+        lifetimes = true;
       if (await this.isExpired(c)) {
         this.logger?.info({ container: c.name }, "removing a sandbox at the end of its lifetime");
         await this.removeContainer(c);
@@ -904,29 +1041,43 @@ export class DockerProvider implements SandboxProvider {
         Number((await this.claimed.of(c))[LIFETIME_LABEL.idleTimeoutMs]) ||
         this.options.idleTimeoutMs;
       if (!c.running || !c.endpoint || idleTimeoutMs === 0) continue;
-      const health = await this.health(c);
-      if (health && health.idleMs >= idleTimeoutMs) {
-        this.logger?.info({ container: c.name, idleMs: health.idleMs }, "stopping idle sandbox");
+      if (await this.drainIfIdle(c, idleTimeoutMs)) {
+        this.logger?.info({ container: c.name }, "stopped idle sandbox");
         const mine = await this.sandboxes.get(c.name)?.catch(() => undefined);
         await mine?.dropClient();
-        await rt.stop(c.name);
         stopped.push(c.name);
       }
     }
+    // Some sandbox ends at a time of its own (set here or by any other process): look every second.
+    if (lifetimes) this.startReaper(true);
     return stopped;
   }
 
-  /** sandboxd's unauthenticated /healthz, over whichever endpoint the container has. */
-  private async health(c: ContainerInfo): Promise<HealthResponse | null> {
-    if (!c.endpoint) return null;
-    const client = clientAt(c.endpoint, "-");
-    try {
-      return await client.health(2_000);
-    } catch {
-      return null;
-    } finally {
-      await client.close();
-    }
+  /** See Drainer.drainIfIdle (./drain.ts). */
+  drainIfIdle(c: ContainerInfo, minIdleMs: number): Promise<boolean> {
+    return this.drainer.drainIfIdle(c, minIdleMs);
+  }
+
+  /** See Drainer.whenStopped (./drain.ts). */
+  whenStopped(name: string, draining: boolean): Promise<ContainerInfo | null> {
+    return this.drainer.whenStopped(name, draining);
+  }
+
+  /** Stops a container if nothing runs in it now (see drainIfIdle). */
+  async drainNamed(name: string): Promise<void> {
+    const info = await (await this.runtime()).inspect(name);
+    if (info?.running) await this.drainIfIdle(info, 0);
+  }
+
+  /**
+   * Removes a container this create just made, if nothing runs in it: a create of the same
+   * thread in another process may have adopted it meanwhile, and then it stays.
+   */
+  private async undoCreate(rt: ContainerRuntime, name: string): Promise<void> {
+    const info = await rt.inspect(name);
+    if (!info || (info.running && !(await this.drainIfIdle(info, 0)))) return;
+    await rt.remove(name, info.volume);
+    await this.removeHostState(name);
   }
 
   private instance(sandbox: DockerSandbox): SandboxInstance {
@@ -937,14 +1088,20 @@ export class DockerProvider implements SandboxProvider {
   }
 }
 
-/** A client for sandboxd at a container's endpoint ("host:port" or "unix:/path"). */
-function clientAt(endpoint: string, token: string): SandboxdClient {
-  const socketPath = endpoint.startsWith("unix:") ? endpoint.slice(5) : undefined;
-  return new SandboxdClient({
-    baseUrl: socketPath ? "http://sandboxd" : `http://${endpoint}`,
-    socketPath,
-    token,
-  });
+/**
+ * Gives a sandboxd that started with its creation token the current one (/v1/init, which also
+ * makes the old one stop working), with a claim's environment on a claim. Outside a claim, a
+ * refusal means it has the current one already (handed over since it started).
+ */
+async function handOver(endpoint: string, tokens: SandboxTokens, claim?: Claim): Promise<void> {
+  const client = claim?.client ?? clientAt(endpoint, tokens.boot);
+  try {
+    await client.init({ token: tokens.live, ...(claim ? { env: claim.env } : {}) });
+  } catch (err) {
+    if (claim || !(err instanceof SandboxError && err.code === "UNAUTHORIZED")) throw err;
+  } finally {
+    await client.close();
+  }
 }
 
 /**

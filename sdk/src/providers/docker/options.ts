@@ -33,6 +33,16 @@ export const DockerProviderOptions = z.strictObject({
     .int()
     .min(0)
     .default(10 * 60_000),
+  /**
+   * Sandboxes running at once (warm containers aside), counted on the engine across every
+   * process with this containerPrefix; 0: no cap.
+   */
+  maxRunning: z.number().int().min(0).default(0),
+  /**
+   * At the cap: "reject" fails the start with CAPACITY_EXCEEDED; "lru" stops the running
+   * sandbox idle longest (never one with work in flight) to make room.
+   */
+  onCapacity: z.enum(["reject", "lru"]).default("reject"),
   /** Blank containers kept running for new threads to claim without a cold start. */
   warm: z.number().int().min(0).max(100).default(0),
   startTimeoutMs: z.number().int().positive().default(60_000),

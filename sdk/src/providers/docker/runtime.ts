@@ -38,6 +38,10 @@ export interface ContainerInfo {
   volume: string | null;
   /** Exit details when not running, e.g. "OOMKilled". */
   state: string;
+  /** The exit status of its last run, where the engine reports it (with startedAt). */
+  exitCode?: number;
+  /** When its current (or last) run started. */
+  startedAt?: Date;
   image?: string;
   createdAt?: Date;
   /** The limits it runs with, where the engine reports them. */
