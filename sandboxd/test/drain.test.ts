@@ -167,7 +167,8 @@ describe("a draining sandboxd (in process, where nothing exits)", () => {
       expect(((await again.json()) as { drained: boolean }).drained).toBe(true);
     } finally {
       await s.close();
-      await rm(root, { recursive: true, force: true });
+      // In-process sandboxd may still be writing its shims under .sandpit/bin as it closes.
+      await rm(root, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
     }
   });
 });
