@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import { ANNOTATION, LABEL, MANAGED_BY } from "./api/labels.ts";
 import { POOLS, SANDBOXES, type Sandbox, type SandboxPool } from "./api/v1alpha1.ts";
 import type { OperatorConfig } from "./config.ts";
+import { Census } from "./census.ts";
 import { type Caches, type Ctx, Expectations, keyOf } from "./context.ts";
 import { Controller } from "./controller/controller.ts";
 import { EventRecorder } from "./kube/events.ts";
@@ -29,6 +30,7 @@ import type { Transform } from "./kube/transforms.ts";
 import { type KObject, Kube, loadKubeConfig, resourceOfPath } from "./kube/rest.ts";
 import {
   apiWrites,
+  countFrom,
   informerRestarts,
   leaderElectionStatus,
   registry,
@@ -140,6 +142,11 @@ export class Manager {
       });
     }
     this.#wireEvents(caches);
+    const census = new Census({
+      sandboxes: () => caches.sandboxes.list(),
+      pools: () => caches.pools.list(),
+    });
+    countFrom(() => census.sample());
   }
 
   get isLeader(): boolean {
