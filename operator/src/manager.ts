@@ -87,8 +87,11 @@ export class Manager {
       resource: typeof PODS,
       transform: Transform<T>,
       labelSelector?: string,
-    ) =>
-      new Informer<T>(kube, {
+    ) => {
+      // Every series from 0: the first restart is then an increase Prometheus sees.
+      for (const cause of ["error", "stale"])
+        informerRestarts.inc({ resource: resource.plural, cause }, 0);
+      return new Informer<T>(kube, {
         resource,
         logger: log,
         transform,
@@ -96,6 +99,7 @@ export class Manager {
         ...(ns ? { namespace: ns } : {}),
         ...(labelSelector ? { labelSelector } : {}),
       });
+    };
     const caches: Caches = {
       sandboxes: informer<Sandbox>(SANDBOXES, transforms.specAndStatus),
       pools: informer<SandboxPool>(POOLS, transforms.specAndStatus),

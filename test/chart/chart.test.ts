@@ -680,11 +680,13 @@ describe("the chart on the cluster", () => {
         });
         if (q.data!.result.length === 0) empty.push(`${p.panel} ${p.refId}`);
       }
-      // Those over what every release has (no pools here, no restarts, no 5xx) show data.
+      // Those over what every release has (no pools here, no 5xx) show data; the informers'
+      // restart counters start at 0.
       for (const title of [
         "Sandboxes by phase A",
         "Reconciles by result A",
         "Work queue depth A",
+        "Informer restarts A",
         "Replicas leading A",
         "Requests by code A",
         "Resident memory A",
