@@ -205,7 +205,7 @@ describe("the rules and the dashboard name only metrics that exist", () => {
     for (const reg of [operatorRegistry, provisioner]) {
       for (const m of await reg.getMetricsAsJSON()) {
         exported.add(m.name);
-        if (m.type === "histogram")
+        if (String(m.type) === "histogram")
           for (const s of ["_bucket", "_sum", "_count"]) exported.add(`${m.name}${s}`);
       }
     }
