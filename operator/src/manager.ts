@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import { ANNOTATION, LABEL, MANAGED_BY } from "./api/labels.ts";
 import { POOLS, SANDBOXES, type Sandbox, type SandboxPool } from "./api/v1alpha1.ts";
 import type { OperatorConfig } from "./config.ts";
+import { Census } from "./census.ts";
 import { type Caches, type Ctx, Expectations, keyOf } from "./context.ts";
 import { Controller } from "./controller/controller.ts";
 import { EventRecorder } from "./kube/events.ts";
@@ -29,6 +30,7 @@ import type { Transform } from "./kube/transforms.ts";
 import { type KObject, Kube, loadKubeConfig, resourceOfPath } from "./kube/rest.ts";
 import {
   apiWrites,
+  countFrom,
   informerRestarts,
   leaderElectionStatus,
   registry,
@@ -85,8 +87,11 @@ export class Manager {
       resource: typeof PODS,
       transform: Transform<T>,
       labelSelector?: string,
-    ) =>
-      new Informer<T>(kube, {
+    ) => {
+      // Every series from 0: the first restart is then an increase Prometheus sees.
+      for (const cause of ["error", "stale"])
+        informerRestarts.inc({ resource: resource.plural, cause }, 0);
+      return new Informer<T>(kube, {
         resource,
         logger: log,
         transform,
@@ -94,6 +99,7 @@ export class Manager {
         ...(ns ? { namespace: ns } : {}),
         ...(labelSelector ? { labelSelector } : {}),
       });
+    };
     const caches: Caches = {
       sandboxes: informer<Sandbox>(SANDBOXES, transforms.specAndStatus),
       pools: informer<SandboxPool>(POOLS, transforms.specAndStatus),
@@ -140,6 +146,11 @@ export class Manager {
       });
     }
     this.#wireEvents(caches);
+    const census = new Census({
+      sandboxes: () => caches.sandboxes.list(),
+      pools: () => caches.pools.list(),
+    });
+    countFrom(() => census.sample());
   }
 
   get isLeader(): boolean {

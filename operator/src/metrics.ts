@@ -3,6 +3,7 @@
  * Go operators work unchanged, plus a few of Sandpit's own. One registry per process.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { type CensusSample, PHASES } from "./census.ts";
 
 export const registry = new Registry();
 collectDefaultMetrics({ register: registry });
@@ -142,3 +143,74 @@ export const sandboxTransitions = new Counter({
   labelNames: ["reason"] as const,
   registers: r,
 });
+
+/**
+ * The census of the caches (census.ts) the gauges below read at each scrape; the manager sets it.
+ * Their namespace label is `sandbox_namespace`: `namespace` is the label Prometheus gives the
+ * operator's own pod, and a scraped label of that name would be renamed.
+ */
+let census: (() => CensusSample) | undefined;
+export function countFrom(sample: (() => CensusSample) | undefined): void {
+  census = sample;
+}
+
+export const sandboxesByPhase = new Gauge({
+  name: "sandpit_sandboxes",
+  help: "Sandboxes in the operator's cache by status.phase (one without a status yet counts as Pending)",
+  labelNames: ["sandbox_namespace", "phase"] as const,
+  registers: r,
+  collect() {
+    this.reset();
+    for (const [ns, counts] of census?.().phases ?? [])
+      for (const phase of PHASES) this.set({ sandbox_namespace: ns, phase }, counts[phase]);
+  },
+});
+export const pendingOldestSeconds = new Gauge({
+  name: "sandpit_sandbox_pending_oldest_seconds",
+  help: "How long the oldest Pending Sandbox of the namespace has been Pending, as this replica saw it (0 when none is)",
+  labelNames: ["sandbox_namespace"] as const,
+  registers: r,
+  collect() {
+    this.reset();
+    for (const [ns, seconds] of census?.().pendingOldestSeconds ?? [])
+      this.set({ sandbox_namespace: ns }, seconds);
+  },
+});
+
+const poolLabels = ["sandbox_namespace", "pool"] as const;
+const poolGauge = (
+  name: string,
+  help: string,
+  value: (p: CensusSample["pools"][number]) => number,
+) =>
+  new Gauge({
+    name,
+    help,
+    labelNames: poolLabels,
+    registers: r,
+    collect() {
+      this.reset();
+      for (const p of census?.().pools ?? [])
+        this.set({ sandbox_namespace: p.namespace, pool: p.pool }, value(p));
+    },
+  });
+export const poolMaxActive = poolGauge(
+  "sandpit_pool_max_active",
+  "A SandboxPool's spec.maxActive: the most Ready sandboxes it runs at once",
+  (p) => p.maxActive,
+);
+export const poolActive = poolGauge(
+  "sandpit_pool_active",
+  "A SandboxPool's status.active: Ready sandboxes counted against maxActive",
+  (p) => p.active,
+);
+export const poolWarm = poolGauge(
+  "sandpit_pool_warm",
+  "A SandboxPool's spec.warm: idle pre-started sandboxes it keeps",
+  (p) => p.warm,
+);
+export const poolWarmReady = poolGauge(
+  "sandpit_pool_warm_ready",
+  "A SandboxPool's status.warmReady: warm sandboxes ready to be claimed",
+  (p) => p.warmReady,
+);

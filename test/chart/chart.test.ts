@@ -10,12 +10,17 @@
  *    API key the chart generated, and a sandbox created through it runs Python and TypeScript;
  *  - `helm upgrade` rolls both Deployments and keeps the generated keys (the API key and the E2B
  *    token key) and the sandbox;
+ *  - a real Prometheus (Debian's, a host process) scrapes both components straight at their
+ *    pods' addresses and loads the chart's rules (rules/sandpit.rules.yaml as the release renders
+ *    them): every target is up, every recording rule and alert evaluates without error, and so
+ *    does every query of the dashboard the release ships in a ConfigMap for Grafana's sidecar;
  *  - `helm uninstall` leaves the CRDs, the sandboxes' namespace and its Sandbox in place.
  *
  * The release watches its own sandbox namespace only (operator.watchNamespace), so it never
  * competes with the operators other suites run at the same time.
  */
 import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import {
   ApiextensionsV1Api,
   AppsV1Api,
@@ -30,6 +35,15 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { createProvider } from "@sandpit/sdk";
 import { waitFor } from "../cluster/harness.ts";
+import {
+  DASHBOARD,
+  dashboardQueries,
+  ensurePrometheus,
+  query,
+  renderRules,
+  startPrometheus,
+  substitute,
+} from "../monitoring/prometheus.ts";
 import { CHART, clusterBin, helmRunner, releaseValues as releaseValuesFor } from "./release.ts";
 
 const log = (line: string) => process.stderr.write(`[chart] ${line}\n`);
@@ -62,6 +76,9 @@ const releaseValues = () =>
     },
     sandboxNs,
   );
+
+/** What this suite's release turns on beyond the shared values: the Grafana dashboard. */
+const monitoringValues = ["--set", "metrics.dashboard.enabled=true"];
 
 type Doc = {
   kind: string;
@@ -204,6 +221,8 @@ describe("the chart, offline", () => {
       "operator.watchNamespace=sandpit-sandboxes,operator.replicas=1",
       "--set-json",
       'sandboxes.tolerations=[{"key":"sandbox","operator":"Exists","effect":"NoSchedule"}]',
+      "--set",
+      "metrics.dashboard.enabled=true",
     );
   });
 
@@ -215,6 +234,8 @@ describe("the chart, offline", () => {
     [["--set", "sandboxes.namespace=Not_A_Name"], /namespace/],
     [["--set", "operator.watchNamespace=elsewhere"], /watchNamespace/],
     [["--set", "metrics.serviceMonitor.enabled=true"], /ServiceMonitor/],
+    [["--set", "metrics.prometheusRule.enabled=true"], /PrometheusRule CRD/],
+    [["--set", "metrics.prometheusRule.thresholds.poolActiveRatio=2"], /poolActiveRatio/],
     [["--set", "provisioner.e2b.domain=Not_A_Domain"], /e2b\/domain|domain/],
     [["--set", "provisioner.ingress.enabled=true"], /needs provisioner\.ingress\.host or/],
     [
@@ -434,6 +455,7 @@ describe("the chart on the cluster", () => {
       "--timeout",
       "5m",
       ...releaseValues(),
+      ...monitoringValues,
     );
     installed = true;
     log(`installed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
@@ -509,6 +531,177 @@ describe("the chart on the cluster", () => {
     expect(await podLogs("provisioner", 1000)).not.toMatch(/forbidden/i);
   }, 600_000);
 
+  it("is watched by a real Prometheus: both components' targets up, every rule and dashboard query evaluates", async () => {
+    expect(installed, "needs the install above").toBe(true);
+    await ensurePrometheus(log);
+    const operatorJob = `${fullname}-operator-metrics`;
+    const provisionerJob = `${fullname}-provisioner-metrics`;
+
+    // The dashboard, for Grafana's sidecar: the chart's file as it is, labelled for the sidecar.
+    const cm = await core.readNamespacedConfigMap({
+      name: `${fullname}-dashboard`,
+      namespace: systemNs,
+    });
+    expect(cm.metadata!.labels).toMatchObject({ grafana_dashboard: "1" });
+    expect(JSON.parse(cm.data!["sandpit.json"]!)).toEqual(
+      JSON.parse(await readFile(DASHBOARD, "utf8")),
+    );
+
+    // The pods, reached at their addresses from this host (ports as the chart names them).
+    const targets = async (component: string, port: number) => {
+      const pods = await core.listNamespacedPod({
+        namespace: systemNs,
+        labelSelector: `app.kubernetes.io/name=sandpit-${component}`,
+      });
+      const ips = pods.items
+        .filter((p) => !p.metadata!.deletionTimestamp && p.status?.podIP)
+        .map((p) => `${p.status!.podIP}:${port}`);
+      expect(ips, `${component} pods with an address`).toHaveLength(2);
+      return ips;
+    };
+    const scrape = (job: string, addresses: string[]) => ({
+      job_name: job,
+      static_configs: [{ targets: addresses, labels: { namespace: systemNs } }],
+    });
+    // JSON is YAML: the config as Prometheus reads it.
+    const config = JSON.stringify({
+      global: { scrape_interval: "2s", evaluation_interval: "2s", scrape_timeout: "2s" },
+      rule_files: ["rules.yaml"],
+      scrape_configs: [
+        scrape(operatorJob, await targets("operator", 8081)),
+        scrape(provisionerJob, await targets("provisioner", 9090)),
+      ],
+    });
+    // The rules as this release renders them: their selectors name its two jobs.
+    const rules = await renderRules(helm, release, systemNs);
+    const prom = await startPrometheus({
+      config,
+      rules: JSON.stringify(rules),
+      lifetimeMs: 300_000,
+    });
+    try {
+      const api = async <T>(path: string): Promise<T> => {
+        const res = await fetch(`${prom.url}${path}`, { signal: AbortSignal.timeout(5_000) });
+        const body = (await res.json()) as { status: string; data: T };
+        expect(body.status, path).toBe("success");
+        return body.data;
+      };
+      type Target = { labels: { job: string }; health: string; lastError: string };
+      const up = await waitFor("all four targets up", 60_000, async () => {
+        const t = await api<{ activeTargets: Target[] }>("/api/v1/targets");
+        return t.activeTargets.length === 4 && t.activeTargets.every((x) => x.health === "up")
+          ? t.activeTargets
+          : undefined;
+      }).catch(async (err: unknown) => {
+        const t = await api<{ activeTargets: Target[] }>("/api/v1/targets");
+        throw new Error(`${String(err)}: ${JSON.stringify(t.activeTargets)}`, { cause: err });
+      });
+      expect(up.map((t) => t.labels.job).sort()).toEqual([
+        operatorJob,
+        operatorJob,
+        provisionerJob,
+        provisionerJob,
+      ]);
+
+      // Every rule evaluated, twice over, after the targets were up: health ok, no error.
+      type Rule = {
+        name: string;
+        query: string;
+        health: string;
+        lastError?: string;
+        lastEvaluation: string;
+      };
+      const since = Date.now();
+      const loaded = await waitFor(
+        "every rule evaluated after the targets were up",
+        60_000,
+        async () => {
+          const d = await api<{ groups: { name: string; rules: Rule[] }[] }>("/api/v1/rules");
+          const all = d.groups.flatMap((g) => g.rules);
+          return all.length > 0 && all.every((r) => Date.parse(r.lastEvaluation) > since + 4_000)
+            ? all
+            : undefined;
+        },
+      );
+      const expected = rules.groups.flatMap((g) => g.rules.map((r) => r.record ?? r.alert));
+      expect(loaded.map((r) => r.name).sort()).toEqual(expected.sort());
+      for (const r of loaded) {
+        expect({ rule: r.name, health: r.health, error: r.lastError ?? "" }).toEqual({
+          rule: r.name,
+          health: "ok",
+          error: "",
+        });
+      }
+      // Each expression through the query API, as an operator's ad-hoc query would run it.
+      for (const g of rules.groups) {
+        for (const r of g.rules) {
+          const q = await query(prom.url, r.expr);
+          expect({ rule: r.record ?? r.alert, status: q.status, error: q.error }).toEqual({
+            rule: r.record ?? r.alert,
+            status: "success",
+            error: undefined,
+          });
+        }
+      }
+      // What the cluster holds, through the new gauges and the counters: the install's one
+      // sandbox, its start, one leader, the provisioner's create.
+      const value = async (expr: string) => {
+        const q = await query(prom.url, expr);
+        expect(q.status, `${expr}: ${q.error}`).toBe("success");
+        expect(q.data!.result, expr).toHaveLength(1);
+        return Number(q.data!.result[0]!.value[1]);
+      };
+      expect(await value(`sum(sandpit:sandboxes:max{sandbox_namespace="${sandboxNs}"})`)).toBe(1);
+      expect(
+        await value(`sum(sandpit_sandbox_ready_seconds_count{job="${operatorJob}"})`),
+      ).toBeGreaterThanOrEqual(1);
+      expect(await value(`sum(leader_election_master_status{job="${operatorJob}"})`)).toBe(1);
+      expect(
+        await value(
+          `sum(sandpit_provisioner_requests_total{job="${provisionerJob}", route="/v1/sandboxes", method="POST"})`,
+        ),
+      ).toBeGreaterThanOrEqual(1);
+      // A healthy release raises nothing.
+      const firing = await query(prom.url, 'ALERTS{alertstate="firing"}');
+      expect(firing.data!.result).toEqual([]);
+
+      // Every query of every dashboard panel, with Grafana's variables as it fills them in.
+      const panels = await dashboardQueries();
+      expect(panels.length).toBeGreaterThan(20);
+      const vars = { operator: operatorJob, provisioner: provisionerJob };
+      const empty: string[] = [];
+      for (const p of panels) {
+        const q = await query(prom.url, substitute(p.expr, vars));
+        expect({ panel: p.panel, refId: p.refId, status: q.status, error: q.error }).toEqual({
+          panel: p.panel,
+          refId: p.refId,
+          status: "success",
+          error: undefined,
+        });
+        if (q.data!.result.length === 0) empty.push(`${p.panel} ${p.refId}`);
+      }
+      // Those over what every release has (no pools here, no 5xx) show data; the informers'
+      // restart counters start at 0.
+      for (const title of [
+        "Sandboxes by phase A",
+        "Reconciles by result A",
+        "Work queue depth A",
+        "Informer restarts A",
+        "Replicas leading A",
+        "Requests by code A",
+        "Resident memory A",
+        "Resident memory B",
+      ])
+        expect(empty, `${title} has data`).not.toContain(title);
+    } catch (err) {
+      throw new Error(`${String(err)}\n--- prometheus log\n${(await prom.log()).slice(-4000)}`, {
+        cause: err,
+      });
+    } finally {
+      await prom.stop();
+    }
+  }, 300_000);
+
   it("upgrades: both Deployments roll without refusing a request, the key and the sandbox stay", async () => {
     expect(installed, "needs the install above").toBe(true);
     const before = await apps.readNamespacedDeployment({
@@ -527,6 +720,7 @@ describe("the chart on the cluster", () => {
       "--timeout",
       "5m",
       ...releaseValues(),
+      ...monitoringValues,
       "--set",
       "operator.logLevel=debug,provisioner.logLevel=debug",
     );

@@ -13,6 +13,9 @@
 # Progress and timings go to stderr; the last line on stdout is the bin
 # directory, so callers can do BIN="$(test/cluster/build.sh)".
 #
+# Arguments: names of binaries to build, e.g. `build.sh helm` (a test that renders the chart
+# needs no cluster); none builds them all, and the extras (kube-router, CoreDNS, ...) too.
+#
 # Environment:
 #   SANDPIT_CLUSTER_CACHE  cache root (see above)
 #   SANDPIT_CLUSTER_JOBS   go build -p (default 2)
@@ -144,6 +147,20 @@ extras() {
     github.com/traefik/traefik/v3/pkg/version.Version
   own hostpath-provisioner
 }
+
+only=("$@")
+if ((${#only[@]})); then
+  chosen=()
+  for want in "${only[@]}"; do
+    found=
+    for t in "${targets[@]}"; do
+      [[ "${t%%|*}" == "$want" ]] && chosen+=("$t") && found=1
+    done
+    [[ -n "$found" ]] || die "no binary named '$want' (known: $(printf '%s ' "${targets[@]%%|*}"))"
+  done
+  targets=("${chosen[@]}")
+  extras() { :; }
+fi
 
 missing=()
 for t in "${targets[@]}"; do
