@@ -206,20 +206,22 @@ function drain(req: IncomingMessage): Promise<void> {
 
 /**
  * A JSON request body (an object or an array), refused past `limit` bytes (413), when it is not
- * JSON (400) or not declared `application/json` (415). Undefined when there is none or it is
- * empty (the route's schema then sees `{}`).
+ * JSON (400) or not declared `application/json` or `application/<x>+json` (415, as the
+ * provisioner refuses it). Undefined when there is none or it is empty (the route's schema then
+ * sees `{}`).
  */
 export async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
   const type = req.headers["content-type"];
-  const json = (type ?? "").split(";", 1)[0]!.trim().toLowerCase() === "application/json";
+  const media = (type ?? "").split(";", 1)[0]!.trim().toLowerCase();
+  const json = media === "application/json" || /^application\/[^/]+\+json$/.test(media);
   // A body of another type is refused before it is read; one without a type, once it is not empty.
-  if (type !== undefined && !json && hasBody(req)) throw notJson();
+  if (type !== undefined && !json && hasBody(req)) throw notJson(type);
   const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(type ?? "")?.[1]?.toLowerCase() ?? "utf-8";
   if (charset !== "utf-8" && charset !== "utf-16le" && charset !== "utf-16be")
     throw new SandboxdError("INVALID_ARGUMENT", `unsupported charset "${charset.toUpperCase()}"`);
   const raw = await readRaw(req, limit);
   if (!raw?.length) return undefined;
-  if (!json) throw notJson();
+  if (!json) throw notJson("none");
   // TextDecoder drops a byte order mark, as JSON.parse would not.
   const text = new TextDecoder(charset).decode(raw);
   const first = /\S/.exec(text)?.[0];
@@ -232,8 +234,9 @@ export async function readJson(req: IncomingMessage, limit: number): Promise<unk
   }
 }
 
-const notJson = () =>
-  new HttpError(415, "INVALID_ARGUMENT", "request body must be application/json");
+/** The provisioner's words for the same refusal (provisioner/src/api/json-body.ts). */
+const notJson = (type: string) =>
+  new HttpError(415, "INVALID_ARGUMENT", `the body must be application/json, got ${type}`);
 
 /** Answers `body` as JSON with `status`; a GET or HEAD whose If-None-Match names it gets 304. */
 export function sendJson(res: Res, body: unknown, status = 200): void {

@@ -190,6 +190,7 @@ describe("requests and answers", () => {
       [{ ...JSON_TYPE, "content-encoding": "gzip" }, gzipSync('{"command":"a"}'), false],
       [{ "content-type": "Application/JSON; charset=UTF-8" }, '{"command":"a"}', false],
       [JSON_TYPE, '\ufeff {"command":"a"}', false],
+      [{ "content-type": "application/vnd.sandpit+json" }, '{"command":"a"}', false],
     ];
     for (const [headers, body, chunked] of cases) {
       const res = await run(headers, body, chunked);
