@@ -124,11 +124,11 @@ export class HttpError extends SandboxdError {
 
 const tooLarge = () => new SandboxdError("PAYLOAD_TOO_LARGE", "request body is too large");
 
-/** Whether the request carries a body at all (a length, even 0, or a chunked encoding). */
+/** Whether the request carries bytes: a chunked body, or a length but 0 (as the provisioner). */
 function hasBody(req: IncomingMessage): boolean {
-  return (
-    req.headers["transfer-encoding"] !== undefined || req.headers["content-length"] !== undefined
-  );
+  if (req.headers["transfer-encoding"] !== undefined) return true;
+  const length = req.headers["content-length"];
+  return length !== undefined && length !== "0";
 }
 
 /**
@@ -174,6 +174,10 @@ export async function readRaw(req: IncomingMessage, limit: number): Promise<Buff
       });
       source.once("end", resolve);
       source.once("error", reject);
+      // Closed before its end (after it, this is a no-op): the client went away.
+      source.once("close", () =>
+        reject(Object.assign(new Error("aborted"), { code: "ECONNRESET" })),
+      );
     });
   } catch (err) {
     source.removeAllListeners("data");

@@ -228,11 +228,34 @@ describe("requests and answers", () => {
     }
   });
 
-  it("takes no body, or an empty one, as an empty object", async () => {
-    for (const res of [await run({}), await run(JSON_TYPE, ""), await run({}, "", true)]) {
+  it("takes no body, or an empty one of any type, as an empty object", async () => {
+    const empty = [
+      await run({}),
+      await run(JSON_TYPE, ""),
+      await run({}, "", true),
+      await run({ "content-type": "text/plain" }, ""),
+    ];
+    for (const res of empty) {
       expect(res.status).toBe(400);
       expect((res.json().error as { message: string }).message).toMatch(/^command: /);
     }
+  });
+
+  it("survives a client that hangs up mid-body", async () => {
+    for (const path of ["/v1/commands/run", "/v1/processes/1/stdin"]) {
+      await new Promise<void>((resolve) => {
+        const req = request({
+          host: "127.0.0.1",
+          port,
+          method: "POST",
+          path,
+          headers: { ...auth, ...JSON_TYPE, "content-length": "1000" },
+        });
+        req.on("error", () => resolve());
+        req.write('{"command":', () => setTimeout(() => req.destroy(), 50));
+      });
+    }
+    expect((await call(port, "GET", "/healthz")).status).toBe(200);
   });
 
   it("answers AIO routes' refusals in AIO's envelope", async () => {
