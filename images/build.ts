@@ -184,7 +184,7 @@ export async function nodeAndNpm(): Promise<{
 }
 
 /**
- * sandboxd as one ESM file with express, zod, pino and ws inside. Some of their CommonJS code
+ * sandboxd as one ESM file with zod, pino and ws inside. Some of their CommonJS code
  * calls `require` for Node built-ins, which an ESM bundle lacks, hence the createRequire banner.
  * node-pty stays outside: it loads its native addon relative to its own files, so it ships as a
  * package next to the bundle (ptyFiles), where the bundle's `import "node-pty"` finds it.

@@ -4,22 +4,28 @@
  * an AIO route, whatever produced it: validation, the token check, a body too large, an unknown
  * route under an AIO prefix.
  */
-import type { Request, RequestHandler, Response } from "express";
 import type * as z from "zod";
+import { sendJson, type Req, type Res } from "./http.ts";
 import { SandboxdError, type ErrorBody } from "./protocol.ts";
 
-export type JsonParser = RequestHandler;
+/** Reads a request's JSON body (bounded; see http.ts). */
+export type JsonReader = (req: Req) => Promise<unknown>;
 
-export function ok(res: Response, data: unknown, message = "ok"): void {
-  res.json({ success: true, message, data });
+export function ok(res: Res, data: unknown, message = "ok"): void {
+  sendJson(res, { success: true, message, data });
 }
 
-export function sendAioError(res: Response, status: number, error: ErrorBody): void {
-  res.status(status).json({ success: false, message: error.message, data: null, error });
+export function sendAioError(res: Res, status: number, error: ErrorBody): void {
+  sendJson(res, { success: false, message: error.message, data: null, error }, status);
 }
 
-export function body<T extends z.ZodType>(schema: T, req: Request): z.infer<T> {
-  return parse(schema, req.body);
+/** A request's JSON body through `schema`. */
+export async function body<T extends z.ZodType>(
+  schema: T,
+  req: Req,
+  json: JsonReader,
+): Promise<z.infer<T>> {
+  return parse(schema, await json(req));
 }
 
 /** Validates a request's fields, with the first problem as the message. */

@@ -10,7 +10,6 @@
  * request waits for it, after a day when it was started with `async_mode`.
  */
 import { randomUUID } from "node:crypto";
-import type { Router } from "express";
 import * as z from "zod";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
@@ -28,7 +27,8 @@ import {
   type ShellSession,
   type ShellSessions,
 } from "./shell-sessions.ts";
-import { body, ok, truncateMiddle, type JsonParser } from "./aio-envelope.ts";
+import { body, ok, truncateMiddle, type JsonReader } from "./aio-envelope.ts";
+import type { Routes } from "./http.ts";
 
 const MAX_SECONDS = 24 * 3600;
 const ASYNC_HARD_TIMEOUT_MS = MAX_SECONDS * 1000;
@@ -119,8 +119,8 @@ const SHELL_STATUS: Record<CommandStatus, string> = {
 };
 
 export function shellRoutes(
-  r: Router,
-  o: { files: PathJail; executor: Executor; sessions: ShellSessions; json: JsonParser },
+  r: Routes,
+  o: { files: PathJail; executor: Executor; sessions: ShellSessions; json: JsonReader },
 ): void {
   const { files, executor, sessions, json } = o;
 
@@ -172,8 +172,8 @@ export function shellRoutes(
 
   // ---- /v1/shell ----
 
-  r.post("/v1/shell/exec", json, async (req, res) => {
-    const b = body(ShellExec, req);
+  r.post("/v1/shell/exec", async (req, res) => {
+    const b = await body(ShellExec, req, json);
     const cwd = await dir(b.exec_dir);
     const s = sessions.open(b.id ?? DEFAULT_SESSION, {
       combined: true,
@@ -195,8 +195,8 @@ export function shellRoutes(
     ok(res, shellResult(s, cmd, limit, outcome === "quiet"));
   });
 
-  r.post("/v1/shell/view", json, (req, res) => {
-    const s = sessions.need(body(ShellId, req).id);
+  r.post("/v1/shell/view", async (req, res) => {
+    const s = sessions.need((await body(ShellId, req, json)).id);
     const cmd = s.latest;
     if (!cmd) {
       ok(res, { output: "", session_id: s.id, console: [], status: "completed", exit_code: null });
@@ -205,16 +205,16 @@ export function shellRoutes(
     ok(res, shellResult(s, cmd, null));
   });
 
-  r.post("/v1/shell/wait", json, async (req, res) => {
-    const b = body(ShellWait, req);
+  r.post("/v1/shell/wait", async (req, res) => {
+    const b = await body(ShellWait, req, json);
     const s = sessions.need(b.id);
     const secs = Math.min(b.seconds ?? b.max_wait_seconds ?? 60, b.max_wait_seconds ?? Infinity);
     if (s.latest) await s.latest.settled(secs * 1000);
     ok(res, { status: s.latest ? SHELL_STATUS[s.latest.status] : "completed" });
   });
 
-  r.post("/v1/shell/kill", json, async (req, res) => {
-    const s = sessions.need(body(ShellId, req).id);
+  r.post("/v1/shell/kill", async (req, res) => {
+    const s = sessions.need((await body(ShellId, req, json)).id);
     await s.kill("SIGKILL");
     const cmd = s.latest;
     ok(res, {
@@ -224,23 +224,24 @@ export function shellRoutes(
     });
   });
 
-  r.post("/v1/shell/write", json, () => {
+  r.post("/v1/shell/write", async (req) => {
+    await json(req);
     throw new SandboxdError(
       "INVALID_ARGUMENT",
       "sandboxd runs session commands with stdin from /dev/null: pipe input in the command instead",
     );
   });
 
-  r.post("/v1/shell/sessions/create", json, async (req, res) => {
-    const b = body(ShellCreate, req);
+  r.post("/v1/shell/sessions/create", async (req, res) => {
+    const b = await body(ShellCreate, req, json);
     const cwd = (await dir(b.exec_dir)) ?? (await home());
     const s = sessions.open(b.id ?? randomUUID(), { combined: true, cwd });
     if (b.no_change_timeout) s.noChangeTimeoutS = b.no_change_timeout;
     ok(res, { session_id: s.id, working_dir: virtualCwd(s) });
   });
 
-  r.post("/v1/shell/sessions/update", json, (req, res) => {
-    const b = body(ShellUpdate, req);
+  r.post("/v1/shell/sessions/update", async (req, res) => {
+    const b = await body(ShellUpdate, req, json);
     sessions.need(b.id).noChangeTimeoutS = b.no_change_timeout ?? undefined;
     ok(res, null, "session updated");
   });
@@ -317,8 +318,8 @@ export function shellRoutes(
     };
   }
 
-  r.post("/v1/bash/exec", json, async (req, res) => {
-    const b = body(BashExec, req);
+  r.post("/v1/bash/exec", async (req, res) => {
+    const b = await body(BashExec, req, json);
     const cwd = await dir(b.exec_dir);
     // Without a session id the command gets a shell of its own, closed when it ends: per-command
     // variables (DeerFlow's secrets) never outlive it.
@@ -339,8 +340,8 @@ export function shellRoutes(
     ok(res, bashResult(cmd, b.max_output_length ?? BASH_MAX_OUTPUT));
   });
 
-  r.post("/v1/bash/output", json, async (req, res) => {
-    const b = body(BashOutput, req);
+  r.post("/v1/bash/output", async (req, res) => {
+    const b = await body(BashOutput, req, json);
     const cmd = sessions.command(b.session_id, b.command_id ?? undefined);
     const offset = b.offset ?? 0;
     const errOffset = b.stderr_offset ?? 0;
@@ -367,8 +368,8 @@ export function shellRoutes(
     });
   });
 
-  r.post("/v1/bash/kill", json, async (req, res) => {
-    const b = body(BashKill, req);
+  r.post("/v1/bash/kill", async (req, res) => {
+    const b = await body(BashKill, req, json);
     const s = sessions.get(b.session_id);
     const cmd = sessions.command(b.session_id);
     if (s && !cmd.finished) await s.kill(b.signal ?? "SIGTERM");
@@ -379,7 +380,8 @@ export function shellRoutes(
     );
   });
 
-  r.post("/v1/bash/write", json, () => {
+  r.post("/v1/bash/write", async (req) => {
+    await json(req);
     throw new SandboxdError(
       "INVALID_ARGUMENT",
       "sandboxd runs session commands with stdin from /dev/null: pipe input in the command instead",
@@ -390,8 +392,8 @@ export function shellRoutes(
     ok(res, sessions.list().map(bashSessionInfo));
   });
 
-  r.post("/v1/bash/sessions/create", json, async (req, res) => {
-    const b = body(BashCreate, req);
+  r.post("/v1/bash/sessions/create", async (req, res) => {
+    const b = await body(BashCreate, req, json);
     if (b.snapshot_path) {
       throw new SandboxdError("INVALID_ARGUMENT", "snapshot_path is not supported by sandboxd");
     }

@@ -13,7 +13,6 @@ import { arch, release, userInfo } from "node:os";
 import { posix } from "node:path";
 import { PassThrough, Readable } from "node:stream";
 import { randomUUID } from "node:crypto";
-import express, { type Request, type Router } from "express";
 import * as z from "zod";
 import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
@@ -21,6 +20,7 @@ import type { PathJail, JailPath } from "./jail.ts";
 import { FlatJsonStream } from "./json-stream.ts";
 import { MAX_SOURCE_BYTES, SandboxdError } from "./protocol.ts";
 import { body, ok, parse } from "./aio-envelope.ts";
+import { readJson, sendJson, type Req, type Routes } from "./http.ts";
 import { shellRoutes } from "./aio-shell.ts";
 import { compilePattern, globEntries, globToRegExp, grepFiles } from "./search.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
@@ -113,10 +113,9 @@ export interface AioOptions {
   version: string;
 }
 
-export function aioRouter(o: AioOptions): Router {
+export function aioRoutes(r: Routes, o: AioOptions): void {
   const { jail, files, executor, sessions, version } = o;
-  const r = express.Router();
-  const json = express.json({ limit: MAX_SOURCE_BYTES + 64 * 1024 });
+  const json = (req: Req) => readJson(req, MAX_SOURCE_BYTES + 64 * 1024);
 
   r.get("/v1/sandbox", async (_req, res) => {
     const interp = await executor.interpreters();
@@ -158,13 +157,13 @@ export function aioRouter(o: AioOptions): Router {
       },
     };
     // agent-sandbox's SandboxResponse reads these at the top level; `data` keeps older readers working.
-    res.json({ success: true, message: "ok", data: context, ...context });
+    sendJson(res, { success: true, message: "ok", data: context, ...context });
   });
 
   shellRoutes(r, { files, executor, sessions, json });
 
-  r.post("/v1/file/read", json, async (req, res) => {
-    const b = body(FileRead, req);
+  r.post("/v1/file/read", async (req, res) => {
+    const b = await body(FileRead, req, json);
     const p = files.resolve(b.file);
     const { fh } = await files.openFileForRead(p);
     let content: string;
@@ -202,8 +201,8 @@ export function aioRouter(o: AioOptions): Router {
     }
   });
 
-  r.post("/v1/file/list", json, async (req, res) => {
-    const b = body(FileList, req);
+  r.post("/v1/file/list", async (req, res) => {
+    const b = await body(FileList, req, json);
     const depth = b.recursive ? (b.max_depth ?? 32) : 1;
     const root = files.resolve(b.path);
     const { entries, truncated } = await files.list(root, depth);
@@ -234,16 +233,16 @@ export function aioRouter(o: AioOptions): Router {
     });
   });
 
-  r.post("/v1/file/find", json, async (req, res) => {
-    const b = body(FileFind, req);
+  r.post("/v1/file/find", async (req, res) => {
+    const b = await body(FileFind, req, json);
     const root = files.resolve(b.path);
     const { entries } = await globEntries(files, root, b.glob, Infinity);
     const found = entries.filter((e) => e.type === "file").map((e) => e.path);
     ok(res, { path: root.virtual, files: found });
   });
 
-  r.post("/v1/file/grep", json, async (req, res) => {
-    const b = body(FileGrep, req);
+  r.post("/v1/file/grep", async (req, res) => {
+    const b = await body(FileGrep, req, json);
     const root = files.resolve(b.path);
     const pattern = compilePattern(b.pattern, {
       literal: b.fixed_strings,
@@ -291,7 +290,8 @@ export function aioRouter(o: AioOptions): Router {
   r.get("/v1/file/download", async (req, res) => {
     const p = files.resolve(req.query.path);
     const { fh, size } = await files.openFileForRead(p);
-    res.status(200).type("application/octet-stream");
+    res.statusCode = 200;
+    res.setHeader("Content-Type", "application/octet-stream");
     res.setHeader("Content-Length", String(size));
     res.setHeader(
       "Content-Disposition",
@@ -301,8 +301,6 @@ export function aioRouter(o: AioOptions): Router {
     stream.on("error", (err) => res.destroy(err));
     stream.pipe(res);
   });
-
-  return r;
 }
 
 /**
@@ -311,7 +309,7 @@ export function aioRouter(o: AioOptions): Router {
  * Nothing holds the body in memory.
  */
 async function stageWriteBody(
-  req: Request,
+  req: Req,
   jail: PathJail,
 ): Promise<{ fields: Record<string, unknown>; staged: JailPath }> {
   const tooLarge = () =>

@@ -4,9 +4,9 @@
  * every native route: each path, both ends of a move included, is resolved by the jail.
  */
 import { posix } from "node:path";
-import express, { type Router } from "express";
 import type { Logger } from "pino";
 import { parse } from "./aio-envelope.ts";
+import { readJson, sendJson, startStream, type Req, type Routes } from "./http.ts";
 import type { PathJail } from "./jail.ts";
 import {
   GlobRequest,
@@ -28,28 +28,27 @@ const DEFAULT_GREP_MATCHES = 1000;
 /** A watch whose client reads this far behind is ended rather than buffered without bound. */
 const WATCH_BACKLOG_BYTES = 4 * MiB;
 
-export function filesRouter(o: { jail: PathJail; logger: Logger }): Router {
+export function filesRoutes(r: Routes, o: { jail: PathJail; logger: Logger }): void {
   const { jail, logger } = o;
-  const r = express.Router();
-  const json = express.json({ limit: 64 * 1024 });
+  const json = (req: Req) => readJson(req, 64 * 1024);
   const watches = new WatchLimit();
 
-  r.post("/v1/files/rename", json, async (req, res) => {
-    const b = parse(RenameRequest, req.body);
+  r.post("/v1/files/rename", async (req, res) => {
+    const b = parse(RenameRequest, await json(req));
     const from = jail.resolve(b.from);
     const to = jail.resolve(b.to);
     await jail.rename(from, to);
-    res.json({ from: from.virtual, to: to.virtual });
+    sendJson(res, { from: from.virtual, to: to.virtual });
   });
 
   r.post("/v1/files/append", async (req, res) => {
     const p = jail.resolve(req.query.path);
     const size = await jail.append(p, req);
-    res.json({ path: p.virtual, size });
+    sendJson(res, { path: p.virtual, size });
   });
 
-  r.post("/v1/files/glob", json, async (req, res) => {
-    const b = parse(GlobRequest, req.body);
+  r.post("/v1/files/glob", async (req, res) => {
+    const b = parse(GlobRequest, await json(req));
     let cwd = jail.resolve(b.cwd ?? jail.defaultDir);
     let pattern = b.pattern;
     if (pattern.startsWith("/")) {
@@ -65,11 +64,11 @@ export function filesRouter(o: { jail: PathJail; logger: Logger }): Router {
     }
     const { entries, truncated } = await globEntries(jail, cwd, pattern, b.limit ?? Infinity);
     const body: GlobResponse = { paths: entries.map((e) => e.path), truncated };
-    res.json(body);
+    sendJson(res, body);
   });
 
-  r.post("/v1/files/grep", json, async (req, res) => {
-    const b = parse(GrepRequest, req.body);
+  r.post("/v1/files/grep", async (req, res) => {
+    const b = parse(GrepRequest, await json(req));
     const result = await grepFiles(jail, jail.resolve(b.path ?? jail.defaultDir), {
       pattern: compilePattern(b.pattern, b),
       include: b.glob ? [globToRegExp(b.glob)] : [],
@@ -80,7 +79,7 @@ export function filesRouter(o: { jail: PathJail; logger: Logger }): Router {
       matches: result.hits.map(({ path, line, text }) => ({ path, line, text })),
       truncated: result.truncated || result.walkTruncated,
     };
-    res.json(body);
+    sendJson(res, body);
   });
 
   // NDJSON, one event a line, until the client hangs up. The status line goes out only once the
@@ -117,11 +116,8 @@ export function filesRouter(o: { jail: PathJail; logger: Logger }): Router {
     }
     if (gone) return watch.close();
     res.once("close", () => watch?.close());
-    res.status(200).type("application/x-ndjson");
-    res.flushHeaders();
+    startStream(res, "application/x-ndjson");
   });
-
-  return r;
 }
 
 function errorBody(err: unknown, logger: Logger): ErrorBody {

@@ -116,7 +116,7 @@ export async function startSandboxd(o: {
     onDrained,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
-  const server = createServer(app);
+  const server = createServer(app.handle);
   attachUpgrades(
     server,
     gate,

@@ -4,7 +4,16 @@
  * the end for new output only, then live, then the exit), stdin in chunks, close stdin, signal. Behind the same token as every native route.
  */
 import type { Terminals } from "./ptys.ts";
-import express, { type Request, type Response } from "express";
+import {
+  readJson,
+  readRaw,
+  sendEmpty,
+  sendJson,
+  startStream,
+  type Req,
+  type Res,
+  type Routes,
+} from "./http.ts";
 import type { BackgroundProcess, ProcessTable } from "./processes.ts";
 import {
   MAX_STDIN_BYTES,
@@ -19,25 +28,22 @@ import { parse, wantsNdjson } from "./request-input.ts";
  * `terminals` are listed beside the processes (`pty: true`), as `commands.list()` promises;
  * everything else about them is on their own routes (pty-routes.ts).
  */
-export function processesRouter(table: ProcessTable, terminals: Terminals): express.Router {
-  const r = express.Router();
-  const json = express.json({ limit: 2 * MAX_STDIN_BYTES });
-  // stdin is raw bytes, whatever the content type says.
-  const raw = express.raw({ type: () => true, limit: MAX_STDIN_BYTES });
+export function processesRoutes(r: Routes, table: ProcessTable, terminals: Terminals): void {
+  const json = (req: Req) => readJson(req, 2 * MAX_STDIN_BYTES);
 
-  r.post("/v1/processes", json, async (req, res) => {
-    const proc = await table.start(parse(StartProcessRequest, req.body));
+  r.post("/v1/processes", async (req, res) => {
+    const proc = await table.start(parse(StartProcessRequest, await json(req)));
     // Streamed, the answer is the output from the start, so one request starts and reads.
     if (wantsNdjson(req)) streamOutput(proc, 0, res);
-    else res.status(201).json(proc.entry());
+    else sendJson(res, proc.entry(), 201);
   });
 
   r.get("/v1/processes", (_req, res) => {
-    res.json({ processes: [...table.list().map((p) => p.entry()), ...terminals.list()] });
+    sendJson(res, { processes: [...table.list().map((p) => p.entry()), ...terminals.list()] });
   });
 
   r.get("/v1/processes/:pid", (req, res) => {
-    res.json(table.get(pid(req)).entry());
+    sendJson(res, table.get(pid(req)).entry());
   });
 
   r.get("/v1/processes/:pid/output", (req, res) => {
@@ -45,26 +51,25 @@ export function processesRouter(table: ProcessTable, terminals: Terminals): expr
     streamOutput(proc, offset(req, proc), res);
   });
 
-  r.post("/v1/processes/:pid/stdin", raw, (req, res) => {
-    const body: unknown = req.body;
-    table.writeStdin(pid(req), Buffer.isBuffer(body) ? body : Buffer.alloc(0));
-    res.status(204).end();
+  // stdin is raw bytes, whatever the content type says.
+  r.post("/v1/processes/:pid/stdin", async (req, res) => {
+    const body = await readRaw(req, MAX_STDIN_BYTES);
+    table.writeStdin(pid(req), body ?? Buffer.alloc(0));
+    sendEmpty(res);
   });
 
   r.post("/v1/processes/:pid/stdin/close", (req, res) => {
     table.closeStdin(pid(req));
-    res.status(204).end();
+    sendEmpty(res);
   });
 
-  r.post("/v1/processes/:pid/signal", json, (req, res) => {
-    const { signal } = parse(SignalProcessRequest, req.body);
-    res.json({ delivered: table.signal(pid(req), signal) });
+  r.post("/v1/processes/:pid/signal", async (req, res) => {
+    const { signal } = parse(SignalProcessRequest, await json(req));
+    sendJson(res, { delivered: table.signal(pid(req), signal) });
   });
-
-  return r;
 }
 
-function pid(req: Request): number {
+function pid(req: Req): number {
   const text = String(req.params.pid);
   if (!/^[1-9]\d{0,9}$/.test(text))
     throw new SandboxdError("INVALID_ARGUMENT", `pid must be a positive integer, not ${text}`);
@@ -72,7 +77,7 @@ function pid(req: Request): number {
 }
 
 /** `?offset=`: a byte offset of the combined output (default 0), or `end`: new output only. */
-function offset(req: Request, proc: BackgroundProcess): number {
+function offset(req: Req, proc: BackgroundProcess): number {
   const text = req.query.offset;
   if (text === undefined) return 0;
   // The end as it is now: the reader follows from the moment it attaches.
@@ -95,9 +100,8 @@ function offset(req: Request, proc: BackgroundProcess): number {
  * makes sandboxd buffer more than the ring, it is told what it missed instead (`dropped`).
  * Closing the connection detaches the reader and nothing else.
  */
-function streamOutput(proc: BackgroundProcess, from: number, res: Response): void {
-  res.status(200).type("application/x-ndjson");
-  res.flushHeaders();
+function streamOutput(proc: BackgroundProcess, from: number, res: Res): void {
+  startStream(res, "application/x-ndjson");
   const send = (event: ProcessStreamEvent) => res.write(JSON.stringify(event) + "\n");
   const droppedBytes = Math.max(0, proc.ring.start - from);
   send({ stream: "attached", pid: proc.pid, offset: from, droppedBytes });

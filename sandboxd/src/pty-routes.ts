@@ -5,7 +5,7 @@
  * bearer token as every route: the HTTP ones through the app's gate, the WebSocket through the
  * upgrade dispatcher (upgrades.ts).
  */
-import express, { type Request, Router } from "express";
+import { readJson, readRaw, sendEmpty, sendJson, type Req, type Routes } from "./http.ts";
 import type { RawData, WebSocket, WebSocketServer } from "ws";
 import type { Terminals } from "./ptys.ts";
 import {
@@ -22,45 +22,40 @@ import { parse } from "./request-input.ts";
 /** Largest input accepted in one HTTP call or one WebSocket frame. */
 const MAX_INPUT_BYTES = 1024 * 1024;
 
-export function ptyRouter(terminals: Terminals): Router {
-  const router = Router();
-  const json = express.json({ limit: 64 * 1024 });
+export function ptyRoutes(r: Routes, terminals: Terminals): void {
+  const json = (req: Req) => readJson(req, 64 * 1024);
 
-  router.post("/v1/pty", json, async (req, res) => {
-    const terminal = await terminals.create(parse(PtyCreateRequest, req.body));
-    res.status(201).json({ pid: terminal.pid });
+  r.post("/v1/pty", async (req, res) => {
+    const terminal = await terminals.create(parse(PtyCreateRequest, await json(req)));
+    sendJson(res, { pid: terminal.pid }, 201);
   });
 
-  router.get("/v1/pty/:pid", (req, res) => {
-    res.json(terminals.get(pidOf(req)).info());
+  r.get("/v1/pty/:pid", (req, res) => {
+    sendJson(res, terminals.get(pidOf(req)).info());
   });
 
-  router.post(
-    "/v1/pty/:pid/input",
-    express.raw({ type: () => true, limit: MAX_INPUT_BYTES }),
-    (req, res) => {
-      const terminal = terminals.get(pidOf(req));
-      if (!terminal.running)
-        throw new SandboxdError("CONFLICT", `terminal ${terminal.pid} has exited`);
-      terminal.write(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
-      res.status(204).end();
-    },
-  );
+  // Input is raw bytes, whatever the content type says.
+  r.post("/v1/pty/:pid/input", async (req, res) => {
+    const input = await readRaw(req, MAX_INPUT_BYTES);
+    const terminal = terminals.get(pidOf(req));
+    if (!terminal.running)
+      throw new SandboxdError("CONFLICT", `terminal ${terminal.pid} has exited`);
+    terminal.write(input ?? Buffer.alloc(0));
+    sendEmpty(res);
+  });
 
-  router.post("/v1/pty/:pid/resize", json, (req, res) => {
-    const size = parse(PtySize, req.body);
+  r.post("/v1/pty/:pid/resize", async (req, res) => {
+    const size = parse(PtySize, await json(req));
     const terminal = terminals.get(pidOf(req));
     if (!terminal.running)
       throw new SandboxdError("CONFLICT", `terminal ${terminal.pid} has exited`);
     terminal.resize(size);
-    res.status(204).end();
+    sendEmpty(res);
   });
 
-  router.delete("/v1/pty/:pid", async (req, res) => {
-    res.json({ killed: await terminals.get(pidOf(req)).kill() });
+  r.delete("/v1/pty/:pid", async (req, res) => {
+    sendJson(res, { killed: await terminals.get(pidOf(req)).kill() });
   });
-
-  return router;
 }
 
 /**
@@ -130,7 +125,7 @@ function attach(terminals: Terminals, pid: number, ws: WebSocket, replay: boolea
   ws.on("error", () => ws.terminate());
 }
 
-function pidOf(req: Request): number {
+function pidOf(req: Req): number {
   const pid = Number(req.params.pid);
   if (!/^\d{1,9}$/.test(String(req.params.pid)) || pid < 1)
     throw new SandboxdError("INVALID_ARGUMENT", "pid must be a positive integer");

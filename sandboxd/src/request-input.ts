@@ -2,7 +2,7 @@
  * Reading a native request, shared by the routers: a body through its protocol schema (the first
  * problem as an INVALID_ARGUMENT naming the field), and whether the client asked for NDJSON.
  */
-import type { Request } from "express";
+import type { IncomingMessage } from "node:http";
 import type * as z from "zod";
 import { SandboxdError } from "./protocol.ts";
 
@@ -16,6 +16,6 @@ export function parse<T extends z.ZodType>(schema: T, body: unknown): z.infer<T>
   return result.data;
 }
 
-export function wantsNdjson(req: Request): boolean {
+export function wantsNdjson(req: IncomingMessage): boolean {
   return (req.headers.accept ?? "").includes("application/x-ndjson");
 }

@@ -3,19 +3,30 @@
  * <token>`; bodies are validated by the protocol schemas; every failure is a JSON error envelope
  * `{error: {code, message}}` with a matching status, never a stack trace or a host path.
  */
-import express, { type NextFunction, type Request, type Response } from "express";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
-import { aioRouter } from "./aio.ts";
-import { filesRouter } from "./files.ts";
+import { aioRoutes } from "./aio.ts";
+import { filesRoutes } from "./files.ts";
+import {
+  HttpError,
+  prepare,
+  readJson,
+  Routes,
+  sendEmpty,
+  sendJson,
+  startStream,
+  type Req,
+  type Res,
+} from "./http.ts";
 import { sendAioError } from "./aio-envelope.ts";
 import type { CodeContexts } from "./contexts.ts";
 import { contextRoutes } from "./contexts-routes.ts";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
-import { ptyRouter } from "./pty-routes.ts";
+import { ptyRoutes } from "./pty-routes.ts";
 import type { Terminals } from "./ptys.ts";
 import type { ProcessTable } from "./processes.ts";
-import { processesRouter } from "./processes-api.ts";
+import { processesRoutes } from "./processes-api.ts";
 import { parse, wantsNdjson } from "./request-input.ts";
 import type { ShellSessions } from "./shell-sessions.ts";
 import type { TokenGate } from "./token-gate.ts";
@@ -68,13 +79,25 @@ export interface ServerOptions {
   };
 }
 
-export function createApp(opts: ServerOptions): express.Express {
-  const { jail, executor, logger, gate } = opts;
-  const app = express();
-  app.disable("x-powered-by");
-  app.set("query parser", "simple");
+/** sandboxd's HTTP app: its route tables and the request listener serving them. */
+export interface App {
+  /** The routes open without a token (/healthz). */
+  open: Routes;
+  /** Every other route: each needs the token (the AIO ones not, with SANDBOXD_AIO_NO_AUTH). */
+  routes: Routes;
+  handle(req: IncomingMessage, res: ServerResponse): void;
+}
 
-  app.get("/healthz", (_req, res) => {
+/** The JSON body limit of the routes that carry code or commands. */
+const SOURCE_BODY_BYTES = MAX_SOURCE_BYTES + 64 * 1024;
+
+export function createApp(opts: ServerOptions): App {
+  const { jail, executor, logger, gate } = opts;
+  const open = new Routes();
+  const r = new Routes();
+  const json = (req: Req) => readJson(req, SOURCE_BODY_BYTES);
+
+  open.get("/healthz", (_req, res) => {
     const body: HealthResponse = {
       ok: true,
       version: VERSION,
@@ -83,49 +106,33 @@ export function createApp(opts: ServerOptions): express.Express {
       idleMs: opts.activity.idleMs(),
       draining: opts.activity.draining,
     };
-    res.json(body);
+    sendJson(res, body);
   });
 
-  app.use((req, res, next) => {
-    // SANDBOXD_AIO_NO_AUTH opens the AIO routes only; every other route keeps the token check.
-    const open = opts.aio.open && isAioPath(req.path);
-    if (!open && !gate.accepts(req.headers.authorization)) {
-      return next(new SandboxdError("UNAUTHORIZED", "missing or wrong bearer token"));
-    }
-    const drain = req.path === DRAIN_PATH;
-    if (opts.activity.draining && !drain) return next(drainingError());
-    // A drain request asks whether the sandbox is idle: it is not work, or it never would be.
-    if (!drain) res.once("close", opts.activity.begin());
-    next();
-  });
-
-  const json = express.json({ limit: MAX_SOURCE_BYTES + 64 * 1024 });
-
-  app.post(DRAIN_PATH, json, (req, res) => {
-    const { idleMs } = parse(DrainRequest, req.body);
+  r.post(DRAIN_PATH, async (req, res) => {
+    const { idleMs } = parse(DrainRequest, await json(req));
     const body: DrainResponse = {
       drained: opts.activity.drain(idleMs),
       idleMs: opts.activity.idleMs(),
     };
     if (body.drained) res.once("close", opts.onDrained);
-    res.json(body);
+    sendJson(res, body);
   });
 
-  app.post("/v1/commands/run", json, async (req, res) => {
-    const body = parse(RunCommandRequest, req.body);
+  r.post("/v1/commands/run", async (req, res) => {
+    const body = parse(RunCommandRequest, await json(req));
     // A client that goes away (or aborts) takes its command's process group with it.
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();
     });
     if (!wantsNdjson(req)) {
-      res.json(await executor.runCommand(body, { signal: abort.signal }));
+      sendJson(res, await executor.runCommand(body, { signal: abort.signal }));
       return;
     }
     // Streamed: output chunks as they come, then the exit line. Errors after the headers went
     // out can no longer change the status, so they are reported as a final `error` line.
-    res.status(200).type("application/x-ndjson");
-    res.flushHeaders();
+    startStream(res, "application/x-ndjson");
     const send = (event: CommandStreamEvent) => res.write(JSON.stringify(event) + "\n");
     try {
       const {
@@ -143,21 +150,22 @@ export function createApp(opts: ServerOptions): express.Express {
     res.end();
   });
 
-  app.post("/v1/code/execute", json, async (req, res) => {
+  r.post("/v1/code/execute", async (req, res) => {
+    const body = parse(ExecuteCodeRequest, await json(req));
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();
     });
-    res.json(await executor.executeCode(parse(ExecuteCodeRequest, req.body), abort.signal));
+    sendJson(res, await executor.executeCode(body, abort.signal));
   });
 
-  app.post("/v1/packages/install", json, async (req, res) => {
-    const r = await executor.installPackages(parse(InstallPackagesRequest, req.body));
-    res.json({ installed: true, durationMs: r.durationMs });
+  r.post("/v1/packages/install", async (req, res) => {
+    const r = await executor.installPackages(parse(InstallPackagesRequest, await json(req)));
+    sendJson(res, { installed: true, durationMs: r.durationMs });
   });
 
-  app.post("/v1/init", json, async (req, res) => {
-    const body = parse(InitRequest, req.body);
+  r.post("/v1/init", async (req, res) => {
+    const body = parse(InitRequest, await json(req));
     if (body.env) executor.setSandboxEnv(body.env);
     if (body.packages?.length) {
       await executor.installPackages({
@@ -166,13 +174,15 @@ export function createApp(opts: ServerOptions): express.Express {
       });
     }
     gate.replace(body.token);
-    res.json({ initialized: true });
+    sendJson(res, { initialized: true });
   });
 
-  app.get("/v1/files", async (req, res) => {
+  r.get("/v1/files", async (req, res) => {
     const p = jail.resolve(req.query.path);
     const { fh, size } = await jail.openFileForRead(p);
-    res.status(200).type("application/octet-stream").setHeader("Content-Length", String(size));
+    res.statusCode = 200;
+    res.setHeader("Content-Type", "application/octet-stream");
+    res.setHeader("Content-Length", String(size));
     if (size <= SMALL_FILE_BYTES) {
       // One read and one write for small files; streams cost more than they save here.
       try {
@@ -191,7 +201,7 @@ export function createApp(opts: ServerOptions): express.Express {
     stream.pipe(res);
   });
 
-  app.put("/v1/files", async (req, res) => {
+  r.put("/v1/files", async (req, res) => {
     const p = jail.resolve(req.query.path);
     const length = Number(req.headers["content-length"] ?? NaN);
     // Small bodies are gathered and written with one call; large ones stream straight to disk.
@@ -199,58 +209,81 @@ export function createApp(opts: ServerOptions): express.Express {
       p,
       length <= SMALL_FILE_BYTES ? await collect(req, length) : req,
     );
-    res.status(201).json({ path: p.virtual, size });
+    sendJson(res, { path: p.virtual, size }, 201);
   });
 
-  app.get("/v1/files/stat", async (req, res) => {
-    res.json(await jail.stat(jail.resolve(req.query.path)));
+  r.get("/v1/files/stat", async (req, res) => {
+    sendJson(res, await jail.stat(jail.resolve(req.query.path)));
   });
 
-  app.get("/v1/files/list", async (req, res) => {
+  r.get("/v1/files/list", async (req, res) => {
     const depth = req.query.depth === undefined ? 1 : Number(req.query.depth);
     if (!Number.isInteger(depth) || depth < 1 || depth > 32) {
       throw new SandboxdError("INVALID_ARGUMENT", "depth must be an integer from 1 to 32");
     }
-    res.json(await jail.list(jail.resolve(req.query.path), depth));
+    sendJson(res, await jail.list(jail.resolve(req.query.path), depth));
   });
 
-  app.post("/v1/files/mkdir", json, async (req, res) => {
-    const p = jail.resolve(parse(MkdirRequest, req.body).path);
+  r.post("/v1/files/mkdir", async (req, res) => {
+    const p = jail.resolve(parse(MkdirRequest, await json(req)).path);
     await jail.mkdir(p);
-    res.status(201).json({ path: p.virtual });
+    sendJson(res, { path: p.virtual }, 201);
   });
 
-  app.delete("/v1/files", async (req, res) => {
+  r.delete("/v1/files", async (req, res) => {
     const recursive = req.query.recursive === "true" || req.query.recursive === "1";
     await jail.remove(jail.resolve(req.query.path), recursive);
-    res.status(204).end();
+    sendEmpty(res);
   });
 
-  app.use(ptyRouter(opts.terminals));
-  app.use(contextRoutes(opts.contexts));
-  app.use(filesRouter({ jail, logger }));
-  app.use(processesRouter(opts.processes, opts.terminals));
+  ptyRoutes(r, opts.terminals);
+  contextRoutes(r, opts.contexts);
+  filesRoutes(r, { jail, logger });
+  processesRoutes(r, opts.processes, opts.terminals);
+  // DeerFlow / AIO compatibility routes, behind the same token (unless opened, below).
+  aioRoutes(r, { jail, executor, version: VERSION, ...opts.aio });
 
-  // DeerFlow / AIO compatibility routes, behind the same token (unless opened, above).
-  app.use(aioRouter({ jail, executor, version: VERSION, ...opts.aio }));
+  async function serve(req: Req, res: Res): Promise<void> {
+    const method = req.method ?? "GET";
+    const openRoute = open.find(method, req.path);
+    if (openRoute) return void (await openRoute.route.handler(req, res));
+    // SANDBOXD_AIO_NO_AUTH opens the AIO routes only; every other route keeps the token check.
+    const aioOpen = opts.aio.open && isAioPath(req.path);
+    if (!aioOpen && !gate.accepts(req.headers.authorization))
+      throw new SandboxdError("UNAUTHORIZED", "missing or wrong bearer token");
+    const drain = req.path.toLowerCase().replace(/\/$/, "") === DRAIN_PATH; // as routes match
+    if (opts.activity.draining && !drain) throw drainingError();
+    // A drain request asks whether the sandbox is idle: it is not work, or it never would be.
+    if (!drain) res.once("close", opts.activity.begin());
+    const found = r.find(method, req.path);
+    if (!found) throw new SandboxdError("NOT_FOUND", "no such route");
+    req.params = found.params;
+    await found.route.handler(req, res);
+  }
 
-  app.use((_req, _res, next) => next(new SandboxdError("NOT_FOUND", "no such route")));
-
-  // One error handler: AIO routes answer in AIO's envelope, the rest in sandboxd's.
-  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+  // One error answer: AIO routes answer in AIO's envelope, the rest in sandboxd's.
+  function fail(req: Req, res: Res, err: unknown): void {
     const body = errorBody(err, logger);
     if (res.headersSent) {
       res.destroy();
       return;
     }
-    if (isAioPath(req.path)) sendAioError(res, HTTP_STATUS[body.code], body);
-    else res.status(HTTP_STATUS[body.code]).json({ error: body });
-  });
+    const status = err instanceof HttpError ? err.status : HTTP_STATUS[body.code];
+    if (isAioPath(req.path)) sendAioError(res, status, body);
+    else sendJson(res, { error: body }, status);
+  }
 
-  return app;
+  return {
+    open,
+    routes: r,
+    handle(incoming, res) {
+      const req = prepare(incoming);
+      serve(req, res).catch((err: unknown) => fail(req, res, err));
+    },
+  };
 }
 
-async function collect(req: Request, length: number): Promise<Buffer> {
+async function collect(req: Req, length: number): Promise<Buffer> {
   const body = Buffer.allocUnsafe(length);
   let at = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
@@ -268,17 +301,9 @@ async function collect(req: Request, length: number): Promise<Buffer> {
 function errorBody(err: unknown, logger: Logger): ErrorBody {
   if (err instanceof SandboxdError)
     return { code: err.code, message: err.message, ...(err.draining ? { draining: true } : {}) };
-  const e = err as { type?: string; status?: number; message?: string };
-  if (e?.type === "entity.too.large")
-    return { code: "PAYLOAD_TOO_LARGE", message: "request body is too large" };
-  if (e?.type === "entity.parse.failed")
-    return { code: "INVALID_ARGUMENT", message: "request body is not valid JSON" };
   // A client that hung up mid-body (an aborted upload) is not a failure of sandboxd.
   if ((err as NodeJS.ErrnoException)?.code === "ECONNRESET")
     return { code: "INVALID_ARGUMENT", message: "the client aborted the request" };
-  if (typeof e?.status === "number" && e.status >= 400 && e.status < 500) {
-    return { code: "INVALID_ARGUMENT", message: e.message ?? "bad request" };
-  }
   logger.error({ err }, "request failed");
   return { code: "INTERNAL", message: "internal error" };
 }
