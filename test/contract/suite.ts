@@ -164,6 +164,13 @@ export function contractSuite(
         expect(errs.join("")).toBe("done\n");
       });
 
+      it("gives the exit of a command that ends without reading its stdin", async () => {
+        // Much more input than a pipe holds, to a command that exits at once: the input that
+        // finds no reader is no failure of the run (as with a shell's closed pipe).
+        const r = await sbx.commands.run("echo early; exit 3", { stdin: "x".repeat(1 << 20) });
+        expect(r).toMatchObject({ exitCode: 3, stdout: "early\n" });
+      });
+
       it("streams output to callbacks as it is produced, before the command ends", async () => {
         // The command prints, then waits for a file the test writes only once both first lines
         // have reached the callbacks: output held back until the end never arrives, and the

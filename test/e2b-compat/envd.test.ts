@@ -89,6 +89,12 @@ describe("commands", () => {
     expect((await again.wait()).exitCode).toBe(0);
   });
 
+  it("answers input to a command that has exited as envd does for an unknown pid", async () => {
+    const h = await sbx.commands.run("true", { background: true, stdin: true });
+    expect((await h.wait()).exitCode).toBe(0);
+    await expect(sbx.commands.sendStdin(h.pid, "late\n")).rejects.toThrow(NotFoundError);
+  });
+
   it("connects to a running command from that moment on, as envd does (no replay)", async () => {
     const h = await sbx.commands.run('echo early; read line; echo "late $line"', {
       background: true,

@@ -311,6 +311,8 @@ interface ExecOptions {
   envs?: Record<string, string> | undefined;
   timeoutMs: number;
   stdin?: string | undefined;
+  /** A file in the sandbox that holds the stdin instead (too long for the command line). */
+  stdinFile?: string | undefined;
   onStdout?: ((d: string) => void) | undefined;
   onStderr?: ((d: string) => void) | undefined;
   /** Aborting deletes the command's session, which kills the command. */
@@ -446,6 +448,18 @@ export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
     } catch (err) {
       throw fromDaytona(err, "opening a command session");
     }
+    if (o.stdin !== undefined && Buffer.byteLength(o.stdin) > INLINE_STDIN_BYTES) {
+      // One argument of a command line holds at most 128 KiB (Linux's MAX_ARG_STRLEN): longer
+      // input goes in a file the command's shell opens, then unlinks before the command runs.
+      const stdinFile = `${RUN}/stdin-${sessionId}`;
+      try {
+        await this.sandbox.fs.uploadFile(Buffer.from(o.stdin), stdinFile, seconds(o.timeoutMs));
+      } catch (err) {
+        await proc.deleteSession(sessionId).catch(() => undefined);
+        throw fromDaytona(err, "sending a command's stdin");
+      }
+      o = { ...o, stdin: undefined, stdinFile };
+    }
     try {
       let cmdId: string;
       try {
@@ -479,9 +493,13 @@ export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
         (resolve) =>
           (timer = setTimeout(() => resolve("deadline"), o.timeoutMs + DEADLINE_GRACE_MS)),
       );
+      // An abort ends the wait at once, whether or not the log stream notices its session go.
+      const aborted = new Promise<never>((_resolve, reject) =>
+        o.signal?.addEventListener("abort", () => reject(abortReason(o.signal!)), { once: true }),
+      );
       let outcome: unknown;
       try {
-        outcome = await Promise.race([logs, deadline]);
+        outcome = await Promise.race([logs, deadline, aborted]);
         if (o.signal?.aborted) throw abortReason(o.signal);
       } catch (err) {
         if (o.signal?.aborted) throw abortReason(o.signal);
@@ -705,12 +723,16 @@ function wrap(command: string, o: ExecOptions): string {
     .join("");
   const limit = (o.timeoutMs / 1000).toFixed(3);
   const run = `timeout -k 2 ${limit} sh -c ${shq(command)}`;
-  const input =
-    o.stdin === undefined
+  const input = o.stdinFile
+    ? `{ rm -f ${shq(o.stdinFile)}; ${run}; } < ${shq(o.stdinFile)}`
+    : o.stdin === undefined
       ? `${run} < /dev/null`
       : `printf '%s' ${shq(Buffer.from(o.stdin).toString("base64"))} | base64 -d | ${run}`;
   return `(cd ${shq(o.cwd)} || exit 1; ${exports}${input})`;
 }
+
+/** Stdin up to this long is written into the command line (base64: a third longer). */
+const INLINE_STDIN_BYTES = 64 * 1024;
 
 const TOOLBOX_LABEL = "code-toolbox-language";
 

@@ -26,7 +26,7 @@ import {
   type OutputMessage,
   type Result,
 } from "@e2b/code-interpreter";
-import { CommandExitError, TimeoutError } from "e2b";
+import { type CommandHandle, CommandExitError, TimeoutError } from "e2b";
 import type { Logger } from "../../logger.ts";
 import { z } from "zod";
 import { E2BProviderOptions } from "./options.ts";
@@ -419,9 +419,15 @@ export class E2BInstance implements SandboxInstance, E2BProcessHost {
     try {
       if (o.stdin !== undefined) {
         const data = typeof o.stdin === "string" ? new TextEncoder().encode(o.stdin) : o.stdin;
-        for (let at = 0; at < data.length; at += STDIN_CHUNK)
-          await h.sendStdin(data.subarray(at, at + STDIN_CHUNK));
-        await h.closeStdin();
+        try {
+          for (let at = 0; at < data.length; at += STDIN_CHUNK)
+            await h.sendStdin(data.subarray(at, at + STDIN_CHUNK));
+          await h.closeStdin();
+        } catch (err) {
+          // A command may end without reading all its input (`cat >> dir` fails at once): as
+          // with a closed pipe, its exit is the result. Anything else fails the wait below too.
+          if (!(await exited(h))) throw err;
+        }
       }
       const r = await h.wait();
       return { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr };
@@ -767,4 +773,20 @@ function contextLanguage(language: string): SandboxLanguage | undefined {
   if (language === "python") return "python";
   if (language === "typescript" || language === "ts") return "typescript";
   return undefined;
+}
+
+/** How long a command's end may trail a refusal of its input (the end event is on its way). */
+const EXIT_GRACE_MS = 2_000;
+
+/** Whether the command has ended, or does within EXIT_GRACE_MS. */
+function exited(h: CommandHandle): Promise<boolean> {
+  const ended = h.wait().then(
+    () => true,
+    (err: unknown) => err instanceof CommandExitError,
+  );
+  let timer: NodeJS.Timeout | undefined;
+  const later = new Promise<boolean>(
+    (resolve) => (timer = setTimeout(resolve, EXIT_GRACE_MS, false)),
+  );
+  return Promise.race([ended, later]).finally(() => clearTimeout(timer));
 }

@@ -7,7 +7,12 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
-import type { CommandHandle, PtyHandle, SandboxInstance } from "@sandpit/sdk";
+import {
+  type CommandHandle,
+  type PtyHandle,
+  type SandboxInstance,
+  isSandboxError,
+} from "@sandpit/sdk";
 import {
   deadlineMs,
   readEnvelopes,
@@ -86,8 +91,10 @@ const UNARY: Record<string, Unary> = {
       throw new RpcError("not_found", `process with pid ${pid} not found`);
     }
   },
-  CloseStdin: async (msg: { process?: Selector }, instance) =>
-    instance.commands.closeStdin(await pidOf(instance, msg.process)),
+  CloseStdin: async (msg: { process?: Selector }, instance) => {
+    const pid = await pidOf(instance, msg.process);
+    await instance.commands.closeStdin(pid).catch(goneIfExited(pid));
+  },
   Update: async (
     msg: { process?: Selector; pty?: { size?: { cols: number; rows: number } } },
     instance,
@@ -107,8 +114,20 @@ async function sendInput(
 ): Promise<void> {
   if (!input?.case) throw new RpcError("invalid_argument", "input must carry stdin or pty bytes");
   if (input.case === "pty") await instance.pty.sendInput(pid, input.value);
-  else await instance.commands.sendStdin(pid, input.value);
+  else await instance.commands.sendStdin(pid, input.value).catch(goneIfExited(pid));
 }
+
+/**
+ * sandboxd keeps an exited process (its output can be read again) and refuses its input with
+ * CONFLICT; envd has forgotten it, and says so as for any unknown pid.
+ */
+const goneIfExited =
+  (pid: number) =>
+  (err: unknown): never => {
+    if (isSandboxError(err, "CONFLICT"))
+      throw new RpcError("not_found", `process with pid ${pid} not found`);
+    throw err;
+  };
 
 /** What the translator kept of a process that has exited. */
 function forget(state: SandboxState, pid: number): void {
