@@ -7,6 +7,8 @@ import {
   podEnd,
   podProblem,
   podReady,
+  REASON_WAIT_MS,
+  reasonPendingMs,
   restartCount,
 } from "../src/workload/pod-state.ts";
 
@@ -182,6 +184,34 @@ describe("podEnd and lastRestart", () => {
       message: "sandboxd was killed for using more than its memory limit (exit code 137)",
     });
     expect(podEnd(pod({ phase: "Succeeded" })).reason).toBe("Succeeded");
+  });
+
+  it("waits a moment for the kubelet's reason of a pod whose sandboxd was stopped (exit 0)", () => {
+    const finishedAt = "2026-12-04T16:36:10Z";
+    const at = Date.parse(finishedAt);
+    const stopped = (extra: Partial<NonNullable<Pod["status"]>> = {}) =>
+      pod({
+        phase: "Succeeded",
+        containerStatuses: [
+          {
+            restartCount: 0,
+            state: { terminated: { reason: "Completed", exitCode: 0, finishedAt } },
+          },
+        ],
+        ...extra,
+      });
+    expect(reasonPendingMs(stopped(), at + 1_000)).toBe(REASON_WAIT_MS - 1_000);
+    expect(reasonPendingMs(stopped(), at + REASON_WAIT_MS)).toBe(0); // then what there is
+    expect(reasonPendingMs(stopped({ reason: "Evicted" }), at)).toBe(0);
+    const disrupted = { conditions: [{ type: "DisruptionTarget", status: "True", reason: "R" }] };
+    expect(reasonPendingMs(stopped(disrupted), at)).toBe(0);
+    const crashed = pod({
+      phase: "Failed",
+      containerStatuses: [
+        { restartCount: 0, state: { terminated: { reason: "Error", exitCode: 1, finishedAt } } },
+      ],
+    });
+    expect(reasonPendingMs(crashed, at)).toBe(0); // its own exit says why
   });
 
   it("reports a restart in place only when there was one", () => {

@@ -31,7 +31,7 @@ export interface Pod extends KObject {
       state?: {
         running?: { startedAt?: string };
         waiting?: { reason?: string; message?: string };
-        terminated?: { reason?: string; exitCode?: number; message?: string };
+        terminated?: { reason?: string; exitCode?: number; message?: string; finishedAt?: string };
       };
       lastState?: { terminated?: { reason?: string; exitCode?: number } };
     }[];

@@ -111,6 +111,7 @@ export const pod: Transform<Pod> = (o) => {
               reason: c.state.terminated.reason,
               exitCode: c.state.terminated.exitCode,
               message: c.state.terminated.message,
+              finishedAt: c.state.terminated.finishedAt,
             },
           },
           lastState: c.lastState?.terminated && {

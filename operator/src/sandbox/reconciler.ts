@@ -18,7 +18,7 @@ import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../ku
 import { sandboxTransitions } from "../metrics.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
 import { podMounts } from "../workload/mounts.ts";
-import { containerRunning, podReady, restartCount } from "../workload/pod-state.ts";
+import { containerRunning, podReady, reasonPendingMs, restartCount } from "../workload/pod-state.ts";
 import { InitRejected, health, healthy, init } from "../workload/sandboxd.ts";
 import { type Effective, boundsViolation, effectiveSpec } from "../workload/spec.ts";
 import {
@@ -250,6 +250,11 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
     return;
   }
   if (pod.status?.phase === "Failed" || pod.status?.phase === "Succeeded") {
+    const pending = reasonPendingMs(pod, now);
+    if (pending > 0) {
+      st.phaseIs("Starting", "PodEnded", `pod ${pod.metadata.name} ended; reading why`);
+      return { requeueAfterMs: pending };
+    }
     recordPodFailed(ctx, sbx, pod, st);
     await stopPod(ctx, pod);
     return;

@@ -107,6 +107,24 @@ export function podEnd(pod: Pod): Failure {
   return { reason: s?.phase ?? "Unknown", message: `the pod is ${s?.phase ?? "gone"}` };
 }
 
+/** How long after its container ended a pod's status may still be waiting for its reason. */
+export const REASON_WAIT_MS = 5_000;
+
+/**
+ * How long to wait before reading why `pod` ended (0: now). sandboxd exits 0 only when it is
+ * asked to stop (SIGTERM), so an exit 0 with no reason and no disruption condition is a pod the
+ * kubelet stopped, whose reason (Evicted, say) comes in a status update of its own: seen once,
+ * the first update would be told as "Completed" for good.
+ */
+export function reasonPendingMs(pod: Pod, now: number): number {
+  const s = pod.status;
+  if (s?.reason) return 0;
+  if (s?.conditions?.some((c) => c.type === "DisruptionTarget" && c.status === "True")) return 0;
+  const t = s?.containerStatuses?.[0]?.state?.terminated;
+  if (t?.exitCode !== 0 || !t.finishedAt) return 0;
+  return Math.max(0, Date.parse(t.finishedAt) + REASON_WAIT_MS - now);
+}
+
 /** Why the container last restarted in place (sandboxd died and the kubelet started it again). */
 export function lastRestart(pod: Pod): Failure | undefined {
   const t = pod.status?.containerStatuses?.[0]?.lastState?.terminated;

@@ -7,12 +7,8 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
-import {
-  type CommandHandle,
-  type PtyHandle,
-  type SandboxInstance,
-  isSandboxError,
-} from "@sandpit/sdk";
+import type { CommandHandle, PtyHandle, SandboxInstance } from "@sandpit/sdk";
+import { isSandboxError } from "@sandpit/sdk/errors";
 import {
   deadlineMs,
   readEnvelopes,
