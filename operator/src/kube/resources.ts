@@ -10,6 +10,17 @@ export const PVCS: Resource = {
   kind: "PersistentVolumeClaim",
 };
 export const SECRETS: Resource = { group: "", version: "v1", plural: "secrets", kind: "Secret" };
+/** Core Events: read only for what the kubelet said about a pod it ended (sandbox/lifecycle.ts). */
+export const CORE_EVENTS: Resource = { group: "", version: "v1", plural: "events", kind: "Event" };
+/** A core Event, the fields read. */
+export interface CoreEvent extends KObject {
+  type?: string;
+  reason?: string;
+  message?: string;
+  source?: { component?: string };
+  lastTimestamp?: string;
+  eventTime?: string;
+}
 export const NETWORK_POLICIES: Resource = {
   group: "networking.k8s.io",
   version: "v1",

@@ -8,7 +8,7 @@ import { dataClaimName } from "../api/names.ts";
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import type { ReconcileResult } from "../controller/controller.ts";
 import type { Ctx } from "../context.ts";
-import type { Pod } from "../kube/resources.ts";
+import { CORE_EVENTS, type CoreEvent, type Pod } from "../kube/resources.ts";
 import type { KObject } from "../kube/rest.ts";
 import { sandboxReadySeconds, sandboxTransitions } from "../metrics.ts";
 import {
@@ -285,9 +285,44 @@ export function recordPodCreated(
   return { requeueAfterMs: QUIET_START_MS };
 }
 
+/** Reasons the kubelet gives, in a Warning Event, for ending a pod it runs. */
+const KUBELET_ENDINGS = new Set(["Evicted", "Preempting"]);
+
+/**
+ * What the kubelet said when it ended `pod`, for a pod whose status does not say (no reason, no
+ * disruption condition): an eviction's status can be lost to the container's own exit, while
+ * its Event ("Usage of EmptyDir volume "tmp" exceeds the limit") is recorded before the kill.
+ * Undefined when the status says, or no such Event is found (a failed read is not fatal).
+ */
+export async function kubeletEnding(ctx: Ctx, pod: Pod): Promise<Failure | undefined> {
+  if (pod.status?.reason) return undefined;
+  if (pod.status?.conditions?.some((c) => c.type === "DisruptionTarget" && c.status === "True"))
+    return undefined;
+  try {
+    const events = await ctx.kube.list<CoreEvent>(CORE_EVENTS, pod.metadata.namespace, {
+      fieldSelector: `involvedObject.uid=${pod.metadata.uid},type=Warning`,
+    });
+    const said = events.items
+      .filter((e) => e.source?.component === "kubelet" && KUBELET_ENDINGS.has(e.reason ?? ""))
+      .sort((a, b) => when(a) - when(b))
+      .at(-1);
+    return said ? { reason: said.reason!, message: said.message ?? said.reason! } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const when = (e: CoreEvent) => Date.parse(e.lastTimestamp ?? e.eventTime ?? "") || 0;
+
 /** The pod failed or completed: it is recreated, and why it ended stays on the Sandbox. */
-export function recordPodFailed(ctx: Ctx, sbx: Sandbox, pod: Pod, st: SandboxStatusBuilder): void {
-  const end = podEnd(pod);
+export function recordPodFailed(
+  ctx: Ctx,
+  sbx: Sandbox,
+  pod: Pod,
+  st: SandboxStatusBuilder,
+  said?: Failure,
+): void {
+  const end = said ?? podEnd(pod);
   ctx.events.record(
     sbx,
     "Warning",

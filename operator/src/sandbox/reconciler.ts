@@ -18,7 +18,12 @@ import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../ku
 import { sandboxTransitions } from "../metrics.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
 import { podMounts } from "../workload/mounts.ts";
-import { containerRunning, podReady, reasonPendingMs, restartCount } from "../workload/pod-state.ts";
+import {
+  containerRunning,
+  podReady,
+  reasonPendingMs,
+  restartCount,
+} from "../workload/pod-state.ts";
 import { InitRejected, health, healthy, init } from "../workload/sandboxd.ts";
 import { type Effective, boundsViolation, effectiveSpec } from "../workload/spec.ts";
 import {
@@ -42,6 +47,7 @@ import {
   recordInvalidMounts,
   recordOutOfBounds,
   recordPodCreated,
+  kubeletEnding,
   recordPodFailed,
   recordRestart,
   recordPreviousGoing,
@@ -255,7 +261,7 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
       st.phaseIs("Starting", "PodEnded", `pod ${pod.metadata.name} ended; reading why`);
       return { requeueAfterMs: pending };
     }
-    recordPodFailed(ctx, sbx, pod, st);
+    recordPodFailed(ctx, sbx, pod, st, await kubeletEnding(ctx, pod));
     await stopPod(ctx, pod);
     return;
   }
