@@ -7,12 +7,12 @@
 import { execFile, spawn } from "node:child_process";
 import { existsSync, openSync, closeSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { withLock } from "@sandpit/images/lock";
 import { parseAllDocuments } from "yaml";
+import { freePort } from "../cluster/harness.ts";
 
 const run = promisify(execFile);
 export const PROMETHEUS = "/usr/bin/prometheus";
@@ -126,17 +126,6 @@ export function substitute(expr: string, vars: Record<string, string>): string {
     return v;
   });
   return out;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 export interface PromServer {
