@@ -442,7 +442,14 @@ export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
     const proc = this.sandbox.process;
     const sessionId = `sandpit-${randomUUID()}`;
     const started = performance.now();
-    const onAbort = () => void proc.deleteSession(sessionId).catch(() => undefined);
+    // An abort ends the wait at once, whether or not the log stream notices its session go.
+    let stopWaiting: (reason: unknown) => void = () => undefined;
+    const aborted = new Promise<never>((_resolve, reject) => (stopWaiting = reject));
+    aborted.catch(() => undefined); // rejected only while a wait races it, or not at all
+    const onAbort = () => {
+      stopWaiting(abortReason(o.signal!));
+      void proc.deleteSession(sessionId).catch(() => undefined);
+    };
     try {
       await proc.createSession(sessionId);
     } catch (err) {
@@ -492,10 +499,6 @@ export class DaytonaInstance implements SandboxInstance, DaytonaProcessHost {
       const deadline = new Promise<"deadline">(
         (resolve) =>
           (timer = setTimeout(() => resolve("deadline"), o.timeoutMs + DEADLINE_GRACE_MS)),
-      );
-      // An abort ends the wait at once, whether or not the log stream notices its session go.
-      const aborted = new Promise<never>((_resolve, reject) =>
-        o.signal?.addEventListener("abort", () => reject(abortReason(o.signal!)), { once: true }),
       );
       let outcome: unknown;
       try {
