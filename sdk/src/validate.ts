@@ -1,6 +1,7 @@
 /** Argument checks every provider makes before its backend sees the call. */
-import { PORT_RULE, isPort } from "@sandpit/sandboxd/wire";
+import { PORT_RULE, PROCESS_SIGNALS, isPort } from "@sandpit/sandboxd/wire";
 import { SandboxError } from "./errors.ts";
+import type { ProcessSignal } from "./types.ts";
 
 /** getHost's port: a TCP port, or INVALID_ARGUMENT saying what one is. */
 export function checkPort(port: number): void {
@@ -24,4 +25,14 @@ export function checkSource(
       "data must be a ReadableStream or an async iterable of Uint8Array",
       "INVALID_ARGUMENT",
     );
+}
+
+/** A signal for a background process's group: one of sandboxd's, on every provider. */
+export function checkSignal(signal: unknown): ProcessSignal {
+  if (!(PROCESS_SIGNALS as readonly unknown[]).includes(signal))
+    throw new SandboxError(
+      `unknown signal ${JSON.stringify(signal)}: use one of ${PROCESS_SIGNALS.join(", ")}`,
+      "INVALID_ARGUMENT",
+    );
+  return signal as ProcessSignal;
 }

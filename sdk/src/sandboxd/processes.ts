@@ -7,12 +7,9 @@
  * never stops it.
  */
 import type { StartProcessRequest } from "@sandpit/sandboxd/protocol";
-import {
-  PROCESS_SIGNALS,
-  type ProcessEntry,
-  type ProcessStreamEvent,
-} from "@sandpit/sandboxd/wire";
+import type { ProcessEntry, ProcessStreamEvent } from "@sandpit/sandboxd/wire";
 import { SandboxError } from "../errors.ts";
+import { checkSignal } from "../validate.ts";
 import { failure, fromBody, ndjson, type Body, type SandboxdClient } from "../sandboxd-client.ts";
 import type {
   CommandConnectOptions,
@@ -81,12 +78,7 @@ export class SandboxdCommands implements SandboxCommands {
 
   async kill(pid: number, signal: ProcessSignal = "SIGKILL"): Promise<boolean> {
     checkPid(pid);
-    if (!(PROCESS_SIGNALS as readonly unknown[]).includes(signal)) {
-      throw new SandboxError(
-        `unknown signal ${JSON.stringify(signal)}: use one of ${PROCESS_SIGNALS.join(", ")}`,
-        "INVALID_ARGUMENT",
-      );
-    }
+    checkSignal(signal);
     const r = await this.#with((c) =>
       c.json<{ delivered: boolean }>("POST", `/v1/processes/${pid}/signal`, { signal }),
     );

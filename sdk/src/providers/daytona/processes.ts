@@ -13,6 +13,7 @@
 import { randomInt } from "node:crypto";
 import type { Sandbox } from "@daytonaio/sdk";
 import { SandboxError } from "../../errors.ts";
+import { checkSignal } from "../../validate.ts";
 import type {
   CommandConnectOptions,
   CommandHandle,
@@ -28,15 +29,6 @@ import { fromDaytona } from "./errors.ts";
 
 const SESSION_PREFIX = "sandpit-bg-";
 const META_MARK = ": sandpit ";
-const SIGNALS: readonly ProcessSignal[] = [
-  "SIGTERM",
-  "SIGKILL",
-  "SIGINT",
-  "SIGHUP",
-  "SIGQUIT",
-  "SIGUSR1",
-  "SIGUSR2",
-];
 
 interface Meta {
   command: string;
@@ -216,11 +208,7 @@ export class DaytonaCommands implements SandboxCommands {
   }
 
   async kill(pid: number, signal: ProcessSignal = "SIGKILL"): Promise<boolean> {
-    if (!SIGNALS.includes(signal))
-      throw new SandboxError(
-        `unknown signal ${JSON.stringify(signal)}: use one of ${SIGNALS.join(", ")}`,
-        "INVALID_ARGUMENT",
-      );
+    checkSignal(signal);
     const cmd = await this.command(pid);
     if (cmd.exitCode !== undefined) return false;
     const pidFile = shq(this.#pidFile(pid));

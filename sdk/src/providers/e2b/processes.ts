@@ -16,6 +16,7 @@
  */
 import { CommandExitError, type CommandHandle as E2BHandle, type Sandbox } from "e2b";
 import { SandboxError } from "../../errors.ts";
+import { checkSignal } from "../../validate.ts";
 import type {
   CommandConnectOptions,
   CommandHandle,
@@ -40,16 +41,6 @@ export const MARKERS = {
   pty: "SANDPIT_PTY",
 } as const;
 
-const SIGNALS: readonly ProcessSignal[] = [
-  "SIGTERM",
-  "SIGKILL",
-  "SIGINT",
-  "SIGHUP",
-  "SIGQUIT",
-  "SIGUSR1",
-  "SIGUSR2",
-];
-
 /** What the process calls need from the instance. */
 export interface E2BProcessHost {
   readonly sandbox: Sandbox;
@@ -66,15 +57,6 @@ export function checkPid(pid: unknown): number {
   if (typeof pid !== "number" || !Number.isInteger(pid) || pid <= 0)
     throw new SandboxError(`invalid process id ${String(pid)}`, "INVALID_ARGUMENT");
   return pid;
-}
-
-function checkSignal(signal: unknown): ProcessSignal {
-  if (!SIGNALS.includes(signal as ProcessSignal))
-    throw new SandboxError(
-      `unknown signal ${JSON.stringify(signal)}: use one of ${SIGNALS.join(", ")}`,
-      "INVALID_ARGUMENT",
-    );
-  return signal as ProcessSignal;
 }
 
 function checkTag(tag: unknown): string | undefined {
