@@ -12,24 +12,10 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { sandboxdConnection, type SandboxInstance } from "@sandpit/sdk";
 import { DockerProvider } from "@sandpit/sdk/docker";
 import { docker, removeAll } from "./helpers.ts";
+import { READ_EVERY_ENVIRONMENT } from "../security/read-environments.ts";
 
 const image = inject("sandboxImage");
 const PREFIX = "sandpit-tk";
-
-/** Every environment the sandbox's code can read, as one text. */
-const READ_EVERY_ENVIRONMENT = `
-import os, subprocess
-seen = ["\\n".join(f"{k}={v}" for k, v in os.environ.items())]
-for pid in os.listdir("/proc"):
-    if pid.isdigit():
-        try:
-            seen.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace").replace("\\0", "\\n"))
-        except OSError:
-            pass
-seen.append(open("/proc/self/environ", "rb").read().decode(errors="replace").replace("\\0", "\\n"))
-seen.append(subprocess.run(["env"], capture_output=True, text=True).stdout)
-print("\\n".join(seen))
-`;
 
 /** The status sandboxd answers an authenticated request with, for `token`. */
 async function statusWith(s: SandboxInstance, token: string): Promise<number> {

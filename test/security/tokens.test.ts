@@ -14,6 +14,7 @@ import {
   startStack,
   waitFor,
 } from "../cluster/harness.ts";
+import { READ_EVERY_ENVIRONMENT } from "./read-environments.ts";
 
 const KEY = "tokens-attack-key-0123456789abcdef";
 let stack: Stack;
@@ -36,19 +37,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack?.stop();
 });
-
-/** Every environment the sandbox's code can read, as one text. */
-const READ_EVERY_ENVIRONMENT = `
-import os
-seen = ["\\n".join(f"{k}={v}" for k, v in os.environ.items())]
-for pid in os.listdir("/proc"):
-    if pid.isdigit():
-        try:
-            seen.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace").replace("\\0", "\\n"))
-        except OSError:
-            pass
-print("\\n".join(seen))
-`;
 
 async function secretValue(name: string, key: string): Promise<string> {
   const s = await stack.c.core.readNamespacedSecret({ name, namespace: stack.ns });
