@@ -17,6 +17,7 @@ import {
   podEnd,
   podProblem,
   restartCount,
+  statusExplains,
 } from "../workload/pod-state.ts";
 import type { Effective } from "../workload/spec.ts";
 import type { Adoption, PoolMembership } from "./membership.ts";
@@ -295,9 +296,7 @@ const KUBELET_ENDINGS = new Set(["Evicted", "Preempting"]);
  * Undefined when the status says, or no such Event is found (a failed read is not fatal).
  */
 export async function kubeletEnding(ctx: Ctx, pod: Pod): Promise<Failure | undefined> {
-  if (pod.status?.reason) return undefined;
-  if (pod.status?.conditions?.some((c) => c.type === "DisruptionTarget" && c.status === "True"))
-    return undefined;
+  if (statusExplains(pod)) return undefined;
   try {
     const events = await ctx.kube.list<CoreEvent>(CORE_EVENTS, pod.metadata.namespace, {
       fieldSelector: `involvedObject.uid=${pod.metadata.uid},type=Warning`,

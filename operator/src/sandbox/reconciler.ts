@@ -256,12 +256,14 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
     return;
   }
   if (pod.status?.phase === "Failed" || pod.status?.phase === "Succeeded") {
-    const pending = reasonPendingMs(pod, now);
+    const said = await kubeletEnding(ctx, pod);
+    // No word from the kubelet yet on a pod it stopped: its Event may still be on the way.
+    const pending = said ? 0 : reasonPendingMs(pod, now);
     if (pending > 0) {
       st.phaseIs("Starting", "PodEnded", `pod ${pod.metadata.name} ended; reading why`);
       return { requeueAfterMs: pending };
     }
-    recordPodFailed(ctx, sbx, pod, st, await kubeletEnding(ctx, pod));
+    recordPodFailed(ctx, sbx, pod, st, said);
     await stopPod(ctx, pod);
     return;
   }

@@ -107,6 +107,15 @@ export function podEnd(pod: Pod): Failure {
   return { reason: s?.phase ?? "Unknown", message: `the pod is ${s?.phase ?? "gone"}` };
 }
 
+/** Whether the pod's status says why it ended: its own reason, or a disruption condition. */
+export function statusExplains(pod: Pod): boolean {
+  const s = pod.status;
+  return (
+    !!s?.reason ||
+    !!s?.conditions?.some((c) => c.type === "DisruptionTarget" && c.status === "True")
+  );
+}
+
 /** How long after its container ended a pod's status may still be waiting for its reason. */
 export const REASON_WAIT_MS = 5_000;
 
@@ -117,10 +126,8 @@ export const REASON_WAIT_MS = 5_000;
  * the first update would be told as "Completed" for good.
  */
 export function reasonPendingMs(pod: Pod, now: number): number {
-  const s = pod.status;
-  if (s?.reason) return 0;
-  if (s?.conditions?.some((c) => c.type === "DisruptionTarget" && c.status === "True")) return 0;
-  const t = s?.containerStatuses?.[0]?.state?.terminated;
+  if (statusExplains(pod)) return 0;
+  const t = pod.status?.containerStatuses?.[0]?.state?.terminated;
   if (t?.exitCode !== 0 || !t.finishedAt) return 0;
   return Math.max(0, Date.parse(t.finishedAt) + REASON_WAIT_MS - now);
 }
