@@ -4,15 +4,17 @@
  * pool's warm token, giving it the sandbox's derived token, environment and packages) without a
  * write to the API server. The operator completes ownership, Secret, Service and status later.
  */
-import { SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
+import { type InitRequest, SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
 import {
   RESERVATION,
   type Sandbox,
   type SandboxPool,
   derivedToken,
   faultPoint,
+  faultStall,
   packageSpec,
 } from "@sandpit/operator/api";
+import { isSandboxError } from "@sandpit/sdk/errors";
 import { SandboxdClient } from "@sandpit/sdk/sandboxd-client";
 import type { Reserved, Reservations } from "./reservations.ts";
 import type { CreateInput } from "./store.ts";
@@ -27,6 +29,8 @@ export interface FastReady {
   podName: string;
   endpoint: string;
   token: string;
+  /** The operator had initialised the pod for this sandbox before the provisioner got to it. */
+  operatorFirst: boolean;
 }
 
 /**
@@ -59,6 +63,7 @@ export async function initReserved(
   pool: SandboxPool,
 ): Promise<FastReady> {
   faultPoint("provisioner-sandbox-created");
+  await faultStall("provisioner-sandbox-created");
   const [warm, key] = await Promise.all([
     reservations.warmToken(pool.metadata.name),
     reservations.tokenKey(),
@@ -71,22 +76,35 @@ export async function initReserved(
   // The template's packages are on the pod already; the sandbox's own list replaces them.
   const packages = sbx.spec.packages?.map((p) => packageSpec(language, p)) ?? [];
   const endpoint = `${r.podIP}:${SANDBOXD_PORT}`;
-  const client = new SandboxdClient({ baseUrl: `http://${endpoint}`, token: warm });
+  const body = { token, env, packages, language };
+  // Without packages an init is a few writes in sandboxd: a pod that has not answered by then
+  // is left to the operator rather than holding the caller's create.
+  const timeoutMs = packages.length ? PACKAGES_INIT_TIMEOUT_MS : INIT_TIMEOUT_MS;
+  let operatorFirst = false;
   try {
-    await client.init(
-      { token, env, packages, language },
-      // Without packages an init is a few writes in sandboxd: a pod that has not answered by
-      // then is left to the operator rather than holding the caller's create.
-      packages.length ? PACKAGES_INIT_TIMEOUT_MS : INIT_TIMEOUT_MS,
-    );
-  } finally {
-    await client.destroy(); // its connection is for this one call
+    await initWith(endpoint, warm, body, timeoutMs);
+  } catch (err) {
+    // The operator saw the Sandbox first and initialised the pod for it already: the pod then
+    // answers to this sandbox's own token (derived from its uid, so to no other sandbox's).
+    if (!isSandboxError(err, "UNAUTHORIZED")) throw err;
+    await initWith(endpoint, token, body, timeoutMs);
+    operatorFirst = true;
   }
   faultPoint("provisioner-initialised");
-  return {
-    uid: sbx.metadata.uid!,
-    podName: r.podName,
-    endpoint,
-    token,
-  };
+  return { uid: sbx.metadata.uid!, podName: r.podName, endpoint, token, operatorFirst };
+}
+
+/** One /v1/init call on a connection of its own (closed after: it is for this one call). */
+async function initWith(
+  endpoint: string,
+  bearer: string,
+  body: InitRequest,
+  timeoutMs: number,
+): Promise<void> {
+  const client = new SandboxdClient({ baseUrl: `http://${endpoint}`, token: bearer });
+  try {
+    await client.init(body, timeoutMs);
+  } finally {
+    await client.destroy();
+  }
 }

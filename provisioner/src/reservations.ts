@@ -101,7 +101,10 @@ export class Reservations {
     for (const pool of this.#pools.keys()) this.#topUp(pool);
   }
 
+  // Renewals count from when they were sent, not answered: the operator's clock starts at the
+  // renewTime written, and a slow answer must not stretch this replica's view past it.
   async #createLease(): Promise<void> {
+    const sent = performance.now();
     await this.#kube.create<Lease>(LEASES, {
       metadata: {
         name: this.holder,
@@ -114,7 +117,7 @@ export class Reservations {
         renewTime: microTime(),
       },
     });
-    this.#renewedAt = performance.now();
+    this.#renewedAt = sent;
   }
 
   /** Releases every pod still held and deletes the Lease (the operator need not wait it out). */
@@ -163,6 +166,14 @@ export class Reservations {
     if (pod && this.#mine(pod)) this.#held.set(r.podName, r);
   }
 
+  /**
+   * Whether a pod taken a moment ago may still be used: this replica's Lease is fresh now too,
+   * so no operator can have given its reservations back while the create was on its way.
+   */
+  get holding(): boolean {
+    return this.#live();
+  }
+
   /** The pool's warm token, which a blank warm pod's sandboxd accepts (read once). */
   warmToken(pool: string): Promise<string> {
     return this.#secret(`${pool}-warm-token`, "token");
@@ -200,11 +211,12 @@ export class Reservations {
   }
 
   async #renew(): Promise<void> {
+    const sent = performance.now();
     try {
       await this.#kube.patch(LEASES, this.#ns, this.holder, "merge", {
         spec: { renewTime: microTime() },
       });
-      this.#renewedAt = performance.now();
+      this.#renewedAt = Math.max(this.#renewedAt, sent);
     } catch (err) {
       this.#log.warn({ err }, "could not renew the reservation Lease");
       // Deleted (by hand, or by a cleanup): made again, the reservations are still annotated.

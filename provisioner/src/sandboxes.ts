@@ -285,21 +285,34 @@ export class SandboxStore implements SandboxBackend {
     };
   }
 
+  /**
+   * The own writes the cache does not show yet. Checked against the cache at every read, not
+   * only as its events arrive: an event can come before its write is recorded here (a create
+   * is recorded once the fast path's /v1/init is done, and the operator may have made the
+   * sandbox Ready meanwhile), and an own write believed over a newer cache would hide the
+   * Ready status until no event comes to correct it.
+   */
   #freshOwnWrites() {
     const now = Date.now();
-    for (const [name, w] of this.#ownWrites)
-      if (now - w.at > OWN_WRITE_HOLD_MS) this.#ownWrites.delete(name);
+    for (const [name, w] of this.#ownWrites) {
+      const cached = this.#informer.get(name, this.namespace);
+      if (now - w.at > OWN_WRITE_HOLD_MS || (cached && this.#shows(w, cached, false)))
+        this.#ownWrites.delete(name);
+    }
     return this.#ownWrites;
   }
 
   /** The informer delivered `s`: an own write it now shows is no longer needed. */
   #caughtUp(s: Sandbox, deleted: boolean): void {
     const own = this.#ownWrites.get(s.metadata.name);
-    if (!own) return;
-    const shows = own.sandbox
+    if (own && this.#shows(own, s, deleted)) this.#ownWrites.delete(s.metadata.name);
+  }
+
+  /** Whether the cache's `s` (or its deletion) is as new as this process's own write. */
+  #shows(own: { sandbox?: Sandbox; deletedUid?: string }, s: Sandbox, deleted: boolean): boolean {
+    return own.sandbox
       ? own.sandbox.metadata.uid === s.metadata.uid || deleted
-      : deleted || s.metadata.deletionTimestamp || s.metadata.uid !== own.deletedUid;
-    if (shows) this.#ownWrites.delete(s.metadata.name);
+      : deleted || !!s.metadata.deletionTimestamp || s.metadata.uid !== own.deletedUid;
   }
 
   /**
@@ -455,8 +468,20 @@ export class SandboxStore implements SandboxBackend {
    * for its status like any other.
    */
   async #readyFromReserved(made: Sandbox, reserved: Reserved, pool: SandboxPool): Promise<void> {
+    if (!this.#reservations!.holding) {
+      this.#log.warn(
+        { sandbox: made.metadata.name, pod: reserved.podName },
+        "the reservation Lease went stale during the create; waiting for the operator",
+      );
+      return;
+    }
     try {
       const fast = await initReserved(this.#reservations!, reserved, made, pool);
+      if (fast.operatorFirst)
+        this.#log.info(
+          { sandbox: made.metadata.name, pod: reserved.podName },
+          "the operator initialised the reserved warm pod first",
+        );
       this.#tokens.set(fast.uid, fast.token);
       this.#fastReady.set(made.metadata.name, fast);
       // Being created is activity: the first command needs no activity write of its own.

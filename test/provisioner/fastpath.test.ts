@@ -128,13 +128,49 @@ async function invariants(): Promise<void> {
   }
 }
 
+/**
+ * What a failure message needs to be diagnosed from CI's output alone: every Sandbox with its
+ * reservation and status, every pod of the pool with its holder, and the end of both services'
+ * logs.
+ */
+async function explain(prov: ProvisionerProcess): Promise<string> {
+  const list = (await c.custom.listNamespacedCustomObject({
+    group: "sandpit.dev",
+    version: "v1alpha1",
+    namespace: ns,
+    plural: "sandboxes",
+  })) as { items: { metadata: { name: string; annotations?: object }; status?: object }[] };
+  const pods = (await c.core.listNamespacedPod({ namespace: ns })).items.map((p) => ({
+    name: p.metadata?.name,
+    labels: p.metadata?.labels,
+    holder: p.metadata?.annotations?.[HOLDER],
+    owner: p.metadata?.ownerReferences?.[0]?.name,
+    phase: p.status?.phase,
+    ready: p.status?.conditions?.find((x) => x.type === "Ready")?.status,
+  }));
+  const sbx = list.items.map((s) => ({
+    name: s.metadata.name,
+    annotations: s.metadata.annotations,
+    status: s.status,
+  }));
+  return [
+    `\n--- sandboxes ---\n${JSON.stringify(sbx, null, 1)}`,
+    `\n--- pods ---\n${JSON.stringify(pods, null, 1)}`,
+    `\n--- provisioner logs (end) ---\n${prov.logs().slice(-6000)}`,
+    `\n--- operator logs (end) ---\n${operator?.logs().slice(-6000) ?? "(none)"}`,
+  ].join("");
+}
+
 /** The thread's sandbox as a (new) provisioner hands it out, with a command run through it. */
 async function useThread(prov: ProvisionerProcess, thread: string) {
   const made = await provisionerCall(prov.url, "POST", "/v1/sandboxes", KEY, {
     threadId: thread,
     env: { FP_THREAD: thread },
   });
-  expect([200, 201]).toContain(made.status);
+  if (made.status !== 200 && made.status !== 201)
+    throw new Error(
+      `create of ${thread}: ${made.status} ${JSON.stringify(made.json)}${await explain(prov)}`,
+    );
   expect(made.json.phase).toBe("Ready");
   const out = await provisionerCall(
     prov.url,
@@ -199,6 +235,29 @@ describe("warm fast path", () => {
         );
         expect(new Set(made.map((m) => m.id)).size).toBe(WARM + 2);
         for (const m of made) await waitForPhase(c, ns, m.id, "Ready", 180_000);
+        await invariants();
+      } finally {
+        await prov.stop();
+      }
+      await settled();
+    },
+  );
+
+  test(
+    "the operator initialises the reserved pod before the provisioner does: the create still answers Ready",
+    { timeout: 240_000 },
+    async () => {
+      // The provisioner stalls between writing the Sandbox and initialising its pod, so the
+      // operator adopts the pod and reports the sandbox Ready first: the order that once left
+      // a create waiting for an event that had already come, until its 120 s ran out.
+      const prov = await provisioner({ SANDPIT_FAULT_STALL: "provisioner-sandbox-created=10000" });
+      try {
+        await waitFor("a reserved warm pod", 60_000, async () =>
+          (await warmPods()).find((p) => p.metadata?.annotations?.[HOLDER]),
+        );
+        const { id, token } = await useThread(prov, "t-late");
+        expect(prov.logs()).toContain("the operator initialised the reserved warm pod first");
+        expect(await tokenOf(c, ns, id)).toBe(token);
         await invariants();
       } finally {
         await prov.stop();

@@ -40,12 +40,21 @@ export function derivedToken(key: string, sandboxUid: string): string {
   return createHmac("sha256", key).update(`sandbox-token\0${sandboxUid}`).digest("hex");
 }
 
-/** Whether a holder's Lease was renewed within its duration (a missing Lease is a dead holder). */
+/**
+ * Whether a holder may still be handing out its reserved pods: its Lease was renewed within
+ * twice its duration. A replica stops handing out pods half a Lease after its last renewal was
+ * sent; the second duration is the margin for a create it sent just before to land and reach
+ * every cache, so a pod a new Sandbox names is never given back under it. A missing or deleted
+ * Lease is a holder gone (a replica shutting down releases its pods before deleting it).
+ */
 export function leaseAlive(lease: Lease | undefined, nowMs: number): boolean {
   const renewed = Date.parse(lease?.spec?.renewTime ?? "");
   const duration = lease?.spec?.leaseDurationSeconds;
   return (
-    !!lease && !lease.metadata.deletionTimestamp && !!duration && renewed + duration * 1000 > nowMs
+    !!lease &&
+    !lease.metadata.deletionTimestamp &&
+    !!duration &&
+    renewed + 2 * duration * 1000 > nowMs
   );
 }
 
@@ -58,4 +67,15 @@ const FAULT_AT = process.env.SANDPIT_FAULT_AT;
  */
 export function faultPoint(step: string): void {
   if (FAULT_AT === step) process.kill(process.pid, "SIGKILL");
+}
+
+const [STALL_AT, STALL_MS] = (process.env.SANDPIT_FAULT_STALL ?? "").split("=");
+
+/**
+ * A named point where the process may be made slow instead (SANDPIT_FAULT_STALL=<step>=<ms>):
+ * the other side's view of the same sandbox then moves first, an order a test cannot otherwise
+ * force.
+ */
+export async function faultStall(step: string): Promise<void> {
+  if (STALL_AT === step) await new Promise((resolve) => setTimeout(resolve, Number(STALL_MS)));
 }

@@ -127,8 +127,7 @@ export async function tryAdopt(
     const candidate =
       attempt === 0 && reserved && !claims.claiming.has(reserved.metadata.uid!)
         ? reserved
-        : await firstFree(
-            claims,
+        : firstFree(
             warmPods(ctx, pool).filter(
               (p) => !claims.claiming.has(p.metadata.uid!) && claimable(pool, p, shape),
             ),
@@ -238,13 +237,13 @@ async function reservedPod(ctx: Ctx, sbx: Sandbox, pool: SandboxPool): Promise<P
   }
 }
 
-/** The first of `pods` not reserved by a live provisioner replica. */
-async function firstFree(claims: Pick<Claims, "holders">, pods: Pod[]): Promise<Pod | undefined> {
-  for (const p of pods) {
-    const holder = p.metadata.annotations?.[RESERVATION.holder];
-    if (!holder || !(await claims.holders.alive(p.metadata.namespace!, holder))) return p;
-  }
-  return undefined;
+/**
+ * The first of `pods` no provisioner replica reserved. A reserved pod is free only once the pool
+ * reconciler gives it back (reclaimReservations): only it checks that no Sandbox names the pod,
+ * which a dead holder may have handed out just before it died.
+ */
+function firstFree(pods: Pod[]): Pod | undefined {
+  return pods.find((p) => !p.metadata.annotations?.[RESERVATION.holder]);
 }
 
 /** Names of the pool's warm pods reserved by a provisioner replica that is still alive. */
