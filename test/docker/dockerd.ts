@@ -2,12 +2,13 @@
  * A real Docker engine for the test suites. Uses the one that answers at DOCKER_HOST or
  * /var/run/docker.sock; otherwise installs Debian's docker.io (as root, when missing) and starts
  * `dockerd` in the background with its pidfile and log in a state directory. Safe to call from
- * several processes at once: a lock serialises the start, and an engine another process started
- * is reused (and left alone by our `stop()`).
+ * several processes at once (two test runs, say): a lock serialises the start, every process
+ * using an engine the tests started registers itself, and the last one to let go stops it. An
+ * engine the tests did not start (the system's) is never stopped.
  */
 import { spawn, execFile } from "node:child_process";
 import { existsSync, openSync, closeSync } from "node:fs";
-import { mkdir, readFile, rm } from "node:fs/promises";
+import { mkdir, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
 import { homedir } from "node:os";
 import { join } from "node:path";
@@ -16,8 +17,12 @@ import { withLock } from "@sandpit/images/lock";
 
 export interface DockerEngine {
   socketPath: string;
-  /** True when this call started dockerd; only then does `stop()` do anything. */
+  /** True when this call started dockerd. */
   startedByUs: boolean;
+  /**
+   * Lets go of the engine: one the tests started is stopped once no other live process uses it
+   * (whichever started it); the system's is left alone.
+   */
   stop(): Promise<void>;
 }
 
@@ -36,29 +41,75 @@ export async function ensureDocker(
 ): Promise<DockerEngine> {
   const log = o.log ?? (() => undefined);
   const socketPath = socketFromEnv();
-  const notOurs: DockerEngine = { socketPath, startedByUs: false, stop: async () => undefined };
-  if (await pingDocker(socketPath)) return notOurs;
   const stateDir = dockerdStateDir();
-  return withLock(
-    join(stateDir, "start.lock"),
-    {
-      timeoutMs: 15 * 60_000, // covers a waiter behind an apt-get install of docker.io
-      what: "dockerd start",
-      log,
-    },
-    async () => {
-      // Another process may have started it while we waited for the lock.
-      if (await pingDocker(socketPath)) return notOurs;
-      if (socketPath !== DEFAULT_SOCKET) {
-        throw new Error(
-          `no Docker engine answers at ${socketPath} (DOCKER_HOST); start it, or unset DOCKER_HOST to let the tests start one`,
-        );
-      }
-      await installDockerIfMissing(log);
-      const pid = await startDockerd(stateDir, socketPath, log);
-      return { socketPath, startedByUs: true, stop: () => stopDockerd(pid, stateDir, log) };
-    },
+  const lock = join(stateDir, "start.lock");
+  const lockOpts = {
+    timeoutMs: 15 * 60_000, // covers a waiter behind an apt-get install of docker.io
+    what: "dockerd start",
+    log,
+  };
+  const notOurs: DockerEngine = { socketPath, startedByUs: false, stop: async () => undefined };
+  const used = (startedByUs: boolean): DockerEngine => ({
+    socketPath,
+    startedByUs,
+    stop: () => withLock(lock, lockOpts, () => letGo(stateDir, log)),
+  });
+  if ((await pingDocker(socketPath)) && !(await fixtureDockerd(stateDir))) return notOurs;
+  await mkdir(stateDir, { recursive: true });
+  return withLock(lock, lockOpts, async () => {
+    // Another process may have started it while we waited for the lock.
+    if (await pingDocker(socketPath)) {
+      if (!(await fixtureDockerd(stateDir))) return notOurs;
+      await register(stateDir);
+      return used(false);
+    }
+    if (socketPath !== DEFAULT_SOCKET) {
+      throw new Error(
+        `no Docker engine answers at ${socketPath} (DOCKER_HOST); start it, or unset DOCKER_HOST to let the tests start one`,
+      );
+    }
+    await installDockerIfMissing(log);
+    const pid = await startDockerd(stateDir, socketPath, log);
+    await writeFile(join(stateDir, FIXTURE_FILE), String(pid));
+    await register(stateDir);
+    return used(true);
+  });
+}
+
+/** Names the dockerd the tests started (removed when it is stopped). */
+const FIXTURE_FILE = "started-by-tests.pid";
+const usersDir = (stateDir: string) => join(stateDir, "users");
+
+/** The PID of the running dockerd the tests started, or undefined. */
+async function fixtureDockerd(stateDir: string): Promise<number | undefined> {
+  const pid = Number.parseInt(
+    await readFile(join(stateDir, FIXTURE_FILE), "utf8").catch(() => ""),
+    10,
   );
+  return Number.isFinite(pid) && signal(pid, 0) ? pid : undefined;
+}
+
+/** Records this process as a user of the tests' dockerd (under the start lock). */
+async function register(stateDir: string): Promise<void> {
+  await mkdir(usersDir(stateDir), { recursive: true });
+  await writeFile(join(usersDir(stateDir), String(process.pid)), "");
+}
+
+/**
+ * This process no longer uses the tests' dockerd (under the start lock): when no other live
+ * process does, it is stopped. Users that died without letting go are forgotten here.
+ */
+async function letGo(stateDir: string, log: (line: string) => void): Promise<void> {
+  const dir = usersDir(stateDir);
+  await rm(join(dir, String(process.pid)), { force: true });
+  const users = await readdir(dir).catch(() => [] as string[]);
+  const others = users.filter((name) => signal(Number.parseInt(name, 10), 0));
+  const dead = users.filter((name) => !others.includes(name));
+  await Promise.all(dead.map((name) => rm(join(dir, name), { force: true })));
+  const pid = await fixtureDockerd(stateDir);
+  if (others.length > 0 || pid === undefined) return;
+  await stopDockerd(pid, stateDir, log);
+  await rm(join(stateDir, FIXTURE_FILE), { force: true });
 }
 
 /** DOCKER_HOST=unix:///path is honoured; other schemes are not something these tests can start. */
