@@ -521,6 +521,31 @@ export function contractSuite(
         await a.kill();
       });
 
+      it("another user on the same thread name gets a sandbox of its own", async () => {
+        const t = thread();
+        const a = await target.provider.create({
+          language: "python",
+          userId: "alice",
+          threadId: t,
+        });
+        await a.filesystem.write("mark.txt", "alice's");
+        const b = await target.provider.create({ language: "python", userId: "bob", threadId: t });
+        try {
+          expect(b.sandboxId).not.toBe(a.sandboxId);
+          await expectSandboxError(b.filesystem.read("mark.txt"), "NOT_FOUND");
+          // And each user still finds their own again.
+          const again = await target.provider.create({
+            language: "python",
+            userId: "alice",
+            threadId: t,
+          });
+          expect(again.sandboxId).toBe(a.sandboxId);
+          expect(await again.filesystem.read("mark.txt")).toBe("alice's");
+        } finally {
+          await Promise.all([a.kill(), b.kill()]);
+        }
+      });
+
       it("kill removes the sandbox: resume and further calls say NOT_FOUND", async () => {
         const s = await target.provider.create({ language: "python", threadId: thread() });
         await s.kill();
