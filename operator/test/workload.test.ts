@@ -451,6 +451,24 @@ describe("networkPolicy", () => {
     ]);
   });
 
+  it("Internet also excludes the ranges the operator is told the cluster does not report", () => {
+    const told = readConfig({ SANDPIT_EGRESS_EXCLUDE_CIDRS: "192.0.2.2/32" });
+    const np = networkPolicy(
+      meta,
+      selector,
+      effectiveSpec(sandbox({}), undefined, told).network,
+      told,
+      cluster,
+    );
+    expect(at(np, "spec", "egress", 1)).toEqual({
+      to: [
+        {
+          ipBlock: { cidr: "0.0.0.0/0", except: [...BLOCKED_CIDRS, "192.0.2.2/32", ...cluster] },
+        },
+      ],
+    });
+  });
+
   it("Allowlist resolves names only when it asks for DNS", () => {
     const allow = [{ cidr: "203.0.113.0/24", ports: [443] }];
     expect(at(policy({ egress: "Allowlist", allow }), "spec", "egress")).not.toContainEqual(

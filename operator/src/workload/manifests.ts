@@ -123,8 +123,9 @@ export function service(m: Meta, selector: Record<string, string>): KObject {
 /**
  * Ingress only from the provisioner and operator pods of the system namespace, to sandboxd;
  * egress per spec.network, and nothing else implied:
- * - `Internet`: every IPv4 address but the private and special ranges and `clusterAddresses`
- *   (the nodes' and the API server's own, egress.ts), plus DNS to the cluster's resolvers;
+ * - `Internet`: every IPv4 address but the private and special ranges, `clusterAddresses` (the
+ *   nodes' and the API server's own, egress.ts) and SANDPIT_EGRESS_EXCLUDE_CIDRS (what the
+ *   cluster does not report), plus DNS to the cluster's resolvers;
  * - `Deny`: nothing at all, DNS included: a resolver that forwards external names is a channel
  *   out (data in the names looked up), so a Deny sandbox gets no resolver;
  * - `Allowlist`: the listed ranges, plus DNS only when `network.dns` asks for it.
@@ -153,7 +154,14 @@ export function networkPolicy(
   const egress: unknown[] = [];
   if (network.egress === "Internet") {
     egress.push(dns, {
-      to: [{ ipBlock: { cidr: "0.0.0.0/0", except: [...BLOCKED_CIDRS, ...clusterAddresses] } }],
+      to: [
+        {
+          ipBlock: {
+            cidr: "0.0.0.0/0",
+            except: [...BLOCKED_CIDRS, ...cfg.egressExcludeCidrs, ...clusterAddresses],
+          },
+        },
+      ],
     });
   } else if (network.egress === "Allowlist") {
     if (network.dns) egress.push(dns);
