@@ -13,7 +13,6 @@
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { connect } from "node:net";
-import { networkInterfaces } from "node:os";
 import { DiscoveryV1Api, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import {
@@ -30,7 +29,7 @@ import {
   waitFor,
   waitForPhase,
 } from "../cluster/harness.ts";
-import { BLOCKED_CIDRS, inCidr, ipv4 } from "../../operator/src/workload/egress.ts";
+import { machineAddressCidrs } from "../cluster/addresses.ts";
 
 const rand = Math.random().toString(36).slice(2, 7);
 const NETNS = `sp-egress-${rand}`;
@@ -143,11 +142,9 @@ beforeAll(async () => {
   const reported = new Set(
     nodes.items.flatMap((n) => (n.status?.addresses ?? []).map((a) => a.address)),
   );
-  unreported = Object.values(networkInterfaces())
-    .flat()
-    .filter((a) => a && a.family === "IPv4" && !a.internal && !reported.has(a.address))
-    .map((a) => a!.address)
-    .filter((a) => !BLOCKED_CIDRS.some((cidr) => inCidr(ipv4(a)!, cidr)));
+  unreported = machineAddressCidrs()
+    .map((cidr) => cidr.replace(/\/32$/, ""))
+    .filter((a) => !reported.has(a));
 
   // The test's "internet": a network namespace with two public-range addresses, routed from
   // the node through a veth pair, and an HTTP server in it on both.
