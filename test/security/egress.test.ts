@@ -22,6 +22,7 @@ import {
   createNamespace,
   deleteNamespace,
   ensureCrds,
+  pools,
   runCode,
   sandboxes,
   startOperator,
@@ -221,6 +222,8 @@ beforeAll(async () => {
   const allow = [{ cidr: `${INTERNET}/32`, ports: [8080] }];
   await Promise.all([
     sandboxes.create(c, ns, "internet", { language: "python" }),
+    // A pool's warm pods have a policy of their own, built from its (Internet) template.
+    pools.create(c, ns, "warm", { maxActive: 2, warm: 1, template: {} }),
     sandboxes.create(c, ns, "deny", { language: "python", network: { egress: "Deny" } }),
     sandboxes.create(c, ns, "allow", {
       language: "python",
@@ -234,6 +237,7 @@ beforeAll(async () => {
   for (const name of ["internet", "deny", "allow", "allow-dns"]) {
     await waitForPhase(c, ns, name, "Ready", 180_000);
   }
+  await waitFor("the warm pods' policy", 60_000, () => policyOf("warm-warm"));
 }, 420_000);
 
 afterAll(async () => {
@@ -252,6 +256,16 @@ afterAll(async () => {
   await operator?.stop();
   if (ns) await deleteNamespace(c, ns);
 }, 120_000);
+
+/** The operator's NetworkPolicy writes so far (sandpit_api_writes_total, every verb). */
+async function policyWrites(): Promise<number> {
+  let n = 0;
+  for (const line of (await operator.metrics()).split("\n")) {
+    if (line.startsWith("sandpit_api_writes_total{") && line.includes('resource="networkpolicies"'))
+      n += Number(line.split(" ").at(-1));
+  }
+  return n;
+}
 
 /** The sandbox's policy, to see what it was given and whether it was written again. */
 const policyOf = (name: string) => c.net.readNamespacedNetworkPolicy({ name, namespace: ns });
@@ -288,6 +302,8 @@ describe("Internet egress", () => {
           async (n) => (await policyOf(n)).metadata!.resourceVersion,
         ),
       );
+
+      const policyWritesBefore = await policyWrites();
 
       // A Node no pod can land on (unschedulable, tainted), with an ExternalIP in the test's range.
       await c.core.createNode({
@@ -351,6 +367,9 @@ describe("Internet egress", () => {
         ),
       );
       expect(after).toEqual(untouched);
+      // Each of the two policies that depend on them written once per change, and no other write.
+      await new Promise((r) => setTimeout(r, 2_000)); // a write that was still to come
+      expect((await policyWrites()) - policyWritesBefore).toBe(4);
     },
   );
 
