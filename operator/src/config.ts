@@ -18,7 +18,8 @@ const json = <T extends z.ZodType>(schema: T) =>
   });
 
 const OCTET = "(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])";
-const IPV4_CIDR = new RegExp(`^${OCTET}(\\.${OCTET}){3}/([0-9]|[12][0-9]|3[0-2])$`);
+/** An IPv4 range a NetworkPolicy may except from 0.0.0.0/0: a prefix of 1 to 32 bits. */
+const IPV4_CIDR = new RegExp(`^${OCTET}(\\.${OCTET}){3}/([1-9]|[12][0-9]|3[0-2])$`);
 
 const Toleration = z.object({
   key: z.string().optional(),

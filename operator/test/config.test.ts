@@ -74,6 +74,7 @@ describe("readConfig", () => {
     ["SANDPIT_EGRESS_EXCLUDE_CIDRS", "192.0.2.2"],
     ["SANDPIT_EGRESS_EXCLUDE_CIDRS", "fd00::/8"],
     ["SANDPIT_EGRESS_EXCLUDE_CIDRS", "192.0.2.0/33"],
+    ["SANDPIT_EGRESS_EXCLUDE_CIDRS", "0.0.0.0/0"],
   ])("rejects %s=%s with an error naming it", (name, value) => {
     expect(() => readConfig({ [name]: value })).toThrow(
       new RegExp(`invalid operator settings:[\\s\\S]*${name}:`),

@@ -452,7 +452,8 @@ describe("networkPolicy", () => {
   });
 
   it("Internet also excludes the ranges the operator is told the cluster does not report", () => {
-    const told = readConfig({ SANDPIT_EGRESS_EXCLUDE_CIDRS: "192.0.2.2/32" });
+    // 203.0.113.9 is a node's too: listed once.
+    const told = readConfig({ SANDPIT_EGRESS_EXCLUDE_CIDRS: "192.0.2.2/32,203.0.113.9/32" });
     const np = networkPolicy(
       meta,
       selector,
@@ -463,7 +464,10 @@ describe("networkPolicy", () => {
     expect(at(np, "spec", "egress", 1)).toEqual({
       to: [
         {
-          ipBlock: { cidr: "0.0.0.0/0", except: [...BLOCKED_CIDRS, "192.0.2.2/32", ...cluster] },
+          ipBlock: {
+            cidr: "0.0.0.0/0",
+            except: [...BLOCKED_CIDRS, "192.0.2.2/32", "203.0.113.9/32", "198.51.100.4/32"],
+          },
         },
       ],
     });

@@ -173,7 +173,10 @@ export const node: Transform<Node> = (o) => ({
   },
 });
 
-/** An EndpointSlice of the API server: its endpoints' addresses (an IPv6 or FQDN one is skipped where read). */
+/**
+ * An EndpointSlice of the API server: its endpoints' addresses, nothing else (an IPv6 or FQDN
+ * address is skipped where they are read, workload/egress.ts).
+ */
 export const endpointSlice: Transform<EndpointSlice> = (o) => ({
   ...head(o),
   metadata: bareMeta(o.metadata),

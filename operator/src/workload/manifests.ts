@@ -158,7 +158,10 @@ export function networkPolicy(
         {
           ipBlock: {
             cidr: "0.0.0.0/0",
-            except: [...BLOCKED_CIDRS, ...cfg.egressExcludeCidrs, ...clusterAddresses],
+            // Each once: a node may report an address the settings name too.
+            except: [
+              ...new Set([...BLOCKED_CIDRS, ...cfg.egressExcludeCidrs, ...clusterAddresses]),
+            ],
           },
         },
       ],
