@@ -12,6 +12,7 @@
  * - `Allowlist`: only the listed destination; DNS only with `dns: true`.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { readlinkSync } from "node:fs";
 import { connect } from "node:net";
 import { DiscoveryV1Api, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
@@ -33,7 +34,6 @@ import {
 import { machineAddressCidrs } from "../cluster/addresses.ts";
 
 const rand = Math.random().toString(36).slice(2, 7);
-const NETNS = `sp-egress-${rand}`;
 const VETH_HOST = `speg${rand}h`;
 const VETH_NS = `speg${rand}n`;
 /** A /29 of 198.51.100.0/24 (documentation, not a blocked range) of this run's own. */
@@ -50,7 +50,7 @@ let c: Clients;
 let ns: string;
 let operator: OperatorProcess;
 let server: ChildProcess | undefined;
-let netnsMade = false;
+let vethMade = false;
 let nodeMade = false;
 /** The node's addresses no Node object lists (the machine's own): given to the operator. */
 let unreported: string[] = [];
@@ -147,31 +147,41 @@ beforeAll(async () => {
     .map((cidr) => cidr.replace(/\/32$/, ""))
     .filter((a) => !reported.has(a));
 
-  // The test's "internet": a network namespace with two public-range addresses, routed from
-  // the node through a veth pair, and an HTTP server in it on both.
-  ip("netns", "add", NETNS);
-  netnsMade = true;
-  ip("link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_NS);
-  ip("link", "set", VETH_NS, "netns", NETNS);
-  ip("addr", "add", `${ROUTER}/29`, "dev", VETH_HOST);
-  ip("link", "set", VETH_HOST, "up");
-  ip("-n", NETNS, "addr", "add", `${INTERNET}/29`, "dev", VETH_NS);
-  ip("-n", NETNS, "addr", "add", `${NODE_ADDRESS}/29`, "dev", VETH_NS);
-  ip("-n", NETNS, "link", "set", "lo", "up");
-  ip("-n", NETNS, "link", "set", VETH_NS, "up");
-  ip("-n", NETNS, "route", "add", "default", "via", ROUTER);
+  // The test's "internet": an HTTP server in a network namespace of its own, unnamed and held
+  // by the server alone (`unshare --net`: nothing under /run/netns, which containerd uses for
+  // the pods' namespaces), with two public-range addresses routed from the node through a veth
+  // pair. The namespace, the pair, its addresses and routes all end with the server.
   server = spawn(
-    "ip",
+    "unshare",
     [
-      "netns",
-      "exec",
-      NETNS,
+      "--net",
       process.execPath,
       "-e",
       `require("node:http").createServer((q, r) => r.end(${JSON.stringify(NONCE)})).listen(8080, "0.0.0.0")`,
     ],
     { stdio: "ignore" },
   );
+  const pid = String(server.pid);
+  const hostNet = readlinkSync("/proc/self/ns/net");
+  await waitFor("the server in a network namespace of its own", 10_000, async () => {
+    if (server!.exitCode !== null) throw new Error(`server exited ${server!.exitCode}`);
+    return readlinkSync(`/proc/${pid}/ns/net`) !== hostNet;
+  });
+  const inServer = (...args: string[]) =>
+    execFileSync("nsenter", ["--target", pid, "--net", "ip", ...args], {
+      stdio: "pipe",
+      timeout: 10_000,
+    });
+  ip("link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_NS);
+  vethMade = true;
+  ip("link", "set", VETH_NS, "netns", pid);
+  ip("addr", "add", `${ROUTER}/29`, "dev", VETH_HOST);
+  ip("link", "set", VETH_HOST, "up");
+  inServer("addr", "add", `${INTERNET}/29`, "dev", VETH_NS);
+  inServer("addr", "add", `${NODE_ADDRESS}/29`, "dev", VETH_NS);
+  inServer("link", "set", "lo", "up");
+  inServer("link", "set", VETH_NS, "up");
+  inServer("route", "add", "default", "via", ROUTER);
   for (const address of [INTERNET, NODE_ADDRESS]) {
     await waitFor(`the test's internet server on ${address}`, 20_000, async () => {
       if (server!.exitCode !== null) throw new Error(`server exited ${server!.exitCode}`);
@@ -209,7 +219,12 @@ beforeAll(async () => {
     })),
   ];
   for (const t of clusterTargets) {
-    expect(await reachableFromNode(t.host, t.port), `${t.what} from the node`).toBe(true);
+    await waitFor(
+      `${t.what} from the node`,
+      30_000,
+      () => reachableFromNode(t.host, t.port),
+      1_000,
+    );
   }
 
   ns = await createNamespace(c, "sec-egress");
@@ -243,12 +258,13 @@ beforeAll(async () => {
 afterAll(async () => {
   if (nodeMade) await c.core.deleteNode({ name: FAKE_NODE }).catch(() => undefined);
   if (server?.pid && server.exitCode === null) {
-    server.kill("SIGTERM");
-    await new Promise((r) => setTimeout(r, 200));
+    const exited = new Promise((r) => server!.once("exit", r));
+    server.kill("SIGTERM"); // its network namespace, and the veth pair in it, end with it
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
   }
-  if (netnsMade) {
+  if (vethMade) {
     try {
-      ip("netns", "del", NETNS); // the veth pair, its addresses and route go with it
+      ip("link", "del", VETH_HOST); // gone with the namespace already, unless moving it failed
     } catch {
       // already gone
     }
