@@ -39,6 +39,7 @@ import {
   chartImageArgs,
   ensureClusterImages,
 } from "../test/cluster/images.ts";
+import { machineAddressCidrs } from "../test/cluster/addresses.ts";
 
 const run = promisify(execFile);
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -208,7 +209,15 @@ async function installChart(
     // suites run their own, each in a namespace of its own).
     "--set",
     `operator.watchNamespace=${SANDBOX_NS}`,
-    ...(cluster.kind === "local" ? ["--set-json", `sandboxes.dnsCidrs=["${LOCAL_DNS_CIDR}"]`] : []),
+    ...(cluster.kind === "local"
+      ? [
+          "--set-json",
+          `sandboxes.dnsCidrs=["${LOCAL_DNS_CIDR}"]`,
+          // The node's addresses its Node object does not list (test/cluster/addresses.ts).
+          "--set-json",
+          `sandboxes.egressExcludeCidrs=${JSON.stringify(machineAddressCidrs())}`,
+        ]
+      : []),
     ...(publicUrl ? ["--set", `provisioner.publicUrl=${publicUrl}`] : []),
   ];
   const { stdout } = await run(helm, args, {

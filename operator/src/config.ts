@@ -17,6 +17,10 @@ const json = <T extends z.ZodType>(schema: T) =>
     }
   });
 
+const OCTET = "(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])";
+/** An IPv4 range a NetworkPolicy may except from 0.0.0.0/0: a prefix of 1 to 32 bits. */
+const IPV4_CIDR = new RegExp(`^${OCTET}(\\.${OCTET}){3}/([1-9]|[12][0-9]|3[0-2])$`);
+
 const Toleration = z.object({
   key: z.string().optional(),
   operator: z.enum(["Exists", "Equal"]).optional(),
@@ -56,6 +60,23 @@ const Env = z.object({
         .map((c) => c.trim())
         .filter(Boolean),
     ),
+  /**
+   * IPv4 ranges Internet egress excludes besides the private ones and the nodes' and API
+   * server's addresses the cluster reports: what it does not (a node's other interfaces, a load
+   * balancer in front of the API server, an on-premises metadata service).
+   */
+  SANDPIT_EGRESS_EXCLUDE_CIDRS: z
+    .string()
+    .default("")
+    .transform((s) =>
+      s
+        .split(",")
+        .map((c) => c.trim())
+        .filter(Boolean),
+    )
+    .refine((list) => list.every((c) => IPV4_CIDR.test(c)), {
+      message: "each is an IPv4 range such as 192.0.2.0/24",
+    }),
   SANDPIT_POD_NODE_SELECTOR: json(z.record(z.string(), z.string())).default({}),
   SANDPIT_POD_TOLERATIONS: json(z.array(Toleration)).default([]),
   /** Failed or vanished pods are recreated this many times (with backoff) before Failed. */
@@ -93,6 +114,7 @@ export interface OperatorConfig {
   /** Floors and ceilings for pools without their own (SANDPIT_MIN_* / SANDPIT_MAX_*). */
   bounds: PlatformBounds;
   dnsCidrs: string[];
+  egressExcludeCidrs: string[];
   podNodeSelector: Record<string, string>;
   podTolerations: z.infer<typeof Toleration>[];
   maxRecreations: number;
@@ -141,6 +163,7 @@ export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
     },
     bounds: bounds.bounds,
     dnsCidrs: e.SANDPIT_DNS_CIDRS,
+    egressExcludeCidrs: e.SANDPIT_EGRESS_EXCLUDE_CIDRS,
     podNodeSelector: e.SANDPIT_POD_NODE_SELECTOR,
     podTolerations: e.SANDPIT_POD_TOLERATIONS,
     maxRecreations: e.SANDPIT_MAX_RECREATIONS,

@@ -7,7 +7,7 @@ import type { Sandbox, SandboxPool } from "./api/v1alpha1.ts";
 import type { OperatorConfig } from "./config.ts";
 import type { EventRecorder } from "./kube/events.ts";
 import type { Informer } from "./kube/informer.ts";
-import type { Claim, Pod, Secret } from "./kube/resources.ts";
+import type { Claim, EndpointSlice, Node, Pod, Secret } from "./kube/resources.ts";
 import type { KObject, Kube } from "./kube/rest.ts";
 
 export interface Caches {
@@ -18,6 +18,10 @@ export interface Caches {
   services: Informer<KObject>;
   secrets: Informer<Secret>;
   networkPolicies: Informer<KObject>;
+  /** Every Node, cluster-wide: their addresses are excluded from Internet egress. */
+  nodes: Informer<Node>;
+  /** The `kubernetes` Service's EndpointSlices in `default`: the API server's addresses. */
+  apiServerEndpoints: Informer<EndpointSlice>;
 }
 
 /**
@@ -69,6 +73,11 @@ export interface Ctx {
   podExpectations: Expectations;
   /** Services, NetworkPolicies (by spec hash) and PVCs written but not yet seen in the cache. */
   writeExpectations: Expectations;
+  /**
+   * The nodes' and the API server's addresses Internet egress excludes (workload/egress.ts), as
+   * the caches show them now; the manager requeues every sandbox and pool when they change.
+   */
+  clusterAddresses: () => readonly string[];
   enqueueSandbox: (key: string, afterMs?: number) => void;
   enqueuePool: (key: string, afterMs?: number) => void;
 }

@@ -17,7 +17,11 @@ import { Informer } from "./kube/informer.ts";
 import { LeaderElector } from "./kube/leader-election.ts";
 import {
   type Claim,
+  ENDPOINT_SLICES,
+  type EndpointSlice,
   NETWORK_POLICIES,
+  NODES,
+  type Node,
   PODS,
   PVCS,
   type Pod,
@@ -39,6 +43,7 @@ import {
 import { Pools } from "./pool/pools.ts";
 import { reconcilePool } from "./pool/reconciler.ts";
 import { reconcileSandbox } from "./sandbox/reconciler.ts";
+import { clusterAddressExceptions, nodeAddresses, sliceAddresses } from "./workload/egress.ts";
 import { INIT_TIMEOUT_MS } from "./workload/sandboxd.ts";
 
 const CACHE_SYNC_TIMEOUT_MS = 120_000;
@@ -61,6 +66,8 @@ export class Manager {
   readonly #elector: LeaderElector | undefined;
   #server: Server | undefined;
   #leading = false;
+  /** The cluster's own addresses Internet egress excludes, as last computed from the caches. */
+  #clusterAddresses: readonly string[] = [];
   #stopping: Promise<void> | undefined;
   /** Resolves with why the manager ended on its own (leadership lost). */
   readonly done: Promise<string>;
@@ -87,6 +94,7 @@ export class Manager {
       resource: typeof PODS,
       transform: Transform<T>,
       labelSelector?: string,
+      namespace = ns,
     ) => {
       // Every series from 0: the first restart is then an increase Prometheus sees.
       for (const cause of ["error", "stale"])
@@ -96,7 +104,7 @@ export class Manager {
         logger: log,
         transform,
         onRestart: (cause) => informerRestarts.inc({ resource: resource.plural, cause }),
-        ...(ns ? { namespace: ns } : {}),
+        ...(namespace ? { namespace } : {}),
         ...(labelSelector ? { labelSelector } : {}),
       });
     };
@@ -108,6 +116,14 @@ export class Manager {
       services: informer(SERVICES, transforms.metadataOnly, owned),
       secrets: informer<Secret>(SECRETS, transforms.secret, owned),
       networkPolicies: informer(NETWORK_POLICIES, transforms.metadataOnly, owned),
+      // Whatever namespace is watched, the cluster's own addresses are the cluster's.
+      nodes: informer<Node>(NODES, transforms.node, undefined, ""),
+      apiServerEndpoints: informer<EndpointSlice>(
+        ENDPOINT_SLICES,
+        transforms.endpointSlice,
+        "kubernetes.io/service-name=kubernetes",
+        "default",
+      ),
     };
     this.#informers = Object.values(caches) as Informer<KObject>[];
     this.#sandboxes = new Controller({
@@ -133,6 +149,7 @@ export class Manager {
       caches,
       podExpectations: new Expectations(),
       writeExpectations: new Expectations(),
+      clusterAddresses: () => this.#clusterAddresses,
       enqueueSandbox: (key, afterMs) => this.#sandboxes.enqueue(key, afterMs),
       enqueuePool: (key, afterMs) => this.#pools.enqueue(key, afterMs),
     };
@@ -256,12 +273,57 @@ export class Manager {
     c.claims.on("add", (o) =>
       this.ctx.writeExpectations.observed(`persistentvolumeclaims/${keyOf(o)}`),
     );
+    this.#watchClusterAddresses(c);
     const policySeen = (o: KObject) =>
       this.ctx.writeExpectations.observed(
         `networkpolicies/${keyOf(o)}/${o.metadata.annotations?.[ANNOTATION.specHash]}`,
       );
     c.networkPolicies.on("add", policySeen);
     c.networkPolicies.on("update", policySeen);
+  }
+
+  /**
+   * Keeps #clusterAddresses current: every Node's addresses as they are now, and every address
+   * the API server's EndpointSlices have shown since this operator started. Those stay: an API
+   * server restarting takes its address out of the slice and puts it back, and forgetting it in
+   * between would loosen and tighten every policy for nothing (an address once the API
+   * server's is worth excluding until the operator restarts). Nodes are updated often (status,
+   * heartbeats) and their addresses almost never: an update showing the addresses the node had
+   * is ignored. When the set changes (a node added or gone, the API server moved), every
+   * sandbox and pool is reconciled, which rewrites the policies whose hash changed, no other.
+   */
+  #watchClusterAddresses(c: Caches): void {
+    const byNode = new Map<string, string[]>();
+    const apiServer = new Set<string>();
+    const recompute = () => {
+      const next = clusterAddressExceptions([...[...byNode.values()].flat(), ...apiServer]);
+      if (next.join() === this.#clusterAddresses.join()) return;
+      this.#log.info(
+        { before: this.#clusterAddresses, after: next },
+        "cluster addresses excluded from egress changed; reconciling every sandbox and pool",
+      );
+      this.#clusterAddresses = next;
+      for (const s of c.sandboxes.list()) this.#sandboxes.enqueue(keyOf(s));
+      for (const p of c.pools.list()) this.#pools.enqueue(keyOf(p));
+    };
+    const onNode = (n: Node) => {
+      const addresses = nodeAddresses(n);
+      if (byNode.get(n.metadata.name)?.join() === addresses.join()) return;
+      byNode.set(n.metadata.name, addresses);
+      recompute();
+    };
+    c.nodes.on("add", onNode);
+    c.nodes.on("update", onNode);
+    c.nodes.on("delete", (n) => {
+      byNode.delete(n.metadata.name);
+      recompute();
+    });
+    const onSlice = (s: EndpointSlice) => {
+      for (const a of sliceAddresses(s)) apiServer.add(a);
+      recompute();
+    };
+    c.apiServerEndpoints.on("add", onSlice);
+    c.apiServerEndpoints.on("update", onSlice);
   }
 
   #serveProbes(): Promise<Server> {

@@ -14,6 +14,7 @@ describe("readConfig", () => {
       defaultLimits: { cpu: "1", memory: "1Gi", ephemeralStorage: "2Gi" },
       requests: { cpu: "50m", memory: "64Mi", ephemeralStorage: "64Mi" },
       dnsCidrs: [],
+      egressExcludeCidrs: [],
       podNodeSelector: {},
       podTolerations: [],
       maxRecreations: 5,
@@ -44,6 +45,7 @@ describe("readConfig", () => {
       SANDPIT_LEADER_ELECTION: "false",
       SANDPIT_IDENTITY: "op-1",
       SANDPIT_SANDBOX_WORKERS: "8",
+      SANDPIT_EGRESS_EXCLUDE_CIDRS: "192.0.2.2/32, 203.0.113.0/24",
       UNRELATED: "ignored",
     });
     expect(c.systemNamespace).toBe("sys");
@@ -55,6 +57,7 @@ describe("readConfig", () => {
     ]);
     expect(c.leaderElection).toMatchObject({ enabled: false, namespace: "sys", identity: "op-1" });
     expect(c.sandboxWorkers).toBe(8);
+    expect(c.egressExcludeCidrs).toEqual(["192.0.2.2/32", "203.0.113.0/24"]);
   });
 
   it.each([
@@ -68,6 +71,10 @@ describe("readConfig", () => {
     ["SANDPIT_PROBE_ADDRESS", "8081"],
     ["SANDPIT_SANDBOX_WORKERS", "0"],
     ["SANDPIT_LOG_LEVEL", "loud"],
+    ["SANDPIT_EGRESS_EXCLUDE_CIDRS", "192.0.2.2"],
+    ["SANDPIT_EGRESS_EXCLUDE_CIDRS", "fd00::/8"],
+    ["SANDPIT_EGRESS_EXCLUDE_CIDRS", "192.0.2.0/33"],
+    ["SANDPIT_EGRESS_EXCLUDE_CIDRS", "0.0.0.0/0"],
   ])("rejects %s=%s with an error naming it", (name, value) => {
     expect(() => readConfig({ [name]: value })).toThrow(
       new RegExp(`invalid operator settings:[\\s\\S]*${name}:`),

@@ -13,7 +13,7 @@ import type { Sandbox, SandboxPool } from "../src/api/v1alpha1.ts";
 import { readConfig } from "../src/config.ts";
 import { type Caches, type Ctx, Expectations } from "../src/context.ts";
 import type { Informer } from "../src/kube/informer.ts";
-import type { Pod } from "../src/kube/resources.ts";
+import type { EndpointSlice, Node, Pod } from "../src/kube/resources.ts";
 import type { KObject, Resource } from "../src/kube/rest.ts";
 import * as transforms from "../src/kube/transforms.ts";
 import { claimable } from "../src/pool/warm.ts";
@@ -28,10 +28,42 @@ import {
   tokenSecret,
 } from "../src/workload/manifests.ts";
 import { effectiveSpec } from "../src/workload/spec.ts";
+import { clusterAddressExceptions, nodeAddresses, sliceAddresses } from "../src/workload/egress.ts";
 
 const NS = "t";
 const cfg = readConfig({});
 const NOW = Date.parse("2026-01-01T12:00:00Z");
+
+/** A node with a public address and the API server's slice, as served; and what they exclude. */
+const NODE = served<Node>(
+  { apiVersion: "v1", kind: "Node", metadata: { name: "n1" } },
+  {
+    spec: { podCIDR: "10.244.0.0/24", taints: [] },
+    status: {
+      addresses: [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "ExternalIP", address: "203.0.113.9" },
+        { type: "Hostname", address: "n1" },
+      ],
+      capacity: { cpu: "4" },
+      images: [{ names: ["x"], sizeBytes: 1 }],
+      conditions: [{ type: "Ready", status: "True" }],
+    },
+  },
+);
+const SLICE = served<EndpointSlice>(
+  {
+    apiVersion: "discovery.k8s.io/v1",
+    kind: "EndpointSlice",
+    metadata: { name: "kubernetes", namespace: "default" },
+  },
+  {
+    addressType: "IPv4",
+    endpoints: [{ addresses: ["198.51.100.4"], conditions: { ready: true } }],
+    ports: [{ name: "https", port: 6443, protocol: "TCP" }],
+  },
+);
+const CLUSTER = [...nodeAddresses(NODE), ...sliceAddresses(SLICE)];
 
 /** What the API server adds to every object: the noise the transforms drop. */
 function served<T extends KObject>(o: KObject, extra: Record<string, unknown> = {}): T {
@@ -89,7 +121,17 @@ function children(sbx: Sandbox, podStatus: Pod["status"], podExtra: Partial<Pod[
     pods: [pod],
     secrets: [served(tokenSecret(m(tokenSecretName(name)), newToken()))],
     services: [served(service(m(name), { [LABEL.sandbox]: name }), { status: {} })],
-    networkPolicies: [served(networkPolicy(m(name), { [LABEL.sandbox]: name }, eff.network, cfg))],
+    networkPolicies: [
+      served(
+        networkPolicy(
+          m(name),
+          { [LABEL.sandbox]: name },
+          eff.network,
+          cfg,
+          clusterAddressExceptions(CLUSTER),
+        ),
+      ),
+    ],
     claims: [
       served(dataClaim(m(dataClaimName(name)), eff), {
         status: { phase: "Bound", capacity: { storage: "1Gi" }, accessModes: ["ReadWriteOnce"] },
@@ -164,9 +206,19 @@ async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolea
       services: t(objects.services, transforms.metadataOnly),
       secrets: t(objects.secrets, transforms.secret),
       networkPolicies: t(objects.networkPolicies, transforms.metadataOnly),
+      nodes: t<Node>(objects.nodes ?? [NODE], transforms.node),
+      apiServerEndpoints: t<EndpointSlice>(
+        objects.apiServerEndpoints ?? [SLICE],
+        transforms.endpointSlice,
+      ),
     },
     podExpectations: new Expectations(),
     writeExpectations: new Expectations(),
+    clusterAddresses: () =>
+      clusterAddressExceptions([
+        ...ctx.caches.nodes.list().flatMap(nodeAddresses),
+        ...ctx.caches.apiServerEndpoints.list().flatMap(sliceAddresses),
+      ]),
     enqueueSandbox: () => undefined,
     enqueuePool: () => undefined,
   };
@@ -227,6 +279,49 @@ describe("a reconcile from transformed caches", () => {
     expect(
       writes.filter((w) => (w as string[])[0] !== "apply" || (w as string[])[1] !== "sandboxes"),
     ).toEqual([]);
+  });
+
+  test("rewrites the policy once when the cluster's addresses change, from the nodes' and slices' cached fields", async () => {
+    const sbx = sandbox("moved", {}, { phase: "Starting", podName: "moved", startedAt: "x" });
+    const objects = children(sbx, { phase: "Pending" });
+    const policyWrites = (w: unknown[]) =>
+      w.filter((x) => (x as string[])[0] === "apply" && (x as string[])[1] === "networkpolicies");
+    // The same addresses: nothing to write.
+    expect(policyWrites((await same(sbx, objects)).writes)).toEqual([]);
+    // The API server moved to another public address: one apply, excluding it.
+    const moved = structuredClone(SLICE) as EndpointSlice;
+    moved.endpoints![0]!.addresses = ["198.51.100.77"];
+    const { writes } = await same(sbx, { ...objects, apiServerEndpoints: [moved] });
+    expect(policyWrites(writes)).toHaveLength(1);
+    const except = JSON.stringify(policyWrites(writes)[0]);
+    expect(except).toContain('"198.51.100.77/32"');
+    expect(except).toContain('"203.0.113.9/32"');
+    expect(except).not.toContain("10.0.0.5/32");
+  });
+
+  test("keeps a node's InternalIP and ExternalIP and a slice's addresses, nothing else", () => {
+    expect(transforms.node(structuredClone(NODE))).toEqual({
+      apiVersion: "v1",
+      kind: "Node",
+      metadata: { name: "n1", uid: NODE.metadata.uid, resourceVersion: "100" },
+      status: {
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "ExternalIP", address: "203.0.113.9" },
+        ],
+      },
+    });
+    expect(transforms.endpointSlice(structuredClone(SLICE))).toEqual({
+      apiVersion: "discovery.k8s.io/v1",
+      kind: "EndpointSlice",
+      metadata: {
+        name: "kubernetes",
+        namespace: "default",
+        uid: SLICE.metadata.uid,
+        resourceVersion: "100",
+      },
+      endpoints: [{ addresses: ["198.51.100.4"] }],
+    });
   });
 
   test("explains an unschedulable pod and a missing claim from its conditions", async () => {

@@ -358,8 +358,16 @@ describe("service, claim and secret", () => {
 
 describe("networkPolicy", () => {
   const selector = { [LABEL.sandbox]: "sbx-1" };
-  const policy = (network: unknown) =>
-    networkPolicy(meta, selector, effectiveSpec(sandbox({ network }), undefined, cfg).network, cfg);
+  /** A node and an API server with public addresses (as /32 exceptions). */
+  const cluster = ["198.51.100.4/32", "203.0.113.9/32"];
+  const policy = (network: unknown, addresses: string[] = cluster) =>
+    networkPolicy(
+      meta,
+      selector,
+      effectiveSpec(sandbox({ network }), undefined, cfg).network,
+      cfg,
+      addresses,
+    );
   const dnsRule = {
     to: [
       {
@@ -403,16 +411,17 @@ describe("networkPolicy", () => {
     ]);
   });
 
-  it("Deny allows nothing out but DNS on port 53 to the cluster's resolvers", () => {
-    expect(at(policy({ egress: "Deny" }), "spec", "egress")).toEqual([dnsRule]);
+  it("Deny allows nothing out, DNS included (a resolver forwarding any name is a channel out)", () => {
+    expect(at(policy({ egress: "Deny" }), "spec", "egress")).toEqual([]);
+    expect(at(policy({ egress: "Deny" }), "spec", "policyTypes")).toContain("Egress");
   });
 
-  it("Internet allows every address except private ranges and cloud metadata", () => {
+  it("Internet allows every address except private ranges, cloud metadata and the cluster's own", () => {
     const egress = at(policy({ egress: "Internet" }), "spec", "egress");
     expect(egress).toHaveLength(2);
     expect(at(egress, 0)).toEqual(dnsRule);
     expect(at(egress, 1)).toEqual({
-      to: [{ ipBlock: { cidr: "0.0.0.0/0", except: BLOCKED_CIDRS } }],
+      to: [{ ipBlock: { cidr: "0.0.0.0/0", except: [...BLOCKED_CIDRS, ...cluster] } }],
     });
     for (const cidr of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"]) {
       expect(BLOCKED_CIDRS).toContain(cidr);
@@ -431,7 +440,6 @@ describe("networkPolicy", () => {
       "egress",
     );
     expect(egress).toEqual([
-      dnsRule,
       {
         to: [{ ipBlock: { cidr: "203.0.113.0/24" } }],
         ports: [
@@ -441,6 +449,50 @@ describe("networkPolicy", () => {
       },
       { to: [{ ipBlock: { cidr: "198.51.100.7/32" } }] },
     ]);
+  });
+
+  it("Internet also excludes the ranges the operator is told the cluster does not report", () => {
+    // 203.0.113.9 is a node's too: listed once.
+    const told = readConfig({ SANDPIT_EGRESS_EXCLUDE_CIDRS: "192.0.2.2/32,203.0.113.9/32" });
+    const np = networkPolicy(
+      meta,
+      selector,
+      effectiveSpec(sandbox({}), undefined, told).network,
+      told,
+      cluster,
+    );
+    expect(at(np, "spec", "egress", 1)).toEqual({
+      to: [
+        {
+          ipBlock: {
+            cidr: "0.0.0.0/0",
+            except: [...BLOCKED_CIDRS, "192.0.2.2/32", "203.0.113.9/32", "198.51.100.4/32"],
+          },
+        },
+      ],
+    });
+  });
+
+  it("Allowlist resolves names only when it asks for DNS", () => {
+    const allow = [{ cidr: "203.0.113.0/24", ports: [443] }];
+    expect(at(policy({ egress: "Allowlist", allow }), "spec", "egress")).not.toContainEqual(
+      dnsRule,
+    );
+    expect(at(policy({ egress: "Allowlist", allow, dns: true }), "spec", "egress")).toEqual([
+      dnsRule,
+      { to: [{ ipBlock: { cidr: "203.0.113.0/24" } }], ports: [{ protocol: "TCP", port: 443 }] },
+    ]);
+  });
+
+  it("changes its spec hash when the cluster's addresses change, and only then", () => {
+    const hash = (addresses: string[]) =>
+      policy({ egress: "Internet" }, addresses).metadata.annotations?.[ANNOTATION.specHash];
+    expect(hash(cluster)).toBe(hash([...cluster]));
+    expect(hash(cluster)).not.toBe(hash([...cluster, "192.0.2.2/32"]));
+    // With no public address of its own, a cluster's policies are what they were before.
+    expect(at(policy({ egress: "Internet" }, []), "spec", "egress", 1)).toEqual({
+      to: [{ ipBlock: { cidr: "0.0.0.0/0", except: BLOCKED_CIDRS } }],
+    });
   });
 
   it("changes its spec hash when the network spec changes, and only then", () => {

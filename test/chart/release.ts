@@ -4,6 +4,7 @@
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
+import { machineAddressCidrs } from "../cluster/addresses.ts";
 import { chartImageArgs } from "../cluster/images.ts";
 
 const run = promisify(execFile);
@@ -48,4 +49,7 @@ export const releaseValues = (
   // The test cluster's DNS is a host process on the node address, not a kube-dns pod.
   "--set-json",
   'sandboxes.dnsCidrs=["10.244.0.1/32"]',
+  // The node's addresses its Node object does not list (cluster/addresses.ts).
+  "--set-json",
+  `sandboxes.egressExcludeCidrs=${JSON.stringify(machineAddressCidrs())}`,
 ];

@@ -21,6 +21,7 @@ import {
 import { parseAllDocuments } from "yaml";
 import { GROUP, VERSION, tokenSecretName } from "@sandpit/operator/api";
 import { type KObject, Kube, type Resource } from "@sandpit/operator/kube/client";
+import { machineAddressCidrs } from "./addresses.ts";
 
 const CRDS: Resource = {
   group: "apiextensions.k8s.io",
@@ -200,6 +201,8 @@ export async function startOperator(o: OperatorOptions): Promise<OperatorProcess
       SANDPIT_IMAGE_PULL_POLICY: "IfNotPresent",
       // The test cluster's resolver runs on the node address, not in a pod.
       SANDPIT_DNS_CIDRS: "10.244.0.1/32",
+      // The node's addresses its Node object does not list, as the chart is given them.
+      SANDPIT_EGRESS_EXCLUDE_CIDRS: machineAddressCidrs().join(","),
       SANDPIT_PROBE_ADDRESS: `127.0.0.1:${probePort}`,
       SANDPIT_CPU_REQUEST: "10m",
       SANDPIT_LOG_LEVEL: "info",

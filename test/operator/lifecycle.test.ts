@@ -295,6 +295,11 @@ describe("invalid specs are refused by the API server, with a message", () => {
       /network.allow lists destinations exactly when network.egress is Allowlist/,
     ],
     [
+      "DNS asked for outside Allowlist (Deny has none, Internet has it already)",
+      { network: { egress: "Deny", dns: true } },
+      /network.dns applies to egress Allowlist only/,
+    ],
+    [
       "a malformed memory quantity",
       { resources: { memory: "lots" } },
       /spec.resources.memory: Invalid value: "lots"/,

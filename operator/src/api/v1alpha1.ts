@@ -217,19 +217,29 @@ export const Network = z
       .enum(["Deny", "Internet", "Allowlist"])
       .default("Internet")
       .describe(
-        "Outbound traffic: Deny (none but DNS), Internet (public addresses only: private ranges and cloud metadata stay blocked), or Allowlist (only `allow`).",
+        "Outbound traffic: Deny (none at all, DNS included), Internet (public addresses only: private ranges, cloud metadata, the nodes' and the API server's addresses stay blocked; DNS through the cluster's resolvers), or Allowlist (only `allow`, and DNS only with `dns: true`).",
       ),
     allow: z
       .array(AllowRule)
       .max(64)
       .optional()
       .describe("Destinations allowed when egress is Allowlist."),
+    dns: z
+      .boolean()
+      .optional()
+      .describe(
+        "Allowlist only: also resolve names through the cluster's DNS (UDP and TCP 53 to its resolvers). The resolvers forward any name, so code in the sandbox can send data out in the names it looks up; leave it off unless the allowlisted destinations are reached by name.",
+      ),
   })
   .meta({
     "x-kubernetes-validations": [
       cel(
         "self.egress == 'Allowlist' ? has(self.allow) && size(self.allow) > 0 : !has(self.allow) || size(self.allow) == 0",
         "network.allow lists destinations exactly when network.egress is Allowlist",
+      ),
+      cel(
+        "!has(self.dns) || self.egress == 'Allowlist'",
+        "network.dns applies to egress Allowlist only",
       ),
     ],
   })

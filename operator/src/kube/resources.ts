@@ -54,3 +54,20 @@ export interface Claim extends KObject {
 export interface Secret extends KObject {
   data?: Record<string, string>;
 }
+
+/** Nodes and the API server's EndpointSlices: read for the addresses egress must exclude. */
+export const NODES: Resource = { group: "", version: "v1", plural: "nodes", kind: "Node" };
+export const ENDPOINT_SLICES: Resource = {
+  group: "discovery.k8s.io",
+  version: "v1",
+  plural: "endpointslices",
+  kind: "EndpointSlice",
+};
+/** A Node as the cache keeps it (kube/transforms.ts): its InternalIP and ExternalIP addresses. */
+export interface Node extends KObject {
+  status?: { addresses?: { type: string; address: string }[] };
+}
+/** An EndpointSlice as the cache keeps it: its endpoints' addresses. */
+export interface EndpointSlice extends KObject {
+  endpoints?: { addresses: string[] }[];
+}

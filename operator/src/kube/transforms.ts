@@ -11,7 +11,7 @@
  * (operator/test/transforms.test.ts) reconciles sandboxes from transformed objects only.
  */
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
-import type { Claim, Pod, Secret } from "./resources.ts";
+import type { Claim, EndpointSlice, Node, Pod, Secret } from "./resources.ts";
 import type { KObject, ObjectMeta, OwnerReference } from "./rest.ts";
 import { TOKEN_DIGEST_KEY } from "../workload/manifests.ts";
 
@@ -150,3 +150,35 @@ export const secret: Transform<Secret> = (o) => {
     ...(Object.keys(data).length ? { data } : {}),
   };
 };
+
+/** Cluster-scoped and others' objects: only what identifies them in the cache. */
+const bareMeta = (m: ObjectMeta): ObjectMeta => ({
+  name: m.name,
+  ...(m.namespace ? { namespace: m.namespace } : {}),
+  uid: m.uid,
+  resourceVersion: m.resourceVersion,
+});
+
+/**
+ * A Node: the addresses a pod could reach it at (InternalIP, ExternalIP), nothing else. A Node
+ * as sent is 5 to 20 KB (images, conditions, capacity); the egress rules read two fields.
+ */
+export const node: Transform<Node> = (o) => ({
+  ...head(o),
+  metadata: bareMeta(o.metadata),
+  status: {
+    addresses: (o.status?.addresses ?? [])
+      .filter((a) => a.type === "InternalIP" || a.type === "ExternalIP")
+      .map((a) => ({ type: a.type, address: a.address })),
+  },
+});
+
+/**
+ * An EndpointSlice of the API server: its endpoints' addresses, nothing else (an IPv6 or FQDN
+ * address is skipped where they are read, workload/egress.ts).
+ */
+export const endpointSlice: Transform<EndpointSlice> = (o) => ({
+  ...head(o),
+  metadata: bareMeta(o.metadata),
+  endpoints: (o.endpoints ?? []).map((e) => ({ addresses: [...e.addresses] })),
+});

@@ -73,6 +73,7 @@ export async function reconcilePool(
       { [LABEL.pool]: name, [LABEL.warm]: "true" },
       template.network,
       ctx.cfg,
+      ctx.clusterAddresses(),
     );
     const current = ctx.caches.networkPolicies.get(`${name}-warm`, ns);
     if (

@@ -79,6 +79,7 @@ export async function ensureNetworkPolicy(ctx: Ctx, sbx: Sandbox, eff: Effective
     { [LABEL.sandbox]: sbx.metadata.name },
     eff.network,
     ctx.cfg,
+    ctx.clusterAddresses(),
   );
   const current = ctx.caches.networkPolicies.get(sbx.metadata.name, sbx.metadata.namespace);
   const hash = desired.metadata.annotations?.[ANNOTATION.specHash];

@@ -11,22 +11,12 @@ import { quantityValue } from "../api/rules.ts";
 import type { OperatorConfig } from "../config.ts";
 import type { KObject, OwnerReference } from "../kube/rest.ts";
 import type { ClaimMount } from "./mounts.ts";
+import { BLOCKED_CIDRS } from "./egress.ts";
 import { type Effective, hashOf } from "./spec.ts";
 
 export const UID = 1000;
 
-/** Private and special ranges an `Internet` sandbox must never reach (metadata included). */
-export const BLOCKED_CIDRS = [
-  "10.0.0.0/8",
-  "172.16.0.0/12",
-  "192.168.0.0/16",
-  "100.64.0.0/10",
-  "169.254.0.0/16",
-  "127.0.0.0/8",
-  "0.0.0.0/8",
-  "224.0.0.0/4",
-  "240.0.0.0/4",
-];
+export { BLOCKED_CIDRS } from "./egress.ts";
 
 const smaller = (a: string, b: string) => (quantityValue(a) <= quantityValue(b) ? a : b);
 
@@ -132,7 +122,13 @@ export function service(m: Meta, selector: Record<string, string>): KObject {
 
 /**
  * Ingress only from the provisioner and operator pods of the system namespace, to sandboxd;
- * egress per spec.network, always with DNS to the cluster's resolvers and nothing else implied.
+ * egress per spec.network, and nothing else implied:
+ * - `Internet`: every IPv4 address but the private and special ranges, `clusterAddresses` (the
+ *   nodes' and the API server's own, egress.ts) and SANDPIT_EGRESS_EXCLUDE_CIDRS (what the
+ *   cluster does not report), plus DNS to the cluster's resolvers;
+ * - `Deny`: nothing at all, DNS included: a resolver that forwards external names is a channel
+ *   out (data in the names looked up), so a Deny sandbox gets no resolver;
+ * - `Allowlist`: the listed ranges, plus DNS only when `network.dns` asks for it.
  * NetworkPolicies are additive, so this one policy is the whole truth for the pods it selects.
  */
 export function networkPolicy(
@@ -140,6 +136,7 @@ export function networkPolicy(
   podSelector: Record<string, string>,
   network: Effective["network"],
   cfg: OperatorConfig,
+  clusterAddresses: readonly string[],
 ): KObject {
   const dns = {
     to: [
@@ -154,10 +151,23 @@ export function networkPolicy(
       { protocol: "TCP", port: 53 },
     ],
   };
-  const egress: unknown[] = [dns];
+  const egress: unknown[] = [];
   if (network.egress === "Internet") {
-    egress.push({ to: [{ ipBlock: { cidr: "0.0.0.0/0", except: BLOCKED_CIDRS } }] });
+    egress.push(dns, {
+      to: [
+        {
+          ipBlock: {
+            cidr: "0.0.0.0/0",
+            // Each once: a node may report an address the settings name too.
+            except: [
+              ...new Set([...BLOCKED_CIDRS, ...cfg.egressExcludeCidrs, ...clusterAddresses]),
+            ],
+          },
+        },
+      ],
+    });
   } else if (network.egress === "Allowlist") {
+    if (network.dns) egress.push(dns);
     for (const rule of network.allow ?? []) {
       egress.push({
         to: [{ ipBlock: { cidr: rule.cidr } }],
