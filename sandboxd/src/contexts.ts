@@ -31,9 +31,9 @@ import {
   type CellEvent,
   type ContextInfo,
   type ErrorBody,
-  type ExecuteCellRequest,
   type Language,
-} from "./protocol.ts";
+} from "./wire.ts";
+import type { ExecuteCellRequest } from "./protocol.ts";
 import { KERNELS, RUNNERS_DIR } from "./runners.ts";
 
 /** How long an interrupted cell gets to stop before its kernel is killed. */

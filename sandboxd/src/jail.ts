@@ -26,7 +26,7 @@ import {
   VIRTUAL_WORKSPACE,
   type FileEntry,
   type FileType,
-} from "./protocol.ts";
+} from "./wire.ts";
 
 const MAX_LIST_ENTRIES = 10_000;
 /** Names of files being staged (hidden from listings, searches and watches). */

@@ -6,7 +6,8 @@
 import { readFile } from "node:fs/promises";
 import { createInterface } from "node:readline";
 import { pino } from "pino";
-import { DRAINED_EXIT_CODE, startSandboxd } from "./index.ts";
+import { startSandboxd } from "./start.ts";
+import { DRAINED_EXIT_CODE } from "./wire.ts";
 import { readSettings } from "./config.ts";
 
 async function readToken(

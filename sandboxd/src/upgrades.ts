@@ -9,7 +9,7 @@ import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import type { TokenGate } from "./token-gate.ts";
 import type { Activity } from "./activity.ts";
-import { drainingError } from "./protocol.ts";
+import { drainingError } from "./wire.ts";
 
 export interface UpgradeRoute {
   path: RegExp;

@@ -14,7 +14,7 @@ import { watch, type FSWatcher } from "node:fs";
 import type { FileHandle } from "node:fs/promises";
 import { posix } from "node:path";
 import { UPLOAD_PREFIX, type JailPath, type PathJail } from "./jail.ts";
-import { SandboxdError, type FileEntry } from "./protocol.ts";
+import { SandboxdError, type FileEntry } from "./wire.ts";
 
 /** Concurrent watches per sandbox: each holds inotify watches, a kernel-wide resource. */
 export const MAX_WATCHERS = 32;
