@@ -4,7 +4,6 @@
  * listens, logs JSON to stderr, and stops cleanly on SIGTERM/SIGINT.
  */
 import { readFile } from "node:fs/promises";
-import { createInterface } from "node:readline";
 import { pino } from "pino";
 import { startSandboxd } from "./start.ts";
 import { DRAINED_EXIT_CODE } from "./wire.ts";
@@ -18,7 +17,9 @@ async function readToken(
   if (settings.SANDBOXD_TOKEN_FILE)
     return (await readFile(settings.SANDBOXD_TOKEN_FILE, "utf8")).trim();
   if (settings.SANDBOXD_TOKEN_STDIN !== "0") {
-    const lines = createInterface({ input: process.stdin });
+    const lines = process
+      .getBuiltinModule("node:readline")
+      .createInterface({ input: process.stdin });
     for await (const line of lines) return line.trim();
   }
   // DeerFlow's local container backend sends no credential: serving its routes open is a choice
