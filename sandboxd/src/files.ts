@@ -4,7 +4,7 @@
  * every native route: each path, both ends of a move included, is resolved by the jail.
  */
 import { posix } from "node:path";
-import type { Logger } from "pino";
+import type { Logger } from "./log.ts";
 import { checkFields } from "./aio-envelope.ts";
 import { readJson, sendJson, startStream, type Req, type Routes } from "./http.ts";
 import type { PathJail } from "./jail.ts";

@@ -4,7 +4,7 @@
  * listens, logs JSON to stderr, and stops cleanly on SIGTERM/SIGINT.
  */
 import { readFile } from "node:fs/promises";
-import { pino } from "pino";
+import { createLogger } from "./log.ts";
 import { startSandboxd } from "./start.ts";
 import { DRAINED_EXIT_CODE } from "./wire.ts";
 import { readSettings } from "./config.ts";
@@ -45,7 +45,8 @@ try {
   process.stderr.write(`sandboxd: ${(err as Error).message}\n`);
   process.exit(2);
 }
-const logger = pino({ level: settings.SANDBOXD_LOG_LEVEL }, pino.destination(2));
+// Synchronous on Linux (files, pipes and terminals alike): a record is out before an exit.
+const logger = createLogger(settings.SANDBOXD_LOG_LEVEL);
 try {
   // The token and settings are not passed on: children get a scrubbed environment built afresh.
   delete process.env.SANDBOXD_TOKEN;

@@ -4,7 +4,7 @@
  * `{error: {code, message}}` with a matching status, never a stack trace or a host path.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Logger } from "pino";
+import type { Logger } from "./log.ts";
 import { aioRoutes } from "./aio.ts";
 import { filesRoutes } from "./files.ts";
 import {

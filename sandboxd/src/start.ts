@@ -6,7 +6,7 @@
 import type { AddressInfo } from "node:net";
 import type { Server } from "node:http";
 import { rm } from "node:fs/promises";
-import type { Logger } from "pino";
+import type { Logger } from "./log.ts";
 import { createApp } from "./server.ts";
 import { TokenGate } from "./token-gate.ts";
 import { tunnelRoute } from "./tunnel.ts";
