@@ -5,6 +5,7 @@
 import type { IncomingMessage } from "node:http";
 import type * as z from "zod";
 import { SandboxdError } from "./wire.ts";
+import { quickInit, quickRunCommand } from "./quick-checks.ts";
 
 export type RequestSchemas = typeof import("./request-schemas.ts");
 /** The name of a request body's schema in ./request-schemas.ts. */
@@ -21,8 +22,21 @@ export function requestSchemas(): Promise<RequestSchemas> {
   return (schemas ??= import("./request-schemas.ts"));
 }
 
+/**
+ * Hand-written checks for a warm claim's first bodies (./quick-checks.ts): what they accept needs
+ * no zod; what they leave goes to the schema.
+ */
+const QUICK: { [K in RequestSchema]?: (body: unknown) => Parsed<K> | undefined } = {
+  init: quickInit,
+  runCommand: quickRunCommand,
+};
+
 /** `body` through the schema named `schema`. */
 export async function parse<K extends RequestSchema>(schema: K, body: unknown): Promise<Parsed<K>> {
+  const quick = (QUICK[schema] as ((body: unknown) => Parsed<K> | undefined) | undefined)?.(
+    body ?? {},
+  );
+  if (quick !== undefined) return quick;
   return check((await requestSchemas())[schema](), body) as Parsed<K>;
 }
 

@@ -16,6 +16,7 @@ import {
   MAX_SOURCE_BYTES,
   MAX_STDIN_BYTES,
   MAX_TIMEOUT_MS,
+  PACKAGE_SPEC_PATTERN,
   PROCESS_SIGNALS,
   PTY_MAX_SIZE,
   ptyDimensionRule,
@@ -82,7 +83,7 @@ export const packageSpec = once(() =>
     .string()
     .min(1)
     .max(320)
-    .regex(/^[^\s-][^\s]*$/, "a package is a name with an optional version, not an option"),
+    .regex(PACKAGE_SPEC_PATTERN, "a package is a name with an optional version, not an option"),
 );
 export const packageSpecs = once(() => z.array(packageSpec()).max(200));
 
