@@ -27,7 +27,7 @@ import {
 } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { homedir } from "node:os";
-import { dirname, join } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import Docker from "dockerode";
@@ -114,7 +114,8 @@ interface Inputs {
   baseTag: string;
   nodeBinary: string;
   npmDir: string;
-  bundle: Uint8Array;
+  /** sandboxd's bundle: dist/sandboxd.mjs and the chunks it loads on demand. */
+  bundle: BundleFile[];
   /** node-pty's files, by path under its package directory (see ptyFiles). */
   pty: { path: string; data: Buffer }[];
   runners: { name: string; data: Buffer }[];
@@ -145,7 +146,7 @@ async function collectInputs(caBundle: string | undefined): Promise<Inputs> {
   part("rootfs", rootfsKey(recipe));
   part("node", await sha256File(nodeBinary));
   part("npm", npmVersion);
-  part("bundle", bundle);
+  for (const f of bundle) part(`bundle:${f.path}`, f.contents);
   for (const f of pty) part(`node-pty:${f.path}`, f.data);
   for (const r of runners) part(`runner:${r.name}`, r.data);
   part("healthcheck", healthcheck);
@@ -183,19 +184,46 @@ export async function nodeAndNpm(): Promise<{
   return { nodeBinary, npmDir: dirname(npmPkg), npmVersion };
 }
 
-/**
- * sandboxd as one ESM file with zod, pino and ws inside. Some of their CommonJS code
- * calls `require` for Node built-ins, which an ESM bundle lacks, hence the createRequire banner.
- * node-pty stays outside: it loads its native addon relative to its own files, so it ships as a
- * package next to the bundle (ptyFiles), where the bundle's `import "node-pty"` finds it.
- */
-export async function bundleSandboxd(): Promise<Uint8Array> {
-  return (await bundleSandboxdWithMetafile()).contents;
+/** One file of a bundle, by its path under the bundle's directory (dist/). */
+export interface BundleFile {
+  path: string;
+  contents: Uint8Array;
 }
 
-/** The same bundle and esbuild's metafile, which says what each input module costs in it (bench/). */
-export function bundleSandboxdWithMetafile(): Promise<NodeBundle> {
-  return bundleNode(join(sandboxdDir, "src", "main.ts"), "sandboxd.mjs", ["node-pty"], "node24");
+/**
+ * sandboxd as ESM files with zod and ws inside: the entry, dist/sandboxd.mjs, holds what every
+ * start runs; what sandboxd imports on first use (zod and the request schemas, ws for
+ * terminals) is split into chunks beside it, which are neither read nor compiled until then
+ * (bench/RESULTS.md, "A lean sandboxd": 1.8 MiB less idle memory than one file). Some CommonJS
+ * code calls `require` for Node built-ins, which an ESM bundle lacks, hence the createRequire
+ * banner. node-pty stays outside: it loads its native addon relative to its own files, so it
+ * ships as a package next to the bundle (ptyFiles), where the bundle's `import "node-pty"` finds
+ * it.
+ */
+export async function bundleSandboxd(): Promise<BundleFile[]> {
+  return (await bundleSandboxdWithMetafile()).files;
+}
+
+/** The same files and esbuild's metafile, which says what each input module costs in them (bench/). */
+export async function bundleSandboxdWithMetafile(): Promise<{
+  files: BundleFile[];
+  metafile: Metafile;
+}> {
+  const outdir = join(sandboxdDir, "dist");
+  const result = await esbuild({
+    ...esbuildOptions(["node-pty"], "node24"),
+    entryPoints: { sandboxd: join(sandboxdDir, "src", "main.ts") },
+    splitting: true,
+    outdir,
+    outExtension: { ".js": ".mjs" },
+    chunkNames: "[name]-[hash]",
+  });
+  const files = result.outputFiles
+    .map((f) => ({ path: relative(outdir, f.path), contents: f.contents }))
+    .sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  if (!files.some((f) => f.path === "sandboxd.mjs"))
+    throw new Error("esbuild produced no sandboxd.mjs");
+  return { files, metafile: result.metafile };
 }
 
 /**
@@ -239,24 +267,31 @@ async function bundleNode(
   target: string,
 ): Promise<NodeBundle> {
   const result = await esbuild({
+    ...esbuildOptions(external, target),
     entryPoints: [entry],
+    outfile,
+  });
+  const out = result.outputFiles[0];
+  if (!out) throw new Error(`esbuild produced no output for ${outfile}`);
+  return { contents: out.contents, metafile: result.metafile };
+}
+
+/** What every bundle of ours is built with: ESM for Node, in memory, with a metafile. */
+function esbuildOptions(external: string[], target: string) {
+  return {
     bundle: true,
     external,
     platform: "node",
     format: "esm",
     target,
     write: false,
-    outfile,
     legalComments: "none",
     logLevel: "silent",
     metafile: true,
     banner: {
       js: 'import { createRequire as __sandpitCreateRequire } from "node:module"; const require = __sandpitCreateRequire(import.meta.url);',
     },
-  });
-  const out = result.outputFiles[0];
-  if (!out) throw new Error(`esbuild produced no output for ${outfile}`);
-  return { contents: out.contents, metafile: result.metafile };
+  } as const;
 }
 
 /** update-ca-certificates wants one certificate per file, so a bundle is split. */
@@ -358,7 +393,8 @@ async function buildImage(
     await symlink("../lib/node_modules/npm/bin/npx-cli.js", join(ctx, "node", "bin", "npx"));
     await mkdir(join(ctx, "sandboxd", "dist"), { recursive: true });
     await mkdir(join(ctx, "sandboxd", "runners"), { recursive: true });
-    await writeFile(join(ctx, "sandboxd", "dist", "sandboxd.mjs"), inputs.bundle);
+    for (const f of inputs.bundle)
+      await writeFile(join(ctx, "sandboxd", "dist", f.path), f.contents);
     for (const f of inputs.pty) {
       const to = join(ctx, "sandboxd", "node_modules", "node-pty", f.path);
       await mkdir(dirname(to), { recursive: true });

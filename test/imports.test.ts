@@ -113,6 +113,7 @@ describe("the import graph", () => {
       .filter((f) => f.startsWith("sandboxd/src/"));
     expect(server.sort()).toEqual([
       "sandboxd/src/protocol.ts",
+      "sandboxd/src/request-schemas.ts",
       "sandboxd/src/runners.ts",
       "sandboxd/src/wire.ts",
     ]);

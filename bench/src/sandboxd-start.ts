@@ -2,7 +2,7 @@
  * sandboxd's start-up time and idle memory, against bare Node in the same run.
  *
  * sandboxd runs as the image runs it: the esbuild bundle images/build.ts makes, in a directory laid
- * out like the image's (dist/sandboxd.mjs, runners/, node_modules/node-pty), with the image's
+ * out like the image's (dist/sandboxd.mjs and its chunks, runners/, node_modules/node-pty), with the image's
  * sandboxd settings, as a plain host process on 127.0.0.1 with a temporary workspace. Each round
  * (order rotated, so no case always runs on a warmer cache) times:
  *  - sandboxd: spawn → its ready line → first answered `GET /healthz`; then its RSS
@@ -14,7 +14,7 @@
  *
  * `--profile` adds one sandboxd start under `--cpu-prof` and reports self time by the bundle's
  * input module (esbuild marks each module's start in its output with a `// path` comment), and
- * the bundle's bytes by package (esbuild's metafile).
+ * the bundle's bytes by package (esbuild's metafile), all files and those loaded at start.
  *
  * Prints a Markdown table on stdout (progress on stderr) and writes bench/results/sandboxd-start.json.
  *
@@ -109,12 +109,12 @@ async function server(argv: string[], env: NodeJS.ProcessEnv, path: string) {
 const HTTP_FLOOR = `require("node:http").createServer((q, s) => s.end("ok")).listen(0, "127.0.0.1", function () { console.log(JSON.stringify({ port: this.address().port })); });`;
 const IDLE_FLOOR = `setInterval(() => {}, 1e9); console.log("{}");`;
 
-/** The image's sandboxd directory, laid out in `dir`: dist/sandboxd.mjs, runners/, node_modules/node-pty. */
+/** The image's sandboxd directory, laid out in `dir`: dist/sandboxd.mjs and its chunks, runners/, node_modules/node-pty. */
 async function layOutSandboxd(dir: string): Promise<{ entry: string; metafile: Metafile }> {
-  const { contents, metafile } = await bundleSandboxdWithMetafile();
+  const { files, metafile } = await bundleSandboxdWithMetafile();
   const entry = join(dir, "sandboxd", "dist", "sandboxd.mjs");
   await mkdir(dirname(entry), { recursive: true });
-  await writeFile(entry, contents);
+  for (const f of files) await writeFile(join(dirname(entry), f.path), f.contents);
   await symlink(join(ROOT, "sandboxd", "runners"), join(dir, "sandboxd", "runners"));
   const pty = dirname(
     createRequire(join(ROOT, "sandboxd", "package.json")).resolve("node-pty/package.json"),
@@ -124,14 +124,35 @@ async function layOutSandboxd(dir: string): Promise<{ entry: string; metafile: M
   return { entry, metafile };
 }
 
-/** Bundle bytes by package (node_modules/<pkg>) or source directory. */
-function bytesByPackage(metafile: Metafile): Record<string, number> {
-  const out = Object.values(metafile.outputs)[0]!;
+/** The output files a start loads: the entry (dist/sandboxd.mjs) and what it imports statically. */
+function loadedAtStart(metafile: Metafile): string[] {
+  const entry = Object.keys(metafile.outputs).find((f) => f.endsWith("/sandboxd.mjs"));
+  if (!entry) throw new Error("no sandboxd.mjs in the metafile");
+  const seen = new Set<string>();
+  const visit = (f: string) => {
+    if (seen.has(f)) return;
+    seen.add(f);
+    for (const i of metafile.outputs[f]!.imports)
+      if (i.kind === "import-statement" && !i.external) visit(i.path);
+  };
+  visit(entry);
+  return [...seen];
+}
+
+/** Bundle bytes by package (node_modules/<pkg>) or source directory, in `outputs` (default all). */
+function bytesByPackage(
+  metafile: Metafile,
+  outputs = Object.keys(metafile.outputs),
+): Record<string, number> {
   const by: Record<string, number> = {};
-  for (const [file, v] of Object.entries(out.inputs))
-    by[packageOf(file)] = (by[packageOf(file)] ?? 0) + v.bytesInOutput;
+  for (const o of outputs)
+    for (const [file, v] of Object.entries(metafile.outputs[o]!.inputs))
+      by[packageOf(file)] = (by[packageOf(file)] ?? 0) + v.bytesInOutput;
   return sortDesc(by);
 }
+
+const bytesOf = (metafile: Metafile, outputs = Object.keys(metafile.outputs)) =>
+  outputs.reduce((n, o) => n + metafile.outputs[o]!.bytes, 0);
 
 function packageOf(file: string): string {
   const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(file);
@@ -167,15 +188,19 @@ async function profileStart(entry: string, env: NodeJS.ProcessEnv, dir: string) 
   const file = (await readdir(profDir)).find((f) => f.endsWith(".cpuprofile"));
   if (!file) throw new Error("no CPU profile written");
   const prof = JSON.parse(await readFile(join(profDir, file), "utf8")) as CpuProfile;
-  // Module start lines in the bundle, ascending.
-  const marks: [number, string][] = [];
-  (await readFile(entry, "utf8")).split("\n").forEach((line, i) => {
-    const m = /^\/\/ (\S+\.(?:[cm]?js|ts|json))$/.exec(line);
-    if (m) marks.push([i, m[1]!]);
-  });
-  const moduleAt = (line: number) => {
+  // Module start lines in each of the bundle's files, ascending.
+  const marks = new Map<string, [number, string][]>();
+  for (const f of await readdir(dirname(entry))) {
+    const at: [number, string][] = [];
+    (await readFile(join(dirname(entry), f), "utf8")).split("\n").forEach((line, i) => {
+      const m = /^\/\/ (\S+\.(?:[cm]?js|ts|json))$/.exec(line);
+      if (m) at.push([i, m[1]!]);
+    });
+    marks.set(f, at);
+  }
+  const moduleAt = (file: string, line: number) => {
     let found = "(bundle top level)";
-    for (const [at, name] of marks) if (at <= line) found = name;
+    for (const [at, name] of marks.get(file) ?? []) if (at <= line) found = name;
     return found;
   };
   const selfUs = new Map<number, number>();
@@ -187,8 +212,9 @@ async function profileStart(entry: string, env: NodeJS.ProcessEnv, dir: string) 
     const us = selfUs.get(n.id) ?? 0;
     if (!us) continue;
     const { url, functionName, lineNumber } = n.callFrame;
-    const key = url.endsWith("sandboxd.mjs")
-      ? packageOf(moduleAt(lineNumber))
+    const file = url.slice(url.lastIndexOf("/") + 1);
+    const key = marks.has(file)
+      ? packageOf(moduleAt(file, lineNumber))
       : url.startsWith("node:")
         ? `${url} ${functionName}`
         : `(${functionName || "native"})`;
@@ -296,17 +322,21 @@ async function main() {
       }),
       "",
       `load average (1 min): ${loadStart.toFixed(2)} at the start, ${loadEnd.toFixed(2)} at the end`,
-      `bundle: ${Object.values(metafile.outputs)[0]!.bytes} bytes`,
+      `bundle: ${bytesOf(metafile, loadedAtStart(metafile))} bytes loaded at start, ${bytesOf(metafile)} in all (${Object.keys(metafile.outputs).length} files)`,
     ];
     process.stdout.write(`${out.join("\n")}\n`);
     const bytes = bytesByPackage(metafile);
+    const bytesAtStart = bytesByPackage(metafile, loadedAtStart(metafile));
     if (profile) {
       process.stdout.write(
         `\nprofiled start: ${profile.startToFirstAnswerMs.toFixed(1)} ms; self time by module (ms):\n`,
       );
       for (const [k, v] of Object.entries(profile.selfMsBy).slice(0, 20))
         process.stdout.write(`  ${v.toFixed(1).padStart(7)}  ${k}\n`);
-      process.stdout.write("bundle bytes by package:\n");
+      process.stdout.write("bundle bytes by package, loaded at start:\n");
+      for (const [k, v] of Object.entries(bytesAtStart).slice(0, 15))
+        process.stdout.write(`  ${String(v).padStart(8)}  ${k}\n`);
+      process.stdout.write("bundle bytes by package, all files:\n");
       for (const [k, v] of Object.entries(bytes).slice(0, 15))
         process.stdout.write(`  ${String(v).padStart(8)}  ${k}\n`);
     }
@@ -320,7 +350,13 @@ async function main() {
       parameters: { rounds, warmup: WARMUP, idleMs: IDLE_MS, percentiles: "nearest-rank" },
       headline,
       results: { startMs, rssMiB, startRatioP50: startRatio, rssRatioP50: rssRatio },
-      bundle: { bytes: Object.values(metafile.outputs)[0]!.bytes, bytesByPackage: bytes },
+      bundle: {
+        bytes: bytesOf(metafile),
+        bytesAtStart: bytesOf(metafile, loadedAtStart(metafile)),
+        files: Object.keys(metafile.outputs).length,
+        bytesByPackage: bytes,
+        bytesByPackageAtStart: bytesAtStart,
+      },
       ...(profile ? { profile } : {}),
     });
   } finally {

@@ -10,16 +10,9 @@
  * request waits for it, after a day when it was started with `async_mode`.
  */
 import { randomUUID } from "node:crypto";
-import * as z from "zod";
 import type { Executor } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
-import {
-  DEFAULT_TIMEOUT_MS,
-  ENV_NAME_PATTERN,
-  ENV_NAME_RULE,
-  MAX_SOURCE_BYTES,
-  SandboxdError,
-} from "./protocol.ts";
+import { DEFAULT_TIMEOUT_MS, SandboxdError } from "./wire.ts";
 import {
   DEFAULT_SESSION,
   type CommandStatus,
@@ -27,70 +20,13 @@ import {
   type ShellSession,
   type ShellSessions,
 } from "./shell-sessions.ts";
-import { body, ok, truncateMiddle, type JsonReader } from "./aio-envelope.ts";
+import { body, MAX_SECONDS, ok, truncateMiddle, type JsonReader } from "./aio-envelope.ts";
 import type { Routes } from "./http.ts";
 
-const MAX_SECONDS = 24 * 3600;
 const ASYNC_HARD_TIMEOUT_MS = MAX_SECONDS * 1000;
 const SHELL_TRUNCATE = 30_000;
 const BASH_MAX_OUTPUT = 50_000;
 const DEFAULT_POLL_WAIT_S = 30;
-
-const seconds = z.number().positive().max(MAX_SECONDS);
-const SessionId = z.string().min(1).max(200);
-const ShellExec = z.object({
-  command: z.string().min(1).max(MAX_SOURCE_BYTES),
-  id: SessionId.nullish(),
-  exec_dir: z.string().nullish(),
-  async_mode: z.boolean().nullish(),
-  timeout: seconds.nullish(),
-  hard_timeout: seconds.nullish(),
-  no_change_timeout: seconds.nullish(),
-  strict: z.boolean().nullish(),
-  preserve_symlinks: z.boolean().nullish(),
-  /** AIO's client sends a boolean (cut output past 30,000 characters); a number sets the limit. */
-  truncate: z.union([z.boolean(), z.number().int().positive()]).nullish(),
-});
-const ShellId = z.object({ id: SessionId });
-const ShellWait = z.object({
-  id: SessionId,
-  seconds: seconds.nullish(),
-  max_wait_seconds: seconds.nullish(),
-});
-const ShellCreate = z.object({
-  id: SessionId.nullish(),
-  exec_dir: z.string().nullish(),
-  no_change_timeout: seconds.nullish(),
-  preserve_symlinks: z.boolean().nullish(),
-});
-const ShellUpdate = z.object({ id: SessionId, no_change_timeout: seconds.nullish() });
-const BashExec = z.object({
-  command: z.string().min(1).max(MAX_SOURCE_BYTES),
-  session_id: SessionId.nullish(),
-  exec_dir: z.string().nullish(),
-  env: z.record(z.string().regex(ENV_NAME_PATTERN, ENV_NAME_RULE), z.string().nullable()).nullish(),
-  async_mode: z.boolean().nullish(),
-  timeout: seconds.nullish(),
-  hard_timeout: seconds.nullish(),
-  max_output_length: z.number().int().min(0).nullish(),
-});
-const BashOutput = z.object({
-  session_id: SessionId,
-  command_id: z.string().max(200).nullish(),
-  offset: z.number().int().min(0).nullish(),
-  stderr_offset: z.number().int().min(0).nullish(),
-  wait: z.boolean().nullish(),
-  wait_timeout: seconds.nullish(),
-});
-const BashKill = z.object({
-  session_id: SessionId,
-  signal: z.enum(["SIGTERM", "SIGKILL", "SIGINT"]).nullish(),
-});
-const BashCreate = z.object({
-  session_id: SessionId.nullish(),
-  exec_dir: z.string().nullish(),
-  snapshot_path: z.string().nullish(),
-});
 
 function hardTimeoutMs(b: {
   hard_timeout?: number | null;
@@ -173,7 +109,7 @@ export function shellRoutes(
   // ---- /v1/shell ----
 
   r.post("/v1/shell/exec", async (req, res) => {
-    const b = await body(ShellExec, req, json);
+    const b = await body("shellExec", req, json);
     const cwd = await dir(b.exec_dir);
     const s = sessions.open(b.id ?? DEFAULT_SESSION, {
       combined: true,
@@ -196,7 +132,7 @@ export function shellRoutes(
   });
 
   r.post("/v1/shell/view", async (req, res) => {
-    const s = sessions.need((await body(ShellId, req, json)).id);
+    const s = sessions.need((await body("shellId", req, json)).id);
     const cmd = s.latest;
     if (!cmd) {
       ok(res, { output: "", session_id: s.id, console: [], status: "completed", exit_code: null });
@@ -206,7 +142,7 @@ export function shellRoutes(
   });
 
   r.post("/v1/shell/wait", async (req, res) => {
-    const b = await body(ShellWait, req, json);
+    const b = await body("shellWait", req, json);
     const s = sessions.need(b.id);
     const secs = Math.min(b.seconds ?? b.max_wait_seconds ?? 60, b.max_wait_seconds ?? Infinity);
     if (s.latest) await s.latest.settled(secs * 1000);
@@ -214,7 +150,7 @@ export function shellRoutes(
   });
 
   r.post("/v1/shell/kill", async (req, res) => {
-    const s = sessions.need((await body(ShellId, req, json)).id);
+    const s = sessions.need((await body("shellId", req, json)).id);
     await s.kill("SIGKILL");
     const cmd = s.latest;
     ok(res, {
@@ -233,7 +169,7 @@ export function shellRoutes(
   });
 
   r.post("/v1/shell/sessions/create", async (req, res) => {
-    const b = await body(ShellCreate, req, json);
+    const b = await body("shellCreate", req, json);
     const cwd = (await dir(b.exec_dir)) ?? (await home());
     const s = sessions.open(b.id ?? randomUUID(), { combined: true, cwd });
     if (b.no_change_timeout) s.noChangeTimeoutS = b.no_change_timeout;
@@ -241,7 +177,7 @@ export function shellRoutes(
   });
 
   r.post("/v1/shell/sessions/update", async (req, res) => {
-    const b = await body(ShellUpdate, req, json);
+    const b = await body("shellUpdate", req, json);
     sessions.need(b.id).noChangeTimeoutS = b.no_change_timeout ?? undefined;
     ok(res, null, "session updated");
   });
@@ -319,7 +255,7 @@ export function shellRoutes(
   }
 
   r.post("/v1/bash/exec", async (req, res) => {
-    const b = await body(BashExec, req, json);
+    const b = await body("bashExec", req, json);
     const cwd = await dir(b.exec_dir);
     // Without a session id the command gets a shell of its own, closed when it ends: per-command
     // variables (DeerFlow's secrets) never outlive it.
@@ -341,7 +277,7 @@ export function shellRoutes(
   });
 
   r.post("/v1/bash/output", async (req, res) => {
-    const b = await body(BashOutput, req, json);
+    const b = await body("bashOutput", req, json);
     const cmd = sessions.command(b.session_id, b.command_id ?? undefined);
     const offset = b.offset ?? 0;
     const errOffset = b.stderr_offset ?? 0;
@@ -369,7 +305,7 @@ export function shellRoutes(
   });
 
   r.post("/v1/bash/kill", async (req, res) => {
-    const b = await body(BashKill, req, json);
+    const b = await body("bashKill", req, json);
     const s = sessions.get(b.session_id);
     const cmd = sessions.command(b.session_id);
     if (s && !cmd.finished) await s.kill(b.signal ?? "SIGTERM");
@@ -393,7 +329,7 @@ export function shellRoutes(
   });
 
   r.post("/v1/bash/sessions/create", async (req, res) => {
-    const b = await body(BashCreate, req, json);
+    const b = await body("bashCreate", req, json);
     if (b.snapshot_path) {
       throw new SandboxdError("INVALID_ARGUMENT", "snapshot_path is not supported by sandboxd");
     }

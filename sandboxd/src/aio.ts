@@ -13,12 +13,11 @@ import { arch, release, userInfo } from "node:os";
 import { posix } from "node:path";
 import { PassThrough, Readable } from "node:stream";
 import { randomUUID } from "node:crypto";
-import * as z from "zod";
 import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
 import type { PathJail, JailPath } from "./jail.ts";
 import { FlatJsonStream } from "./json-stream.ts";
-import { MAX_SOURCE_BYTES, SandboxdError } from "./protocol.ts";
+import { MAX_SOURCE_BYTES, SandboxdError } from "./wire.ts";
 import { body, ok, parse } from "./aio-envelope.ts";
 import { readJson, sendJson, type Req, type Routes } from "./http.ts";
 import { shellRoutes } from "./aio-shell.ts";
@@ -31,48 +30,6 @@ export const MAX_AIO_WRITE_BYTES = 100 * MiB;
 /** Its body: base64 of the largest file, with room for the other fields. */
 export const MAX_AIO_WRITE_BODY = Math.ceil(MAX_AIO_WRITE_BYTES / 3) * 4 + MiB;
 const DEFAULT_MAX_GREP_FILE_BYTES = MiB;
-
-const FileRead = z.object({
-  file: z.string(),
-  start_line: z.number().int().min(0).nullish(),
-  end_line: z.number().int().min(0).nullish(),
-  sudo: z.boolean().nullish(),
-});
-const FileWrite = z.object({
-  file: z.string(),
-  encoding: z.enum(["utf-8", "base64", "raw"]).nullish(),
-  append: z.boolean().nullish(),
-  leading_newline: z.boolean().nullish(),
-  trailing_newline: z.boolean().nullish(),
-  sudo: z.boolean().nullish(),
-});
-const FileList = z.object({
-  path: z.string(),
-  recursive: z.boolean().nullish(),
-  show_hidden: z.boolean().nullish(),
-  max_depth: z.number().int().min(1).max(32).nullish(),
-});
-const FileFind = z.object({ path: z.string(), glob: z.string().min(1).max(1000) });
-const globs = z
-  .union([z.string().min(1).max(1000), z.array(z.string().min(1).max(1000)).max(100)])
-  .nullish()
-  .transform((g) => (g == null ? [] : Array.isArray(g) ? g : [g]));
-const FileGrep = z.object({
-  path: z.string(),
-  pattern: z.string().min(1).max(10_000),
-  include: globs,
-  exclude: globs,
-  case_insensitive: z.boolean().nullish(),
-  fixed_strings: z.boolean().nullish(),
-  context_before: z.number().int().min(0).max(100).nullish(),
-  context_after: z.number().int().min(0).max(100).nullish(),
-  max_results: z.number().int().positive().max(10_000).nullish(),
-  max_file_size: z.union([z.string(), z.number().int().positive()]).nullish(),
-  multiline: z.boolean().nullish(),
-  offset: z.number().int().min(0).nullish(),
-  type: z.string().max(20).nullish(),
-  recursive: z.boolean().nullish(),
-});
 
 /** ripgrep's common type aliases, by extension. */
 const FILE_TYPES: Record<string, string[]> = {
@@ -163,7 +120,7 @@ export function aioRoutes(r: Routes, o: AioOptions): void {
   shellRoutes(r, { files, executor, sessions, json });
 
   r.post("/v1/file/read", async (req, res) => {
-    const b = await body(FileRead, req, json);
+    const b = await body("fileRead", req, json);
     const p = files.resolve(b.file);
     const { fh } = await files.openFileForRead(p);
     let content: string;
@@ -184,7 +141,7 @@ export function aioRoutes(r: Routes, o: AioOptions): void {
   r.post("/v1/file/write", async (req, res) => {
     const { fields, staged } = await stageWriteBody(req, jail);
     try {
-      const b = parse(FileWrite, fields);
+      const b = await parse("fileWrite", fields);
       const p = files.resolve(b.file);
       const content = async function* (): AsyncGenerator<Buffer> {
         if (b.append) yield* existing(files, p);
@@ -202,7 +159,7 @@ export function aioRoutes(r: Routes, o: AioOptions): void {
   });
 
   r.post("/v1/file/list", async (req, res) => {
-    const b = await body(FileList, req, json);
+    const b = await body("fileList", req, json);
     const depth = b.recursive ? (b.max_depth ?? 32) : 1;
     const root = files.resolve(b.path);
     const { entries, truncated } = await files.list(root, depth);
@@ -234,7 +191,7 @@ export function aioRoutes(r: Routes, o: AioOptions): void {
   });
 
   r.post("/v1/file/find", async (req, res) => {
-    const b = await body(FileFind, req, json);
+    const b = await body("fileFind", req, json);
     const root = files.resolve(b.path);
     const { entries } = await globEntries(files, root, b.glob, Infinity);
     const found = entries.filter((e) => e.type === "file").map((e) => e.path);
@@ -242,7 +199,7 @@ export function aioRoutes(r: Routes, o: AioOptions): void {
   });
 
   r.post("/v1/file/grep", async (req, res) => {
-    const b = await body(FileGrep, req, json);
+    const b = await body("fileGrep", req, json);
     const root = files.resolve(b.path);
     const pattern = compilePattern(b.pattern, {
       literal: b.fixed_strings,

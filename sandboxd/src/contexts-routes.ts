@@ -4,19 +4,14 @@
  */
 import type { CodeContexts } from "./contexts.ts";
 import { readJson, sendEmpty, sendJson, startStream, type Req, type Routes } from "./http.ts";
-import {
-  CreateContextRequest,
-  ExecuteCellRequest,
-  MAX_SOURCE_BYTES,
-  type CellEvent,
-} from "./protocol.ts";
+import { MAX_SOURCE_BYTES, type CellEvent } from "./wire.ts";
 import { parse } from "./request-input.ts";
 
 export function contextRoutes(r: Routes, contexts: CodeContexts): void {
   const json = (req: Req) => readJson(req, MAX_SOURCE_BYTES + 64 * 1024);
 
   r.post("/v1/contexts", async (req, res) => {
-    const body = parse(CreateContextRequest, await json(req));
+    const body = await parse("createContext", await json(req));
     const ctx = await contexts.create(body.language, body.cwd);
     sendJson(res, ctx.info(), 201);
   });
@@ -31,7 +26,7 @@ export function contextRoutes(r: Routes, contexts: CodeContexts): void {
   });
 
   r.post("/v1/contexts/:id/execute", async (req, res) => {
-    const body = parse(ExecuteCellRequest, await json(req));
+    const body = await parse("executeCell", await json(req));
     // A client that goes away interrupts its cell (or drops it, if it was still waiting).
     const abort = new AbortController();
     res.on("close", () => {

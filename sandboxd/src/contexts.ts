@@ -19,7 +19,6 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import type { Readable, Writable } from "node:stream";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { StringDecoder } from "node:string_decoder";
 import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
@@ -31,9 +30,9 @@ import {
   type CellEvent,
   type ContextInfo,
   type ErrorBody,
-  type ExecuteCellRequest,
   type Language,
-} from "./protocol.ts";
+} from "./wire.ts";
+import type { ExecuteCellRequest } from "./protocol.ts";
 import { KERNELS, RUNNERS_DIR } from "./runners.ts";
 
 /** How long an interrupted cell gets to stop before its kernel is killed. */
@@ -246,7 +245,9 @@ export class CodeContext {
     });
     (child.stdio[3] as Writable).on("error", () => undefined); // the kernel died: handled on exit
     const ready = new Promise<void>((resolve, reject) => {
-      const events = createInterface({ input: child.stdio[4] as Readable });
+      const events = process
+        .getBuiltinModule("node:readline")
+        .createInterface({ input: child.stdio[4] as Readable });
       events.on("line", (line) => {
         let event: { type: string; result?: unknown; error?: unknown };
         try {

@@ -3,11 +3,13 @@
  * code with, and (with bubblewrap) a private mount, PID, IPC and UTS namespace in which the
  * sandbox's root directory is mounted at /mnt/user-data.
  */
-import { execFile } from "node:child_process";
 import * as fs from "node:fs/promises";
-import { existsSync } from "node:fs";
 import { delimiter, dirname, join } from "node:path";
-import { promisify } from "node:util";
+
+// Not ES imports of node:fs and node:util: an ES import reads every export of a built-in, and
+// their lazy getters load some thirty more of Node's modules in sandboxd's start-up. And
+// node:child_process is loaded only when python has to be asked where it is.
+const { existsSync } = process.getBuiltinModule("node:fs");
 
 /** Variables a sandbox may inherit from its host: locale, paths, and proxy/registry settings. */
 const INHERITABLE = [
@@ -44,8 +46,6 @@ export interface Interpreters {
   npmCli: string | null;
 }
 
-const run = promisify(execFile);
-
 /**
  * Finds the interpreters once. `SANDBOXD_PYTHON` pins python (an image sets it); otherwise the
  * `python3` on PATH is asked for its real executable, which sees through pyenv-style shims.
@@ -55,6 +55,8 @@ export async function discoverInterpreters(env: NodeJS.ProcessEnv): Promise<Inte
   let pythonPrefix = env.SANDBOXD_PYTHON_PREFIX ?? "";
   if (!python || !pythonPrefix) {
     try {
+      const { execFile } = process.getBuiltinModule("node:child_process");
+      const run = process.getBuiltinModule("node:util").promisify(execFile);
       const { stdout } = await run(
         python || "python3",
         ["-c", "import sys; print(sys.executable); print(sys.prefix)"],

@@ -12,11 +12,9 @@ import {
   parseOutput,
   SandboxdError,
   type CodeExecutionResult,
-  type ExecuteCodeRequest,
-  type InstallPackagesRequest,
-  type RunCommandRequest,
   type RunCommandResult,
-} from "./protocol.ts";
+} from "./wire.ts";
+import type { ExecuteCodeRequest, InstallPackagesRequest, RunCommandRequest } from "./protocol.ts";
 import type { Interpreters } from "./environment.ts";
 import { RUNNERS, RUNNERS_DIR } from "./runners.ts";
 import type { JailPath, PathJail } from "./jail.ts";

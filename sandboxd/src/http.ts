@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { parse as parseQuery, type ParsedUrlQuery } from "node:querystring";
 import { finished, type Readable, type Transform } from "node:stream";
-import { SandboxdError, type ErrorCode } from "./protocol.ts";
+import { SandboxdError, type ErrorCode } from "./wire.ts";
 
 export type Method = "GET" | "POST" | "PUT" | "DELETE";
 

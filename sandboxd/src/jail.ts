@@ -13,7 +13,7 @@
  * place by rename(2), which replaces a symlink rather than following it. So a write can never
  * land outside the root, even through a dangling symlink.
  */
-import { constants as C, createReadStream, type Dirent } from "node:fs";
+import type { Dirent } from "node:fs";
 import * as fs from "node:fs/promises";
 import { posix } from "node:path";
 import { randomBytes } from "node:crypto";
@@ -26,7 +26,11 @@ import {
   VIRTUAL_WORKSPACE,
   type FileEntry,
   type FileType,
-} from "./protocol.ts";
+} from "./wire.ts";
+
+// Not an ES import of node:fs: that reads every export, and its lazy getters load some thirty
+// more of Node's modules at start (fs.promises' watchers, streams, glob...).
+const { constants: C, createReadStream } = process.getBuiltinModule("node:fs");
 
 const MAX_LIST_ENTRIES = 10_000;
 /** Names of files being staged (hidden from listings, searches and watches). */

@@ -8,7 +8,7 @@
  * Only what such a body needs: an object of strings, numbers, booleans and null. A nested value is
  * refused, as is anything that is not JSON.
  */
-import { SandboxdError } from "./protocol.ts";
+import { SandboxdError } from "./wire.ts";
 
 /** Small fields are bounded: only the streamed field may be large. */
 const MAX_SMALL_VALUE_BYTES = 64 * 1024;

@@ -4,9 +4,9 @@
  * listens, logs JSON to stderr, and stops cleanly on SIGTERM/SIGINT.
  */
 import { readFile } from "node:fs/promises";
-import { createInterface } from "node:readline";
-import { pino } from "pino";
-import { DRAINED_EXIT_CODE, startSandboxd } from "./index.ts";
+import { createLogger } from "./log.ts";
+import { startSandboxd } from "./start.ts";
+import { DRAINED_EXIT_CODE } from "./wire.ts";
 import { readSettings } from "./config.ts";
 
 async function readToken(
@@ -17,7 +17,9 @@ async function readToken(
   if (settings.SANDBOXD_TOKEN_FILE)
     return (await readFile(settings.SANDBOXD_TOKEN_FILE, "utf8")).trim();
   if (settings.SANDBOXD_TOKEN_STDIN !== "0") {
-    const lines = createInterface({ input: process.stdin });
+    const lines = process
+      .getBuiltinModule("node:readline")
+      .createInterface({ input: process.stdin });
     for await (const line of lines) return line.trim();
   }
   // DeerFlow's local container backend sends no credential: serving its routes open is a choice
@@ -43,7 +45,8 @@ try {
   process.stderr.write(`sandboxd: ${(err as Error).message}\n`);
   process.exit(2);
 }
-const logger = pino({ level: settings.SANDBOXD_LOG_LEVEL }, pino.destination(2));
+// Synchronous on Linux (files, pipes and terminals alike): a record is out before an exit.
+const logger = createLogger(settings.SANDBOXD_LOG_LEVEL);
 try {
   // The token and settings are not passed on: children get a scrubbed environment built afresh.
   delete process.env.SANDBOXD_TOKEN;

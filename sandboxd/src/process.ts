@@ -3,7 +3,7 @@
  * a cap (the rest is drained and dropped, and the result says so), the deadline kills the whole
  * process group, and chunks can be streamed to the caller as they arrive.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import type { ChildProcessWithoutNullStreams } from "node:child_process";
 import { readdir, readFile, writeFile } from "node:fs/promises";
 import { constants } from "node:os";
 import { StringDecoder } from "node:string_decoder";
@@ -146,6 +146,8 @@ export function spawnDetached(
     extraPipes?: number;
   },
 ): ChildProcessWithoutNullStreams {
+  // node:child_process is loaded by the first process, not at start (most of a hundred modules).
+  const { spawn } = process.getBuiltinModule("node:child_process");
   const child = spawn(file, args, {
     cwd: o.cwd,
     env: o.env,

@@ -15,13 +15,7 @@ import {
   type Routes,
 } from "./http.ts";
 import type { BackgroundProcess, ProcessTable } from "./processes.ts";
-import {
-  MAX_STDIN_BYTES,
-  SandboxdError,
-  SignalProcessRequest,
-  StartProcessRequest,
-  type ProcessStreamEvent,
-} from "./protocol.ts";
+import { MAX_STDIN_BYTES, SandboxdError, type ProcessStreamEvent } from "./wire.ts";
 import { parse, wantsNdjson } from "./request-input.ts";
 
 /**
@@ -32,7 +26,7 @@ export function processesRoutes(r: Routes, table: ProcessTable, terminals: Termi
   const json = (req: Req) => readJson(req, 2 * MAX_STDIN_BYTES);
 
   r.post("/v1/processes", async (req, res) => {
-    const proc = await table.start(parse(StartProcessRequest, await json(req)));
+    const proc = await table.start(await parse("startProcess", await json(req)));
     // Streamed, the answer is the output from the start, so one request starts and reads.
     if (wantsNdjson(req)) streamOutput(proc, 0, res);
     else sendJson(res, proc.entry(), 201);
@@ -64,7 +58,7 @@ export function processesRoutes(r: Routes, table: ProcessTable, terminals: Termi
   });
 
   r.post("/v1/processes/:pid/signal", async (req, res) => {
-    const { signal } = parse(SignalProcessRequest, await json(req));
+    const { signal } = await parse("signalProcess", await json(req));
     sendJson(res, { delivered: table.signal(pid(req), signal) });
   });
 }

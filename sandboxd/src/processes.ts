@@ -23,8 +23,8 @@ import {
   type ProcessEntry,
   type ProcessExit,
   type ProcessSignalName,
-  type StartProcessRequest,
-} from "./protocol.ts";
+} from "./wire.ts";
+import type { StartProcessRequest } from "./protocol.ts";
 
 /** Exited processes kept listed (with their output) for clients that come back for the exit code. */
 const EXITED_KEPT = 100;

@@ -8,16 +8,12 @@
 import { readJson, readRaw, sendEmpty, sendJson, type Req, type Routes } from "./http.ts";
 import type { RawData, WebSocket, WebSocketServer } from "ws";
 import type { Terminals } from "./ptys.ts";
-import {
-  PTY_CLOSE,
-  PtyClientMessage,
-  PtyCreateRequest,
-  PtySize,
-  SandboxdError,
-  type PtyServerMessage,
-} from "./protocol.ts";
+import { PTY_CLOSE, SandboxdError, type PtyServerMessage } from "./wire.ts";
+import type { PtyClientMessage } from "./protocol.ts";
 import type { UpgradeRoute } from "./upgrades.ts";
-import { parse } from "./request-input.ts";
+import { check, parse, requestSchemas, type RequestSchemas } from "./request-input.ts";
+
+type ControlSchema = ReturnType<RequestSchemas["ptyClientMessage"]>;
 
 /** Largest input accepted in one HTTP call or one WebSocket frame. */
 const MAX_INPUT_BYTES = 1024 * 1024;
@@ -26,7 +22,7 @@ export function ptyRoutes(r: Routes, terminals: Terminals): void {
   const json = (req: Req) => readJson(req, 64 * 1024);
 
   r.post("/v1/pty", async (req, res) => {
-    const terminal = await terminals.create(parse(PtyCreateRequest, await json(req)));
+    const terminal = await terminals.create(await parse("ptyCreate", await json(req)));
     sendJson(res, { pid: terminal.pid }, 201);
   });
 
@@ -45,7 +41,7 @@ export function ptyRoutes(r: Routes, terminals: Terminals): void {
   });
 
   r.post("/v1/pty/:pid/resize", async (req, res) => {
-    const size = parse(PtySize, await json(req));
+    const size = await parse("ptySize", await json(req));
     const terminal = terminals.get(pidOf(req));
     if (!terminal.running)
       throw new SandboxdError("CONFLICT", `terminal ${terminal.pid} has exited`);
@@ -66,28 +62,38 @@ export function ptyRoutes(r: Routes, terminals: Terminals): void {
  * message or `replay` value with 1008 and the reason.
  */
 export function ptyUpgradeRoute(terminals: Terminals): UpgradeRoute {
-  // ws is loaded on the first terminal connection, not at start: most sandboxes never open one.
-  // Inside the image's bundle the import is a resolved promise (no I/O before handleUpgrade).
-  let wss: Promise<WebSocketServer> | null = null;
+  // ws, and the control messages' schema, are loaded on the first terminal connection, not at
+  // start: most sandboxes never open one. Inside the image's bundle the imports are resolved
+  // promises (no I/O before handleUpgrade).
+  let loaded: Promise<{ wss: WebSocketServer; control: ControlSchema }> | null = null;
   return {
     path: /^\/v1\/pty\/(\d{1,9})\/connect$/,
     async handle(req, socket, head, match) {
       const replay = new URL(req.url ?? "/", "http://x").searchParams.get("replay");
-      wss ??= import("ws").then(
-        ({ WebSocketServer }) =>
-          new WebSocketServer({ noServer: true, maxPayload: MAX_INPUT_BYTES }),
+      loaded ??= Promise.all([import("ws"), requestSchemas()]).then(
+        ([{ WebSocketServer }, schemas]) => ({
+          wss: new WebSocketServer({ noServer: true, maxPayload: MAX_INPUT_BYTES }),
+          control: schemas.ptyClientMessage(),
+        }),
       );
-      (await wss).handleUpgrade(req, socket, head, (ws) => {
+      const { wss, control } = await loaded;
+      wss.handleUpgrade(req, socket, head, (ws) => {
         // `?replay=false`: new output only (a client that follows from the moment it attaches).
         if (replay !== null && replay !== "true" && replay !== "false")
           ws.close(PTY_CLOSE.badMessage, "replay must be true or false");
-        else attach(terminals, Number(match[1]), ws, replay !== "false");
+        else attach(terminals, Number(match[1]), ws, replay !== "false", control);
       });
     },
   };
 }
 
-function attach(terminals: Terminals, pid: number, ws: WebSocket, replay: boolean): void {
+function attach(
+  terminals: Terminals,
+  pid: number,
+  ws: WebSocket,
+  replay: boolean,
+  control: ControlSchema,
+): void {
   let terminal;
   try {
     terminal = terminals.get(pid);
@@ -112,7 +118,7 @@ function attach(terminals: Terminals, pid: number, ws: WebSocket, replay: boolea
     if (isBinary) return terminal.write(bytes);
     let message: PtyClientMessage;
     try {
-      message = parse(PtyClientMessage, JSON.parse(bytes.toString("utf8")));
+      message = check(control, JSON.parse(bytes.toString("utf8")));
     } catch (err) {
       const why = err instanceof SandboxdError ? err.message : "not JSON";
       // A close reason is at most 123 bytes.

@@ -12,7 +12,8 @@
 import type { IPty } from "node-pty";
 import type { Executor } from "./executor.ts";
 import { killSessions, trackSession } from "./process.ts";
-import { SandboxdError, type PtyCreateRequest, type PtyInfo, type PtySize } from "./protocol.ts";
+import { SandboxdError, type PtyInfo } from "./wire.ts";
+import type { PtyCreateRequest, PtySize } from "./protocol.ts";
 
 /**
  * node-pty, loaded on the first terminal: it is a native module, always in the sandbox image,

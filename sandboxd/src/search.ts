@@ -6,7 +6,7 @@
  */
 import { posix } from "node:path";
 import type { JailPath, PathJail } from "./jail.ts";
-import { SandboxdError, type FileEntry } from "./protocol.ts";
+import { SandboxdError, type FileEntry } from "./wire.ts";
 
 /** Deepest walk either search makes (the list route's own limit). */
 const MAX_DEPTH = 32;

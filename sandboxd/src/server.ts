@@ -4,7 +4,7 @@
  * `{error: {code, message}}` with a matching status, never a stack trace or a host path.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Logger } from "pino";
+import type { Logger } from "./log.ts";
 import { aioRoutes } from "./aio.ts";
 import { filesRoutes } from "./files.ts";
 import {
@@ -34,23 +34,17 @@ import type { Activity } from "./activity.ts";
 import {
   CAPABILITIES,
   DRAIN_PATH,
-  DrainRequest,
   drainingError,
-  ExecuteCodeRequest,
   HTTP_STATUS,
   isAioPath,
-  InitRequest,
-  InstallPackagesRequest,
   MAX_SOURCE_BYTES,
-  MkdirRequest,
   PROTOCOL_VERSION,
-  RunCommandRequest,
   SandboxdError,
   type CommandStreamEvent,
   type DrainResponse,
   type ErrorBody,
   type HealthResponse,
-} from "./protocol.ts";
+} from "./wire.ts";
 
 export const VERSION = "0.1.0";
 /** Files up to this size are read in one go; bigger ones are streamed. */
@@ -110,7 +104,7 @@ export function createApp(opts: ServerOptions): App {
   });
 
   r.post(DRAIN_PATH, async (req, res) => {
-    const { idleMs } = parse(DrainRequest, await json(req));
+    const { idleMs } = await parse("drain", await json(req));
     const body: DrainResponse = {
       drained: opts.activity.drain(idleMs),
       idleMs: opts.activity.idleMs(),
@@ -120,7 +114,7 @@ export function createApp(opts: ServerOptions): App {
   });
 
   r.post("/v1/commands/run", async (req, res) => {
-    const body = parse(RunCommandRequest, await json(req));
+    const body = await parse("runCommand", await json(req));
     // A client that goes away (or aborts) takes its command's process group with it.
     const abort = new AbortController();
     res.on("close", () => {
@@ -151,7 +145,7 @@ export function createApp(opts: ServerOptions): App {
   });
 
   r.post("/v1/code/execute", async (req, res) => {
-    const body = parse(ExecuteCodeRequest, await json(req));
+    const body = await parse("executeCode", await json(req));
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();
@@ -160,12 +154,12 @@ export function createApp(opts: ServerOptions): App {
   });
 
   r.post("/v1/packages/install", async (req, res) => {
-    const r = await executor.installPackages(parse(InstallPackagesRequest, await json(req)));
+    const r = await executor.installPackages(await parse("installPackages", await json(req)));
     sendJson(res, { installed: true, durationMs: r.durationMs });
   });
 
   r.post("/v1/init", async (req, res) => {
-    const body = parse(InitRequest, await json(req));
+    const body = await parse("init", await json(req));
     if (body.env) executor.setSandboxEnv(body.env);
     if (body.packages?.length) {
       await executor.installPackages({
@@ -225,7 +219,7 @@ export function createApp(opts: ServerOptions): App {
   });
 
   r.post("/v1/files/mkdir", async (req, res) => {
-    const p = jail.resolve(parse(MkdirRequest, await json(req)).path);
+    const p = jail.resolve((await parse("mkdir", await json(req))).path);
     await jail.mkdir(p);
     sendJson(res, { path: p.virtual }, 201);
   });

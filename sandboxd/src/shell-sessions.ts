@@ -25,7 +25,7 @@ import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
 import { OutputCap, signalGroup, spawnDetached } from "./process.ts";
-import { SandboxdError } from "./protocol.ts";
+import { SandboxdError } from "./wire.ts";
 
 /** The bash API's statuses; the shell API maps them onto its own names. */
 export type CommandStatus = "pending" | "running" | "completed" | "timed_out" | "killed";

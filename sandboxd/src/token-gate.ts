@@ -1,6 +1,6 @@
 /** The bearer token every sandboxd route but /healthz requires. */
 import { createHash, timingSafeEqual } from "node:crypto";
-import { bearerCredential } from "./protocol.ts";
+import { bearerCredential } from "./wire.ts";
 
 /**
  * Bearer-token check in constant time: both sides are hashed so lengths never differ. Without a

@@ -7,8 +7,8 @@
 import type { IncomingMessage } from "node:http";
 import { connect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import type { Logger } from "pino";
-import { isPort } from "./protocol.ts";
+import type { Logger } from "./log.ts";
+import { isPort } from "./wire.ts";
 import { refuseUpgrade, type UpgradeRoute } from "./upgrades.ts";
 
 export function tunnelRoute(logger: Logger): UpgradeRoute {

@@ -6,10 +6,10 @@
  */
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
-import type { Logger } from "pino";
+import type { Logger } from "./log.ts";
 import type { TokenGate } from "./token-gate.ts";
 import type { Activity } from "./activity.ts";
-import { drainingError } from "./protocol.ts";
+import { drainingError } from "./wire.ts";
 
 export interface UpgradeRoute {
   path: RegExp;

@@ -10,11 +10,14 @@
  * within one window is still reported (create, then remove), and a directory that appears under
  * a recursive watch is listed, so files made in it before its own watch was set are not missed.
  */
-import { watch, type FSWatcher } from "node:fs";
+import type { FSWatcher } from "node:fs";
 import type { FileHandle } from "node:fs/promises";
 import { posix } from "node:path";
 import { UPLOAD_PREFIX, type JailPath, type PathJail } from "./jail.ts";
-import { SandboxdError, type FileEntry } from "./protocol.ts";
+import { SandboxdError, type FileEntry } from "./wire.ts";
+
+// Not an ES import of node:fs (see jail.ts).
+const { watch } = process.getBuiltinModule("node:fs");
 
 /** Concurrent watches per sandbox: each holds inotify watches, a kernel-wide resource. */
 export const MAX_WATCHERS = 32;

@@ -71,6 +71,9 @@ export const ID_RULE = "1-255 of [A-Za-z0-9_-]";
 export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
 export const ENV_NAME_RULE = "environment variable names are [A-Za-z_][A-Za-z0-9_]*";
 
+/** A package as pip or npm takes it: no whitespace, and not an option (see request-schemas.ts). */
+export const PACKAGE_SPEC_PATTERN = /^[^\s-][^\s]*$/;
+
 /** A TCP port inside a sandbox, as getHost, sandboxd's tunnel and the provisioner's ports route take one. */
 export const PORT_RULE = "an integer from 1 to 65535";
 export const isPort = (value: unknown): value is number =>

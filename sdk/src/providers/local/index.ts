@@ -78,7 +78,7 @@ const REAP_EVERY_MS = 1_000;
 async function sandboxdCodeDirs(): Promise<string[]> {
   const dirs = new Set([dirname(dirname(SANDBOXD_MAIN))]);
   const require = createRequire(SANDBOXD_MAIN);
-  for (const dep of ["zod", "pino", "ws", "node-pty"]) {
+  for (const dep of ["zod", "ws", "node-pty"]) {
     let resolved: string;
     try {
       resolved = require.resolve(dep);
