@@ -17,6 +17,18 @@ const json = <T extends z.ZodType>(schema: T) =>
     }
   });
 
+/** A comma-separated list, each item trimmed, empty ones dropped. */
+const commaList = () =>
+  z
+    .string()
+    .default("")
+    .transform((s) =>
+      s
+        .split(",")
+        .map((c) => c.trim())
+        .filter(Boolean),
+    );
+
 const OCTET = "(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])";
 /** An IPv4 range a NetworkPolicy may except from 0.0.0.0/0: a prefix of 1 to 32 bits. */
 const IPV4_CIDR = new RegExp(`^${OCTET}(\\.${OCTET}){3}/([1-9]|[12][0-9]|3[0-2])$`);
@@ -51,32 +63,15 @@ const Env = z.object({
   SANDPIT_MEMORY_REQUEST: z.string().default("64Mi"),
   SANDPIT_EPHEMERAL_STORAGE_REQUEST: z.string().default("64Mi"),
   /** Where pods may resolve names: CIDRs of the cluster's resolvers (port 53 only). */
-  SANDPIT_DNS_CIDRS: z
-    .string()
-    .default("")
-    .transform((s) =>
-      s
-        .split(",")
-        .map((c) => c.trim())
-        .filter(Boolean),
-    ),
+  SANDPIT_DNS_CIDRS: commaList(),
   /**
    * IPv4 ranges Internet egress excludes besides the private ones and the nodes' and API
    * server's addresses the cluster reports: what it does not (a node's other interfaces, a load
    * balancer in front of the API server, an on-premises metadata service).
    */
-  SANDPIT_EGRESS_EXCLUDE_CIDRS: z
-    .string()
-    .default("")
-    .transform((s) =>
-      s
-        .split(",")
-        .map((c) => c.trim())
-        .filter(Boolean),
-    )
-    .refine((list) => list.every((c) => IPV4_CIDR.test(c)), {
-      message: "each is an IPv4 range such as 192.0.2.0/24",
-    }),
+  SANDPIT_EGRESS_EXCLUDE_CIDRS: commaList().refine((list) => list.every((c) => IPV4_CIDR.test(c)), {
+    message: "each is an IPv4 range such as 192.0.2.0/24",
+  }),
   SANDPIT_POD_NODE_SELECTOR: json(z.record(z.string(), z.string())).default({}),
   SANDPIT_POD_TOLERATIONS: json(z.array(Toleration)).default([]),
   /** Failed or vanished pods are recreated this many times (with backoff) before Failed. */

@@ -8,6 +8,7 @@
 import { type ServerResponse, STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import type { NextFunction, Request, Response } from "express";
+import { HTTP_STATUS } from "@sandpit/sandboxd/protocol";
 import { ApiError, toApiError } from "../errors.ts";
 import { SandboxUnavailable } from "../../sandboxes.ts";
 
@@ -43,6 +44,16 @@ export function e2bAnswer(err: unknown): E2bAnswer {
   };
 }
 
+/**
+ * Whether `err` is this server's fault, worth an error log: its code's own status is a 5xx. A
+ * 5xx E2B's protocol asks for on a caller's condition (its edge's 502 for a sandbox that is not
+ * running) is not.
+ */
+export function serverFault(err: unknown): boolean {
+  if (err instanceof SandboxUnavailable && err.kind === "quota") return false;
+  return HTTP_STATUS[toApiError(err).code] >= 500;
+}
+
 /** Writes `err` on a response nothing was written to yet; one that has begun is cut off. */
 export function writeE2bError(res: ServerResponse, err: unknown): void {
   if (res.headersSent) {
@@ -72,7 +83,7 @@ export function endSocketE2b(socket: Duplex, err: unknown): void {
 export function e2bErrorHandler(log: Log) {
   return (err: unknown, _req: Request, res: Response, _next: NextFunction) => {
     const a = e2bAnswer(err);
-    if (a.status >= 500) log.error({ err }, "E2B request failed");
+    if (serverFault(err)) log.error({ err }, "E2B request failed");
     if (res.headersSent) {
       res.destroy();
       return;

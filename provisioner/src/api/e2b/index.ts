@@ -31,7 +31,7 @@ import {
   filesSignatureValid,
   serveEnvd,
 } from "./envd/index.ts";
-import { e2bAnswer, e2bErrorHandler, endSocketE2b, writeE2bError } from "./errors.ts";
+import { e2bErrorHandler, endSocketE2b, serverFault, writeE2bError } from "./errors.ts";
 import { SandboxInstances } from "./instance.ts";
 import { autoResumes, stateOf } from "./records.ts";
 import { EnvdTokens } from "./tokens.ts";
@@ -101,9 +101,12 @@ export function routeOf(
   return undefined;
 }
 
-/** The answer E2B's edge gives for a sandbox it cannot reach; the SDKs read 502 as "not running". */
+/**
+ * The answer E2B's edge gives for a sandbox it cannot reach; the SDKs read 502 as "not running".
+ * The caller's condition, not a failure here: NOT_FOUND answered with E2B's status.
+ */
 const notRunning = (id: string, why = "was not found") =>
-  new ApiError("UPSTREAM_UNAVAILABLE", `The sandbox ${id} ${why}`, { status: 502 });
+  new ApiError("NOT_FOUND", `The sandbox ${id} ${why}`, { status: 502 });
 
 export interface E2bApi {
   /** express middleware, mounted before every other route. */
@@ -205,7 +208,7 @@ export function e2bApi(base: Omit<E2bDeps, "tokens">, log: Pick<Logger, "error">
               serveData(req, res, signedBy(r.path).metadata.name, ENVD_PORT, r.path),
             );
     served.catch((err: unknown) => {
-      if (e2bAnswer(err).status >= 500) log.error({ err }, "E2B data-plane request failed");
+      if (serverFault(err)) log.error({ err }, "E2B data-plane request failed");
       req.resume();
       writeE2bError(res, err);
     });
@@ -228,7 +231,7 @@ export function e2bApi(base: Omit<E2bDeps, "tokens">, log: Pick<Logger, "error">
       });
     };
     return go().catch((err: unknown) => {
-      if (e2bAnswer(err).status >= 500) log.error({ err }, "E2B upgrade failed");
+      if (serverFault(err)) log.error({ err }, "E2B upgrade failed");
       endSocketE2b(socket, err);
     });
   };
