@@ -125,6 +125,12 @@ function heapSpaces(metrics: string): Counts {
   return out;
 }
 
+/** "used/committed" MiB of one V8 heap space. */
+function spaceUse(metrics: string, space: string): string {
+  const of = (name: string) => Math.round(gauge(metrics, `${name}{space="${space}"}`) / 2 ** 20);
+  return `${of("nodejs_heap_space_size_used_bytes")}/${of("nodejs_heap_space_size_total_bytes")}`;
+}
+
 function diff(after: Counts, before: Counts): Counts {
   const out: Counts = {};
   for (const k of Object.keys(after)) {
@@ -527,6 +533,7 @@ async function scale(
   image: string,
   count = SCALE,
   maxMs = 25 * 60_000,
+  operatorEnv: Record<string, string> = {},
 ) {
   const deadline = now() + maxMs;
   const left = (atMost: number) => Math.max(1_000, Math.min(atMost, deadline - now()));
@@ -542,6 +549,9 @@ async function scale(
     rssMiB: number;
     heapUsedMiB: number;
     heapTotalMiB: number;
+    /** Used / committed MiB of the young generation (new space) and of old space. */
+    newMiB: string;
+    oldMiB: string;
     pods: number;
     running: number;
   }[] = [];
@@ -587,6 +597,7 @@ async function scale(
         ...OPERATOR_ENV,
         SANDPIT_POD_NODE_SELECTOR: KWOK_SELECTOR,
         SANDPIT_POD_TOLERATIONS: KWOK_TOLERATIONS,
+        ...operatorEnv,
       },
     });
     const pid = op.proc.pid!;
@@ -611,6 +622,8 @@ async function scale(
             rssMiB: Math.round(st.rssMiB),
             heapUsedMiB: Math.round(gauge(text, "nodejs_heap_size_used_bytes") / 2 ** 20),
             heapTotalMiB: Math.round(gauge(text, "nodejs_heap_size_total_bytes") / 2 ** 20),
+            newMiB: spaceUse(text, "new_space"),
+            oldMiB: spaceUse(text, "old_space"),
             pods: tracked.live().length,
             running: tracked.live(podRunning).length,
           }),
@@ -655,6 +668,7 @@ async function scale(
     return {
       count,
       entry,
+      operatorEnv,
       pods: p.live().length,
       kwokWasRunning,
       empty,
@@ -1038,6 +1052,22 @@ function argument(name: string): string | undefined {
   return i < 0 ? undefined : process.argv[i + 1];
 }
 
+/**
+ * `--operator-env KEY=VALUE`, as often as needed: added to the measured operator's environment
+ * (NODE_OPTIONS, MALLOC_ARENA_MAX, ...) to compare settings at one count.
+ */
+function operatorEnvArguments(): Record<string, string> {
+  const env: Record<string, string> = {};
+  process.argv.forEach((a, i) => {
+    if (a !== "--operator-env") return;
+    const kv = process.argv[i + 1] ?? "";
+    const at = kv.indexOf("=");
+    if (at < 1) throw new Error(`--operator-env: KEY=VALUE, not ${kv}`);
+    env[kv.slice(0, at)] = kv.slice(at + 1);
+  });
+  return env;
+}
+
 interface RunInfo {
   date: string;
   commit: string | null;
@@ -1087,15 +1117,20 @@ function headlineOf(r: Record_): HeadlineRow[] {
   return out;
 }
 
+const envNote = (env: Record<string, string> | undefined) =>
+  Object.entries(env ?? {})
+    .map(([k, v]) => `, \`${k}=${v}\``)
+    .join("");
+
 function scaleSection(r: Record_): string {
   const rows = Object.values(r.scaleRuns ?? {})
-    .sort((a, b) => a.count - b.count)
+    .sort((a, b) => a.count - b.count || a.date.localeCompare(b.date))
     .map((s) => {
       const spaces = Object.entries(s.full.heapSpacesMiB ?? {})
         .filter(([, v]) => v > 0)
         .map(([k, v]) => `${k.replace(/_space$/, "")} ${v}`)
         .join(", ");
-      return `| ${s.count.toLocaleString("en")} (${s.pods} pods, ${s.podsRunning} Running) | ${s.empty.rssMiB.toFixed(0)} | ${s.full.rssMiB.toFixed(0)} (peak ${s.full.hwmMiB.toFixed(0)}) | ${s.full.heapUsedMiB.toFixed(0)} / ${s.full.heapTotalMiB.toFixed(0)} | ${s.full.externalMiB?.toFixed(0) ?? "n/a"} | ${spaces} | ${s.operatorCpuS.toFixed(0)} | \`${s.entry ?? "operator/src/main.ts"}\` | \`${s.commit}\`, ${s.date.slice(0, 16).replace("T", " ")} UTC, load ${s.loadStart.toFixed(1)} → ${s.loadEnd.toFixed(1)} |`;
+      return `| ${s.count.toLocaleString("en")} (${s.pods} pods, ${s.podsRunning} Running) | ${s.empty.rssMiB.toFixed(0)} | ${s.full.rssMiB.toFixed(0)} (peak ${s.full.hwmMiB.toFixed(0)}) | ${s.full.heapUsedMiB.toFixed(0)} / ${s.full.heapTotalMiB.toFixed(0)} | ${s.full.externalMiB?.toFixed(0) ?? "n/a"} | ${spaces} | ${s.operatorCpuS.toFixed(0)} | \`${s.entry ?? "operator/src/main.ts"}\`${envNote(s.operatorEnv)} | \`${s.commit}\`, ${s.date.slice(0, 16).replace("T", " ")} UTC, load ${s.loadStart.toFixed(1)} → ${s.loadEnd.toFixed(1)} |`;
     });
   const w = r.writesRun;
   const writeRows = w
@@ -1160,10 +1195,16 @@ async function partial(memoryOnly: boolean): Promise<void> {
   const loadStart = os.loadavg()[0]!;
   const record = await readRecord();
   if (memoryOnly) {
-    const command = `${COMMAND} --memory-only --sandboxes ${count}`;
+    const env = operatorEnvArguments();
+    const envText = Object.entries(env)
+      .map(([k, v]) => ` --operator-env '${k}=${v}'`)
+      .join("");
+    const command = `${COMMAND} --memory-only --sandboxes ${count}${envText}`;
     log(`memory at ${count} sandboxes (kwok), at most ${maxMinutes} min of waiting`);
-    const sc = await scale(c, kubeconfig, image, count, maxMinutes * 60_000);
-    record.scaleRuns = { ...record.scaleRuns, [count]: { ...sc, ...info(), command } };
+    const sc = await scale(c, kubeconfig, image, count, maxMinutes * 60_000, env);
+    // One row per count and operator environment: a run with other settings does not replace it.
+    const key = `${count}${envText}`;
+    record.scaleRuns = { ...record.scaleRuns, [key]: { ...sc, ...info(), command } };
   } else {
     const command = `${COMMAND} --writes-only --sandboxes ${count}`;
     const ns = await benchNamespace(c, "bench-writes");
