@@ -40,6 +40,7 @@ import {
 } from "../../test/cluster/harness.ts";
 import { CLUSTER_STATE } from "../../test/cluster/images.ts";
 import { bundleForNode } from "../../images/build.ts";
+import { SERVICE_NODE_FLAGS } from "../../images/service.ts";
 import {
   ROOT,
   Tracker,
@@ -597,6 +598,10 @@ async function scale(
         ...OPERATOR_ENV,
         SANDPIT_POD_NODE_SELECTOR: KWOK_SELECTOR,
         SANDPIT_POD_TOLERATIONS: KWOK_TOLERATIONS,
+        // The V8 flags of the image's command, as the image runs it (--operator-env overrides).
+        ...(SERVICE_NODE_FLAGS.operator.length
+          ? { NODE_OPTIONS: SERVICE_NODE_FLAGS.operator.join(" ") }
+          : {}),
         ...operatorEnv,
       },
     });
@@ -622,8 +627,8 @@ async function scale(
             rssMiB: Math.round(st.rssMiB),
             heapUsedMiB: Math.round(gauge(text, "nodejs_heap_size_used_bytes") / 2 ** 20),
             heapTotalMiB: Math.round(gauge(text, "nodejs_heap_size_total_bytes") / 2 ** 20),
-            newMiB: spaceUse(text, "new_space"),
-            oldMiB: spaceUse(text, "old_space"),
+            newMiB: spaceUse(text, "new"),
+            oldMiB: spaceUse(text, "old"),
             pods: tracked.live().length,
             running: tracked.live(podRunning).length,
           }),
@@ -668,7 +673,12 @@ async function scale(
     return {
       count,
       entry,
-      operatorEnv,
+      operatorEnv: {
+        ...(SERVICE_NODE_FLAGS.operator.length
+          ? { NODE_OPTIONS: SERVICE_NODE_FLAGS.operator.join(" ") }
+          : {}),
+        ...operatorEnv,
+      },
       pods: p.live().length,
       kwokWasRunning,
       empty,
@@ -1090,7 +1100,10 @@ interface Record_ {
 
 function headlineOf(r: Record_): HeadlineRow[] {
   const out: HeadlineRow[] = [];
-  const runs = Object.values(r.scaleRuns ?? {}).sort((a, b) => b.count - a.count);
+  // The largest count, its latest run.
+  const runs = Object.values(r.scaleRuns ?? {}).sort(
+    (a, b) => b.count - a.count || b.date.localeCompare(a.date),
+  );
   const top = runs[0];
   if (top) {
     out.push({
@@ -1202,8 +1215,9 @@ async function partial(memoryOnly: boolean): Promise<void> {
     const command = `${COMMAND} --memory-only --sandboxes ${count}${envText}`;
     log(`memory at ${count} sandboxes (kwok), at most ${maxMinutes} min of waiting`);
     const sc = await scale(c, kubeconfig, image, count, maxMinutes * 60_000, env);
-    // One row per count and operator environment: a run with other settings does not replace it.
-    const key = `${count}${envText}`;
+    // One row per count, operator environment and commit: a run with other settings or code
+    // does not replace another.
+    const key = `${count}${envNote(sc.operatorEnv)} ${commitMeasured()}`;
     record.scaleRuns = { ...record.scaleRuns, [key]: { ...sc, ...info(), command } };
   } else {
     const command = `${COMMAND} --writes-only --sandboxes ${count}`;
