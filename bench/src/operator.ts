@@ -40,7 +40,7 @@ import {
 } from "../../test/cluster/harness.ts";
 import { CLUSTER_STATE } from "../../test/cluster/images.ts";
 import { bundleForNode } from "../../images/build.ts";
-import { SERVICE_NODE_FLAGS } from "../../images/service.ts";
+import { SERVICE_ENV, SERVICE_NODE_FLAGS } from "../../images/service.ts";
 import {
   ROOT,
   Tracker,
@@ -528,6 +528,14 @@ async function operatorBundle(): Promise<string> {
   return out;
 }
 
+/** What the operator's image adds to its environment and its `node` command. */
+const imageEnv = (): Record<string, string> => ({
+  ...SERVICE_ENV.operator,
+  ...(SERVICE_NODE_FLAGS.operator.length
+    ? { NODE_OPTIONS: SERVICE_NODE_FLAGS.operator.join(" ") }
+    : {}),
+});
+
 async function scale(
   c: Clients,
   kubeconfig: string,
@@ -598,10 +606,9 @@ async function scale(
         ...OPERATOR_ENV,
         SANDPIT_POD_NODE_SELECTOR: KWOK_SELECTOR,
         SANDPIT_POD_TOLERATIONS: KWOK_TOLERATIONS,
-        // The V8 flags of the image's command, as the image runs it (--operator-env overrides).
-        ...(SERVICE_NODE_FLAGS.operator.length
-          ? { NODE_OPTIONS: SERVICE_NODE_FLAGS.operator.join(" ") }
-          : {}),
+        // The image's environment and the V8 flags of its command, as the image runs it
+        // (--operator-env overrides).
+        ...imageEnv(),
         ...operatorEnv,
       },
     });
@@ -673,12 +680,7 @@ async function scale(
     return {
       count,
       entry,
-      operatorEnv: {
-        ...(SERVICE_NODE_FLAGS.operator.length
-          ? { NODE_OPTIONS: SERVICE_NODE_FLAGS.operator.join(" ") }
-          : {}),
-        ...operatorEnv,
-      },
+      operatorEnv: { ...imageEnv(), ...operatorEnv },
       pods: p.live().length,
       kwokWasRunning,
       empty,
