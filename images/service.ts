@@ -54,10 +54,10 @@ export const serviceMain = (service: Service) => `${OPT}/${service}/${service}.m
 
 /**
  * V8 flags of a service's `node` command. The operator's: a young generation of 8 MiB semi-spaces
- * instead of the default sized from the machine's memory (up to 128 MiB committed on a 24 GiB
- * node, far more than the reconcile churn needs): 1,000 sandboxes on fake nodes took 253 MiB RSS
- * instead of 326, for 39 s of operator CPU instead of 33 (bench/RESULTS.md, "Operator at
- * scale"). The bench runs the operator's bundle with these same flags.
+ * instead of the default V8 sizes from the machine's memory (49 MiB in use in new space alone on
+ * a 24 GiB machine, far more than the reconcile churn needs): 1,000 sandboxes on fake nodes took
+ * 253 MiB RSS instead of 326, for 39 s of operator CPU instead of 33 (bench/RESULTS.md,
+ * "Operator at scale"). The bench runs the operator's bundle with these flags and SERVICE_ENV.
  */
 export const SERVICE_NODE_FLAGS: Record<Service, readonly string[]> = {
   operator: ["--max-semi-space-size=8"],
@@ -67,8 +67,8 @@ export const SERVICE_NODE_FLAGS: Record<Service, readonly string[]> = {
 /**
  * Environment of a service's image. The operator's: two malloc arenas instead of glibc's eight
  * per core, so what the TLS, HTTP and JSON work frees in native memory is reused rather than
- * left spread over arenas of their own (bench/RESULTS.md, "Operator at scale", has the runs
- * with and without it).
+ * left spread over arenas of their own. A small gain, within the noise of one run each: native
+ * memory 82 MiB against 91 at 1,000 sandboxes (bench/RESULTS.md, "Operator at scale").
  */
 export const SERVICE_ENV: Record<Service, Readonly<Record<string, string>>> = {
   operator: { MALLOC_ARENA_MAX: "2" },

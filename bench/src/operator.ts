@@ -1049,10 +1049,12 @@ async function main(): Promise<void> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// One part alone: `--memory-only [--sandboxes N] [--max-minutes M]` (the kwok memory case at N)
+// One part alone: `--memory-only [--sandboxes N] [--max-minutes M] [--operator-env KEY=VALUE]...`
+// (the kwok memory case at N; the operator gets the image's V8 flags and environment, which
+// --operator-env overrides or adds to)
 // and `--writes-only [--sandboxes N]` (N cold sandboxes, one after another, and the operator's
 // writes for them). Each run is kept in bench/results/operator.json (scaleRuns by count,
-// writesRun), which also gets the issue-17 headline; the section "## Operator at scale" lists them.
+// operator environment and commit; writesRun), which also gets the issue-17 headline; the section "## Operator at scale" lists them.
 
 const SCALE_HEADING = "## Operator at scale";
 const GOAL_SANDBOXES = 10_000;
@@ -1166,7 +1168,8 @@ sandbox, each part run alone (\`${COMMAND} --memory-only --sandboxes N\`, \`${CO
 WaitForFirstConsumer class, pods held to the fake nodes, which never answer: the sandboxes stay
 Starting and the operator keeps checking them); memory is read 15 s after the last pod runs. The
 operator runs as the esbuild bundle its image ships (\`bench/dist/operator.mjs\`, built by the
-run), unless the row says otherwise: run from its TypeScript source it takes ~65 MiB more
+run), with the environment the row lists (the image's V8 flags and malloc setting since
+\`a782d72\`), unless the row says otherwise: run from its TypeScript source it takes ~65 MiB more
 (module graph and type stripping), which a deployment never pays.
 
 | Metric | Value | Floor | Ratio | Goal | |
