@@ -40,6 +40,7 @@ import {
 } from "../../test/cluster/harness.ts";
 import { CLUSTER_STATE } from "../../test/cluster/images.ts";
 import { bundleForNode } from "../../images/build.ts";
+import { SERVICE_ENV, SERVICE_NODE_FLAGS } from "../../images/service.ts";
 import {
   ROOT,
   Tracker,
@@ -123,6 +124,12 @@ function heapSpaces(metrics: string): Counts {
     out[space] = Math.round(Number(line.slice(line.lastIndexOf(" ") + 1)) / 2 ** 20);
   }
   return out;
+}
+
+/** "used/committed" MiB of one V8 heap space. */
+function spaceUse(metrics: string, space: string): string {
+  const of = (name: string) => Math.round(gauge(metrics, `${name}{space="${space}"}`) / 2 ** 20);
+  return `${of("nodejs_heap_space_size_used_bytes")}/${of("nodejs_heap_space_size_total_bytes")}`;
 }
 
 function diff(after: Counts, before: Counts): Counts {
@@ -521,12 +528,21 @@ async function operatorBundle(): Promise<string> {
   return out;
 }
 
+/** What the operator's image adds to its environment and its `node` command. */
+const imageEnv = (): Record<string, string> => ({
+  ...SERVICE_ENV.operator,
+  ...(SERVICE_NODE_FLAGS.operator.length
+    ? { NODE_OPTIONS: SERVICE_NODE_FLAGS.operator.join(" ") }
+    : {}),
+});
+
 async function scale(
   c: Clients,
   kubeconfig: string,
   image: string,
   count = SCALE,
   maxMs = 25 * 60_000,
+  operatorEnv: Record<string, string> = {},
 ) {
   const deadline = now() + maxMs;
   const left = (atMost: number) => Math.max(1_000, Math.min(atMost, deadline - now()));
@@ -542,6 +558,9 @@ async function scale(
     rssMiB: number;
     heapUsedMiB: number;
     heapTotalMiB: number;
+    /** Used / committed MiB of the young generation (new space) and of old space. */
+    newMiB: string;
+    oldMiB: string;
     pods: number;
     running: number;
   }[] = [];
@@ -587,6 +606,10 @@ async function scale(
         ...OPERATOR_ENV,
         SANDPIT_POD_NODE_SELECTOR: KWOK_SELECTOR,
         SANDPIT_POD_TOLERATIONS: KWOK_TOLERATIONS,
+        // The image's environment and the V8 flags of its command, as the image runs it
+        // (--operator-env overrides).
+        ...imageEnv(),
+        ...operatorEnv,
       },
     });
     const pid = op.proc.pid!;
@@ -611,6 +634,8 @@ async function scale(
             rssMiB: Math.round(st.rssMiB),
             heapUsedMiB: Math.round(gauge(text, "nodejs_heap_size_used_bytes") / 2 ** 20),
             heapTotalMiB: Math.round(gauge(text, "nodejs_heap_size_total_bytes") / 2 ** 20),
+            newMiB: spaceUse(text, "new"),
+            oldMiB: spaceUse(text, "old"),
             pods: tracked.live().length,
             running: tracked.live(podRunning).length,
           }),
@@ -655,6 +680,7 @@ async function scale(
     return {
       count,
       entry,
+      operatorEnv: { ...imageEnv(), ...operatorEnv },
       pods: p.live().length,
       kwokWasRunning,
       empty,
@@ -1023,10 +1049,12 @@ async function main(): Promise<void> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// One part alone: `--memory-only [--sandboxes N] [--max-minutes M]` (the kwok memory case at N)
+// One part alone: `--memory-only [--sandboxes N] [--max-minutes M] [--operator-env KEY=VALUE]...`
+// (the kwok memory case at N; the operator gets the image's V8 flags and environment, which
+// --operator-env overrides or adds to)
 // and `--writes-only [--sandboxes N]` (N cold sandboxes, one after another, and the operator's
 // writes for them). Each run is kept in bench/results/operator.json (scaleRuns by count,
-// writesRun), which also gets the issue-17 headline; the section "## Operator at scale" lists them.
+// operator environment and commit; writesRun), which also gets the issue-17 headline; the section "## Operator at scale" lists them.
 
 const SCALE_HEADING = "## Operator at scale";
 const GOAL_SANDBOXES = 10_000;
@@ -1036,6 +1064,22 @@ const GOAL_COLD_WRITES = 4;
 function argument(name: string): string | undefined {
   const i = process.argv.indexOf(name);
   return i < 0 ? undefined : process.argv[i + 1];
+}
+
+/**
+ * `--operator-env KEY=VALUE`, as often as needed: added to the measured operator's environment
+ * (NODE_OPTIONS, MALLOC_ARENA_MAX, ...) to compare settings at one count.
+ */
+function operatorEnvArguments(): Record<string, string> {
+  const env: Record<string, string> = {};
+  process.argv.forEach((a, i) => {
+    if (a !== "--operator-env") return;
+    const kv = process.argv[i + 1] ?? "";
+    const at = kv.indexOf("=");
+    if (at < 1) throw new Error(`--operator-env: KEY=VALUE, not ${kv}`);
+    env[kv.slice(0, at)] = kv.slice(at + 1);
+  });
+  return env;
 }
 
 interface RunInfo {
@@ -1060,7 +1104,10 @@ interface Record_ {
 
 function headlineOf(r: Record_): HeadlineRow[] {
   const out: HeadlineRow[] = [];
-  const runs = Object.values(r.scaleRuns ?? {}).sort((a, b) => b.count - a.count);
+  // The largest count, its latest run.
+  const runs = Object.values(r.scaleRuns ?? {}).sort(
+    (a, b) => b.count - a.count || b.date.localeCompare(a.date),
+  );
   const top = runs[0];
   if (top) {
     out.push({
@@ -1087,15 +1134,20 @@ function headlineOf(r: Record_): HeadlineRow[] {
   return out;
 }
 
+const envNote = (env: Record<string, string> | undefined) =>
+  Object.entries(env ?? {})
+    .map(([k, v]) => `, \`${k}=${v}\``)
+    .join("");
+
 function scaleSection(r: Record_): string {
   const rows = Object.values(r.scaleRuns ?? {})
-    .sort((a, b) => a.count - b.count)
+    .sort((a, b) => a.count - b.count || a.date.localeCompare(b.date))
     .map((s) => {
       const spaces = Object.entries(s.full.heapSpacesMiB ?? {})
         .filter(([, v]) => v > 0)
         .map(([k, v]) => `${k.replace(/_space$/, "")} ${v}`)
         .join(", ");
-      return `| ${s.count.toLocaleString("en")} (${s.pods} pods, ${s.podsRunning} Running) | ${s.empty.rssMiB.toFixed(0)} | ${s.full.rssMiB.toFixed(0)} (peak ${s.full.hwmMiB.toFixed(0)}) | ${s.full.heapUsedMiB.toFixed(0)} / ${s.full.heapTotalMiB.toFixed(0)} | ${s.full.externalMiB?.toFixed(0) ?? "n/a"} | ${spaces} | ${s.operatorCpuS.toFixed(0)} | \`${s.entry ?? "operator/src/main.ts"}\` | \`${s.commit}\`, ${s.date.slice(0, 16).replace("T", " ")} UTC, load ${s.loadStart.toFixed(1)} → ${s.loadEnd.toFixed(1)} |`;
+      return `| ${s.count.toLocaleString("en")} (${s.pods} pods, ${s.podsRunning} Running) | ${s.empty.rssMiB.toFixed(0)} | ${s.full.rssMiB.toFixed(0)} (peak ${s.full.hwmMiB.toFixed(0)}) | ${s.full.heapUsedMiB.toFixed(0)} / ${s.full.heapTotalMiB.toFixed(0)} | ${s.full.externalMiB?.toFixed(0) ?? "n/a"} | ${spaces} | ${s.operatorCpuS.toFixed(0)} | \`${s.entry ?? "operator/src/main.ts"}\`${envNote(s.operatorEnv)} | \`${s.commit}\`, ${s.date.slice(0, 16).replace("T", " ")} UTC, load ${s.loadStart.toFixed(1)} → ${s.loadEnd.toFixed(1)} |`;
     });
   const w = r.writesRun;
   const writeRows = w
@@ -1116,7 +1168,8 @@ sandbox, each part run alone (\`${COMMAND} --memory-only --sandboxes N\`, \`${CO
 WaitForFirstConsumer class, pods held to the fake nodes, which never answer: the sandboxes stay
 Starting and the operator keeps checking them); memory is read 15 s after the last pod runs. The
 operator runs as the esbuild bundle its image ships (\`bench/dist/operator.mjs\`, built by the
-run), unless the row says otherwise: run from its TypeScript source it takes ~65 MiB more
+run), with the environment the row lists (the image's V8 flags and malloc setting since
+\`a782d72\`), unless the row says otherwise: run from its TypeScript source it takes ~65 MiB more
 (module graph and type stripping), which a deployment never pays.
 
 | Metric | Value | Floor | Ratio | Goal | |
@@ -1160,10 +1213,17 @@ async function partial(memoryOnly: boolean): Promise<void> {
   const loadStart = os.loadavg()[0]!;
   const record = await readRecord();
   if (memoryOnly) {
-    const command = `${COMMAND} --memory-only --sandboxes ${count}`;
+    const env = operatorEnvArguments();
+    const envText = Object.entries(env)
+      .map(([k, v]) => ` --operator-env '${k}=${v}'`)
+      .join("");
+    const command = `${COMMAND} --memory-only --sandboxes ${count}${envText}`;
     log(`memory at ${count} sandboxes (kwok), at most ${maxMinutes} min of waiting`);
-    const sc = await scale(c, kubeconfig, image, count, maxMinutes * 60_000);
-    record.scaleRuns = { ...record.scaleRuns, [count]: { ...sc, ...info(), command } };
+    const sc = await scale(c, kubeconfig, image, count, maxMinutes * 60_000, env);
+    // One row per count, operator environment and commit: a run with other settings or code
+    // does not replace another.
+    const key = `${count}${envNote(sc.operatorEnv)} ${commitMeasured()}`;
+    record.scaleRuns = { ...record.scaleRuns, [key]: { ...sc, ...info(), command } };
   } else {
     const command = `${COMMAND} --writes-only --sandboxes ${count}`;
     const ns = await benchNamespace(c, "bench-writes");

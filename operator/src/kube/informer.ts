@@ -16,7 +16,7 @@ import {
   Watch,
 } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { type KObject, type Kube, type Resource, resourcePath } from "./rest.ts";
+import { type KList, type KObject, type Kube, type Resource, resourcePath } from "./rest.ts";
 import type { Transform } from "./transforms.ts";
 
 export type Handler<T> = (obj: T) => void;
@@ -36,9 +36,13 @@ export interface InformerOptions<T extends KObject = KObject> {
    * objects before the cache stores them, so handlers and get/list see only its result.
    */
   transform?: Transform<T>;
+  /** Objects per list request; 0 lists all in one (default LIST_PAGE_SIZE). */
+  listPageSize?: number;
 }
 
 const MIN_BACKOFF_MS = 500;
+/** Objects per list request (client-go's pager: 500). */
+export const LIST_PAGE_SIZE = 500;
 const MAX_BACKOFF_MS = 30_000;
 
 export class Informer<T extends KObject> {
@@ -69,24 +73,45 @@ export class Informer<T extends KObject> {
     // managedFields alone are a large share of every object and never read: without a
     // transform of its own, a cache still drops them.
     const transform = (opts.transform ?? withoutManagedFields) as Transform<KObject>;
+    // Listed a page at a time (client-go's pager does the same), each page transformed before
+    // the next is read: 10,000 pods in one answer are ~100 MB of JSON text and its parse, all
+    // alive at once, where a page is a few MB. The pages are one consistent snapshot (the first
+    // page's resourceVersion); a continue token that expired fails the list, and the informer
+    // restarts it from the start like any other failed list.
+    const pageSize = opts.listPageSize ?? LIST_PAGE_SIZE;
     const list = async () => {
-      const result = await kube.list<T>(opts.resource, opts.namespace, {
-        ...(opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
-      });
+      const items: KObject[] = [];
+      let last: KList<T> | undefined;
+      let cont: string | undefined;
+      do {
+        const page: KList<T> = await kube.list<T>(opts.resource, opts.namespace, {
+          ...(opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
+          ...(pageSize ? { limit: pageSize } : {}),
+          ...(cont ? { continue: cont } : {}),
+        });
+        const kind = page.kind?.replace(/List$/, "");
+        for (const item of page.items) {
+          items.push(
+            transform({
+              ...item,
+              apiVersion: item.apiVersion ?? page.apiVersion,
+              kind: item.kind ?? kind,
+            }),
+          );
+        }
+        cont = page.metadata?.continue || undefined;
+        last = page;
+      } while (cont);
       // ListWatch fills its cache right after this promise resolves, in the same tick.
       setImmediate(() => {
         this.#isSynced = true;
         this.#markSynced();
       });
-      const kind = result.kind?.replace(/List$/, "");
-      const items = result.items.map((item) =>
-        transform({
-          ...item,
-          apiVersion: item.apiVersion ?? result.apiVersion,
-          kind: item.kind ?? kind,
-        }),
-      );
-      return { ...result, items } as unknown as KubernetesListObject<KubernetesObject>;
+      return {
+        ...last,
+        metadata: { resourceVersion: last.metadata?.resourceVersion },
+        items,
+      } as unknown as KubernetesListObject<KubernetesObject>;
     };
     // Bookmarks move the resourceVersion along on quiet watches, so a reconnect never relists.
     this.#lw = new ListWatch<KubernetesObject>(
