@@ -412,6 +412,9 @@ describe("E2B API: refusals and bad input, raw", () => {
             body: new Uint8Array([0, 0, 0, 0, 9, 123]),
           }),
         ],
+        // A path that a URL parser resolving it would read as a host ("<" is none): 500 once.
+        ["a path like a host, envd", send("///%3C?a=b", { method: "PATCH" })],
+        ["a path like a host, interpreter", send("///%3C", { port: 49999, method: "PATCH" })],
         ["/files without a path", send("/files")],
         ["/files of a directory", send("/files?path=/home/user")],
         [

@@ -94,12 +94,20 @@ function signatureMatches(
 }
 
 /**
+ * A request's path and query as a URL. Joined to the origin, never resolved against it: a path
+ * such as `//%3C` would otherwise be read as a host, and the parse would throw.
+ */
+export function requestUrl(path: string): URL {
+  return new URL(`http://envd${path.startsWith("/") ? "" : "/"}${path}`);
+}
+
+/**
  * Whether a signed /files URL's signature was made with this token (for either operation; the
  * request's method picks the one that must match when it is served). Expiry is not checked
  * here, so an expired URL still finds its sandbox and gets envd's "expired" error.
  */
 export function filesSignatureValid(path: string, accessToken: string): boolean {
-  const query = new URL(path, "http://envd").searchParams;
+  const query = requestUrl(path).searchParams;
   return (
     signatureMatches(query, "read", accessToken) || signatureMatches(query, "write", accessToken)
   );

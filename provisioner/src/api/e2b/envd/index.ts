@@ -9,7 +9,7 @@ import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { SandboxInstance } from "@sandpit/sdk";
 import { callShape, RpcError, sendError, toRpcError } from "./connect.ts";
-import { checkSignature, restStatus, sendRestError, serveFiles } from "./files.ts";
+import { checkSignature, requestUrl, restStatus, sendRestError, serveFiles } from "./files.ts";
 import { serveFilesystem } from "./filesystem.ts";
 import { sendText, serveInterpreter } from "./interpreter.ts";
 import { serveMetrics } from "./metrics.ts";
@@ -52,7 +52,7 @@ export async function serveEnvd(
   port: number,
   target: EnvdTarget,
 ): Promise<void> {
-  const url = new URL(path, "http://envd");
+  const url = requestUrl(path);
   if (port === INTERPRETER_PORT) return interpreter(req, res, url, target);
   if (port !== ENVD_PORT) return sendRestError(res, 404, `port ${port} is not served here`);
   const rpc = /^\/(process\.Process|filesystem\.Filesystem)\/([A-Za-z]+)$/.exec(url.pathname);
