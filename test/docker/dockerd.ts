@@ -7,6 +7,7 @@
  * engine the tests did not start (the system's) is never stopped.
  */
 import { spawn, execFile } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { existsSync, openSync, closeSync } from "node:fs";
 import { mkdir, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
@@ -49,10 +50,10 @@ export async function ensureDocker(
     log,
   };
   const notOurs: DockerEngine = { socketPath, startedByUs: false, stop: async () => undefined };
-  const used = (startedByUs: boolean): DockerEngine => ({
+  const used = (startedByUs: boolean, user: string): DockerEngine => ({
     socketPath,
     startedByUs,
-    stop: () => withLock(lock, lockOpts, () => letGo(stateDir, log)),
+    stop: () => withLock(lock, lockOpts, () => letGo(stateDir, user, log)),
   });
   if ((await pingDocker(socketPath)) && !(await fixtureDockerd(stateDir))) return notOurs;
   await mkdir(stateDir, { recursive: true });
@@ -60,8 +61,7 @@ export async function ensureDocker(
     // Another process may have started it while we waited for the lock.
     if (await pingDocker(socketPath)) {
       if (!(await fixtureDockerd(stateDir))) return notOurs;
-      await register(stateDir);
-      return used(false);
+      return used(false, await register(stateDir));
     }
     if (socketPath !== DEFAULT_SOCKET) {
       throw new Error(
@@ -71,8 +71,7 @@ export async function ensureDocker(
     await installDockerIfMissing(log);
     const pid = await startDockerd(stateDir, socketPath, log);
     await writeFile(join(stateDir, FIXTURE_FILE), String(pid));
-    await register(stateDir);
-    return used(true);
+    return used(true, await register(stateDir));
   });
 }
 
@@ -89,19 +88,24 @@ async function fixtureDockerd(stateDir: string): Promise<number | undefined> {
   return Number.isFinite(pid) && signal(pid, 0) ? pid : undefined;
 }
 
-/** Records this process as a user of the tests' dockerd (under the start lock). */
-async function register(stateDir: string): Promise<void> {
+/**
+ * Records a user of the tests' dockerd (under the start lock): one per call, so two users in one
+ * process (two projects' global setups) count as two. Named `<pid>.<random>`.
+ */
+async function register(stateDir: string): Promise<string> {
+  const user = `${process.pid}.${randomUUID()}`;
   await mkdir(usersDir(stateDir), { recursive: true });
-  await writeFile(join(usersDir(stateDir), String(process.pid)), "");
+  await writeFile(join(usersDir(stateDir), user), "");
+  return user;
 }
 
 /**
- * This process no longer uses the tests' dockerd (under the start lock): when no other live
- * process does, it is stopped. Users that died without letting go are forgotten here.
+ * `user` no longer uses the tests' dockerd (under the start lock): when no other user in a live
+ * process does, it is stopped. Users whose process died without letting go are forgotten here.
  */
-async function letGo(stateDir: string, log: (line: string) => void): Promise<void> {
+async function letGo(stateDir: string, user: string, log: (line: string) => void): Promise<void> {
   const dir = usersDir(stateDir);
-  await rm(join(dir, String(process.pid)), { force: true });
+  await rm(join(dir, user), { force: true });
   const users = await readdir(dir).catch(() => [] as string[]);
   const others = users.filter((name) => signal(Number.parseInt(name, 10), 0));
   const dead = users.filter((name) => !others.includes(name));
