@@ -17,12 +17,28 @@ import {
 } from "e2b";
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
-import { type Stack, pools, provisionerCall, sandboxes, startStack } from "../cluster/harness.ts";
+import {
+  type Stack,
+  pools,
+  provisionerCall,
+  sandboxes,
+  startProvisioner,
+  startStack,
+  waitFor,
+} from "../cluster/harness.ts";
+import { startWatchGate } from "../cluster/watch-gate.ts";
 
 const KEY = `e2b_${"a1".repeat(20)}`;
 const KEY_OTHER = `e2b_${"b2".repeat(20)}`;
 const KEY_ONE = `e2b_${"c3".repeat(20)}`;
 const DOMAIN = "sandboxes.e2b.test";
+
+const KEYS = [
+  { key: KEY, tenant: "e2b", maxSandboxes: 20 },
+  { key: KEY_OTHER, tenant: "other", maxSandboxes: 20 },
+  { key: KEY_ONE, tenant: "one", maxSandboxes: 1 },
+];
+const ENV = { SANDPIT_E2B_TOKEN_SECRET: "s".repeat(48), SANDPIT_E2B_DOMAIN: DOMAIN };
 
 let stack: Stack;
 let base: string;
@@ -33,12 +49,8 @@ beforeAll(async () => {
     kubeconfig: inject("kubeconfig"),
     image: inject("clusterSandboxImage"),
     prefix: "e2bc",
-    keys: [
-      { key: KEY, tenant: "e2b", maxSandboxes: 20 },
-      { key: KEY_OTHER, tenant: "other", maxSandboxes: 20 },
-      { key: KEY_ONE, tenant: "one", maxSandboxes: 1 },
-    ],
-    env: { SANDPIT_E2B_TOKEN_SECRET: "s".repeat(48), SANDPIT_E2B_DOMAIN: DOMAIN },
+    keys: KEYS,
+    env: ENV,
   });
   base = `${stack.prov.url}/e2b`;
 });
@@ -490,4 +502,42 @@ describe("E2B API: refusals and bad input, raw", () => {
     // The native API is untouched on any other host.
     expect((await fetch(`${stack.prov.url}/healthz`)).status).toBe(200);
   });
+});
+
+describe("two replicas, one whose cache lags", () => {
+  test(
+    "isRunning() right after a kill served by the other replica says the sandbox is not running",
+    { timeout: 240_000 },
+    async () => {
+      // `lagging` reaches the API server through a gate that holds its watch events back.
+      const gate = await startWatchGate(inject("kubeconfig"));
+      const lagging = await startProvisioner({
+        kubeconfig: gate.kubeconfig,
+        namespace: stack.ns,
+        keys: KEYS,
+        env: ENV,
+      });
+      try {
+        const sbx = await Sandbox.create(opts());
+        const url = `${lagging.url}/e2b`;
+        const there = await Sandbox.connect(sbx.sandboxId, {
+          ...opts(),
+          apiUrl: url,
+          sandboxUrl: url,
+        });
+        await waitFor("the lagging replica to see the sandbox", 30_000, () => there.isRunning());
+        gate.hold();
+        try {
+          await sbx.kill();
+          // Its cache still shows the sandbox; envd's /health is answered from a live read.
+          expect(await there.isRunning()).toBe(false);
+        } finally {
+          gate.release();
+        }
+      } finally {
+        await lagging.stop();
+        await gate.close();
+      }
+    },
+  );
 });

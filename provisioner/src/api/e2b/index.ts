@@ -20,6 +20,7 @@ import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { NextFunction, Request, Response } from "express";
 import type { Logger } from "pino";
+import { LABEL } from "@sandpit/operator/api";
 import { isPort } from "@sandpit/sandboxd/protocol";
 import { ApiError } from "../errors.ts";
 import type { Sandbox } from "../../sandboxes.ts";
@@ -153,6 +154,13 @@ export function e2bApi(base: Omit<E2bDeps, "tokens">, log: Pick<Logger, "error">
 
   const serveData = async (req: Request, res: Response, id: string, port: number, path: string) => {
     const s = reachable(id);
+    // envd's /health is what the SDKs' isRunning() asks, and it is answered here without the
+    // pod: what the cache shows is confirmed with the API server, since another replica may
+    // have killed the sandbox a moment ago (as DeerFlow's status check is; one read per call).
+    if (port === ENVD_PORT && path.split("?")[0] === "/health") {
+      const live = await d.store.getLive(s.metadata.labels?.[LABEL.tenant] ?? "", id);
+      if (!live || live.metadata.deletionTimestamp) throw notRunning(id);
+    }
     if (port !== ENVD_PORT && port !== INTERPRETER_PORT) {
       await d.transport.forward(s, req, res, { kind: "port", port }, path);
       return;
