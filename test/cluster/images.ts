@@ -93,14 +93,18 @@ export async function ensureClusterImages(
   }
 }
 
-/** The chart's `images.<name>.repository` and `.tag` values for these images, as helm arguments. */
+/**
+ * The chart's `images.<name>.repository` and `.tag` values for these images, as helm arguments.
+ * As strings: a content-hash tag may be all digits (one in about 280), which `--set` would pass
+ * as a number and the values schema refuse.
+ */
 export function chartImageArgs(images: ClusterImages): string[] {
   return Object.entries(images).flatMap(([name, image]: [string, string]) => {
     const at = image.lastIndexOf(":");
     return [
-      "--set",
+      "--set-string",
       `images.${name}.repository=${image.slice(0, at)}`,
-      "--set",
+      "--set-string",
       `images.${name}.tag=${image.slice(at + 1)}`,
     ];
   });
