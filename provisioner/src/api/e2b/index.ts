@@ -30,6 +30,7 @@ import {
   ENVD_VERSION,
   INTERPRETER_PORT,
   filesSignatureValid,
+  requestUrl,
   serveEnvd,
 } from "./envd/index.ts";
 import { e2bErrorHandler, endSocketE2b, serverFault, writeE2bError } from "./errors.ts";
@@ -157,7 +158,7 @@ export function e2bApi(base: Omit<E2bDeps, "tokens">, log: Pick<Logger, "error">
     // envd's /health is what the SDKs' isRunning() asks, and it is answered here without the
     // pod: what the cache shows is confirmed with the API server, since another replica may
     // have killed the sandbox a moment ago (as DeerFlow's status check is; one read per call).
-    if (port === ENVD_PORT && path.split("?")[0] === "/health") {
+    if (port === ENVD_PORT && requestUrl(path).pathname === "/health") {
       const live = await d.store.getLive(s.metadata.labels?.[LABEL.tenant] ?? "", id);
       if (!live || live.metadata.deletionTimestamp) throw notRunning(id);
     }

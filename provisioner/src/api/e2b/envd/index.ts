@@ -10,6 +10,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { SandboxInstance } from "@sandpit/sdk";
 import { callShape, RpcError, sendError, toRpcError } from "./connect.ts";
 import { checkSignature, requestUrl, restStatus, sendRestError, serveFiles } from "./files.ts";
+
+export { requestUrl };
 import { serveFilesystem } from "./filesystem.ts";
 import { sendText, serveInterpreter } from "./interpreter.ts";
 import { serveMetrics } from "./metrics.ts";
