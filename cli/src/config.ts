@@ -5,11 +5,14 @@
  * defaults. SANDPIT_PROVIDER then replaces `sandbox.use` (a name, or a comma-separated fallback
  * chain), so one config file can name every provider's options and the shell picks one.
  */
-import { existsSync, statSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import type { SandpitConfig } from "@sandpit/sdk";
 import { usageError } from "./exit.ts";
+
+// node:fs as its CommonJS object: an ESM import of it loads fs/promises and its dependencies,
+// which a `sandpit exec` over its ticket (./fast-exec.ts) never uses.
+const { existsSync, statSync } = process.getBuiltinModule("node:fs");
 
 export interface ResolvedConfig {
   config: SandpitConfig;

@@ -13,7 +13,7 @@
 import type { SandboxdLifecycle } from "@sandpit/sdk";
 import { commandText } from "./parse.ts";
 import { reportError } from "./exit.ts";
-import { dropTicket, readTicket } from "./exec-ticket.ts";
+import { forgetTicket, readTicket } from "./exec-ticket.ts";
 import { runForeground } from "./exec-run.ts";
 
 export interface PlainExec {
@@ -50,7 +50,7 @@ export function plainExec(args: string[]): PlainExec | null {
 export async function fastExec(args: string[]): Promise<number | null> {
   const plain = plainExec(args);
   if (!plain) return null;
-  const ticket = await readTicket(plain.id, plain.config).catch(() => null);
+  const ticket = readTicket(plain.id, plain.config);
   if (!ticket) return null;
   const [{ SandboxdClient }, { SandboxdInstance }] = await Promise.all([
     import("@sandpit/sdk/sandboxd-client"),
@@ -71,7 +71,7 @@ export async function fastExec(args: string[]): Promise<number | null> {
     return await runForeground(sandbox, commandText(plain.argv), { base: {}, json: plain.json });
   } catch (err) {
     if (!notReached(err)) return reportError(err);
-    await dropTicket(plain.id, plain.config).catch(() => undefined);
+    forgetTicket(plain.id, plain.config);
     return null;
   } finally {
     await client.destroy();

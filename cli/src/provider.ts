@@ -5,7 +5,7 @@
  */
 import type { SandboxInstance, SandboxProvider } from "@sandpit/sdk";
 import { resolveConfig } from "./config.ts";
-import { dropTicket } from "./exec-ticket.ts";
+import { forgetTicket } from "./exec-ticket.ts";
 
 export interface GlobalOptions {
   config?: string;
@@ -41,6 +41,6 @@ export async function withSandbox<T>(
   id: string,
   fn: (sandbox: SandboxInstance, provider: SandboxProvider) => Promise<T>,
 ): Promise<T> {
-  await dropTicket(id, opts.config).catch(() => undefined);
+  forgetTicket(id, opts.config);
   return withProvider(opts, async (provider) => fn(await provider.resume(id), provider));
 }

@@ -45,6 +45,20 @@ function run(args: string[], cache: string): Promise<Run & { modules: string[] }
 
 const loadedCommander = (modules: string[]) => modules.some((m) => m.includes("/commander/"));
 const loadedProvider = (modules: string[]) => modules.some((m) => m.includes("/providers/"));
+/**
+ * Built-ins the ticket path must not load, each several ms of a fresh process: TLS (a plain
+ * sandboxd address needs none), crypto, and fs/promises with the readline and stream modules
+ * an ESM import of node:fs pulls in.
+ */
+const HEAVY_BUILTINS = [
+  "tls",
+  "https",
+  "crypto",
+  "internal/fs/promises",
+  "internal/readline/interface",
+];
+const heavyBuiltins = (modules: string[]) =>
+  HEAVY_BUILTINS.filter((b) => modules.includes(`builtin:${b}`));
 
 /** --json's durationMs differs run to run; everything else must not. */
 function comparable(r: Run): Run {
@@ -89,6 +103,8 @@ describe("exec over a ticket", () => {
     const first = await run(["exec", id, "--", "true"], ticketed);
     expect(first.code).toBe(0);
     expect(loadedCommander(first.modules)).toBe(true);
+    // The full path does load them (so the check below can see them).
+    expect(heavyBuiltins(first.modules)).not.toEqual([]);
     expect(readdirSync(join(ticketed, "sandpit", "exec"))).toHaveLength(1);
 
     const cases: { args: string[]; fast: boolean }[] = [
@@ -105,7 +121,10 @@ describe("exec over a ticket", () => {
       const viaTicket = await run(args, ticketed);
       expect(comparable(viaTicket), args.join(" ")).toEqual(comparable(full));
       expect(loadedCommander(viaTicket.modules), args.join(" ")).toBe(!fast);
-      if (fast) expect(loadedProvider(viaTicket.modules)).toBe(false);
+      if (fast) {
+        expect(loadedProvider(viaTicket.modules)).toBe(false);
+        expect(heavyBuiltins(viaTicket.modules), args.join(" ")).toEqual([]);
+      }
     }
   });
 

@@ -25,11 +25,12 @@ import type { Agent as UndiciAgent, WebSocket } from "undici";
 import { SandboxError, sandboxErrorCode } from "./errors.ts";
 import { codeForAnswer, errorEnvelope } from "./http-errors.ts";
 
-// node:http and node:https as their CommonJS objects: an ESM import of node:http reads every
-// export, WebSocket's lazy getter included, which loads Node's bundled undici (about 20 ms of a
-// `sandpit exec`'s start) that this client never uses.
-const { Agent: HttpAgent, request: httpRequest } = process.getBuiltinModule("node:http");
-const { Agent: HttpsAgent, request: httpsRequest } = process.getBuiltinModule("node:https");
+// node:http as its CommonJS object: an ESM import of node:http reads every export, WebSocket's
+// lazy getter included, which loads Node's bundled undici (about 20 ms of a `sandpit exec`'s
+// start) that this client never uses. node:https is taken only by a client of an https address
+// (the constructor): loading it (tls and its secure context) costs a fresh process ~11 ms.
+const plainHttp = process.getBuiltinModule("node:http");
+const httpRequest = plainHttp.request;
 
 /** How to reach a sandboxd directly: its address and its bearer token (./sandboxd-connection.ts). */
 export interface SandboxdConnection {
@@ -130,6 +131,8 @@ export class SandboxdClient {
   /** One keep-alive connection pool per sandbox. */
   private readonly agent: Agent;
   private readonly request: typeof httpRequest;
+  /** `{ servername: "" }` on plain HTTP (see the constructor), nothing over TLS. */
+  private readonly servername: { servername?: string };
   /** undici's pool, for WebSockets only, made with the first one. */
   private wsPool: Promise<UndiciAgent> | undefined;
   /** Requests not yet finished, which close() waits for. */
@@ -152,8 +155,13 @@ export class SandboxdClient {
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
     const tls = url.protocol === "https:";
     // Idle pooled sockets are unref'd by the agent: they never keep a process alive.
-    this.agent = new (tls ? HttpsAgent : HttpAgent)({ keepAlive: true, keepAliveMsecs: 30_000 });
-    this.request = tls ? httpsRequest : httpRequest;
+    const { Agent, request } = tls ? process.getBuiltinModule("node:https") : plainHttp;
+    this.agent = new Agent({ keepAlive: true, keepAliveMsecs: 30_000 });
+    this.request = request;
+    // Over plain HTTP there is no TLS server name; left unset, Node's agent works one out for
+    // every request by testing the host with isIP(), whose IPv6 regular expression V8 compiles
+    // on first use: ~5 ms of a short-lived process's first request, for a name never used.
+    this.servername = tls ? {} : { servername: "" };
   }
 
   /** undici's pool for WebSockets, over the same socket. */
@@ -482,6 +490,7 @@ export class SandboxdClient {
         ...(this.socketPath
           ? { socketPath: this.socketPath }
           : { host: url.hostname, port: url.port || (url.protocol === "https:" ? 443 : 80) }),
+        ...this.servername,
         agent: this.agent,
         method,
         path: this.prefix + path,
