@@ -11,7 +11,8 @@
  *     own client straight to sandboxd, interleaved.
  * Goal (issue 16): through serve ≤ 1.2x the direct p50 + 2 ms.
  *
- *   node bench/src/serve.ts        (from the repository root; the sandbox image must exist)
+ *   node bench/src/serve.ts        (from the repository root; builds the sandbox image from this
+ *                                   checkout as the docker tests do, or SANDPIT_BENCH_IMAGE=<image>)
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -23,12 +24,12 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { DockerProvider } from "@sandpit/sdk/docker";
 import { ensureDocker } from "../../test/docker/dockerd.ts";
+import { ensureTestImage } from "../../test/docker/test-image.ts";
 import { call, KEYS, KEY_LIST, startServe } from "../../test/serve/harness.ts";
 import { updateResultsMd } from "./kube.ts";
 import { commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { summarize, type Summary } from "./stats.ts";
 
-const IMAGE = process.env.SANDPIT_BENCH_IMAGE ?? "sandpit-sandbox:latest";
 const PREFIX = "sandpit-bench-serve";
 const CREATE_RUNS = 15;
 const COLD_RUNS = 5;
@@ -46,6 +47,9 @@ const ms = (s: Summary) => `${s.p50.toFixed(2)} / ${s.p99.toFixed(2)} / ${s.max.
 
 const LOAD_START = loadavg()[0]!;
 const engine = await ensureDocker({ log });
+// The image the tests build from this checkout (its sandboxd is the one measured), unless named.
+const IMAGE =
+  process.env.SANDPIT_BENCH_IMAGE ?? (await ensureTestImage({ log })).tag;
 const dockerNames = async (filter: string) =>
   (await run("docker", ["ps", "--filter", filter, "--format", "{{.Names}}"])).stdout
     .split("\n")
