@@ -31,7 +31,7 @@ import { commitMeasured, hostInfo, writeResults } from "./report.ts";
 import { summarize, type Summary } from "./stats.ts";
 
 const PREFIX = "sandpit-bench-serve";
-const CREATE_RUNS = 15;
+const CREATE_RUNS = 30;
 const COLD_RUNS = 5;
 /** serve's warm containers: the Docker provider's default prefix. */
 const SERVE_WARM = "name=^sandpit-warm-";
