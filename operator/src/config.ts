@@ -32,6 +32,8 @@ const commaList = () =>
 const OCTET = "(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])";
 /** An IPv4 range a NetworkPolicy may except from 0.0.0.0/0: a prefix of 1 to 32 bits. */
 const IPV4_CIDR = new RegExp(`^${OCTET}(\\.${OCTET}){3}/([1-9]|[12][0-9]|3[0-2])$`);
+/** host:port, an IPv6 host in brackets (what sandboxd's SANDBOXD_ISOLATION_PROBE takes). */
+const HOST_PORT = /^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/;
 
 const Toleration = z.object({
   key: z.string().optional(),
@@ -72,6 +74,19 @@ const Env = z.object({
   SANDPIT_EGRESS_EXCLUDE_CIDRS: commaList().refine((list) => list.every((c) => IPV4_CIDR.test(c)), {
     message: "each is an IPv4 range such as 192.0.2.0/24",
   }),
+  /**
+   * A server every sandbox's network policy refuses, which answers when reachable: sandboxd
+   * connects to it until it no longer can, and a sandbox is Ready only then, so no code runs
+   * before the cluster's NetworkPolicy enforcer has programmed the pod (docs/security.md).
+   * `apiserver` (the default): the API server's endpoint, read from its EndpointSlice; a
+   * host:port; or `off` (clusters that enforce no NetworkPolicy: nothing isolates the pods).
+   */
+  SANDPIT_POLICY_PROBE: z
+    .string()
+    .default("apiserver")
+    .refine((s) => s === "apiserver" || s === "off" || HOST_PORT.test(s), {
+      message: "apiserver, off, or host:port (an IPv6 address in brackets)",
+    }),
   SANDPIT_POD_NODE_SELECTOR: json(z.record(z.string(), z.string())).default({}),
   SANDPIT_POD_TOLERATIONS: json(z.array(Toleration)).default([]),
   /** Failed or vanished pods are recreated this many times (with backoff) before Failed. */
@@ -110,6 +125,8 @@ export interface OperatorConfig {
   bounds: PlatformBounds;
   dnsCidrs: string[];
   egressExcludeCidrs: string[];
+  /** SANDPIT_POLICY_PROBE: "apiserver", "off" or host:port. */
+  policyProbe: string;
   podNodeSelector: Record<string, string>;
   podTolerations: z.infer<typeof Toleration>[];
   maxRecreations: number;
@@ -159,6 +176,7 @@ export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
     bounds: bounds.bounds,
     dnsCidrs: e.SANDPIT_DNS_CIDRS,
     egressExcludeCidrs: e.SANDPIT_EGRESS_EXCLUDE_CIDRS,
+    policyProbe: e.SANDPIT_POLICY_PROBE,
     podNodeSelector: e.SANDPIT_POD_NODE_SELECTOR,
     podTolerations: e.SANDPIT_POD_TOLERATIONS,
     maxRecreations: e.SANDPIT_MAX_RECREATIONS,

@@ -78,6 +78,12 @@ export interface Ctx {
    * the caches show them now; the manager requeues every sandbox and pool when they change.
    */
   clusterAddresses: () => readonly string[];
+  /**
+   * What sandboxd probes to learn that its pod's network policy holds (SANDBOXD_ISOLATION_PROBE),
+   * from SANDPIT_POLICY_PROBE: the API server's endpoint as last seen, the configured host:port,
+   * or undefined (`off`, or no endpoint seen yet).
+   */
+  policyProbe: () => string | undefined;
   enqueueSandbox: (key: string, afterMs?: number) => void;
   enqueuePool: (key: string, afterMs?: number) => void;
 }

@@ -43,7 +43,12 @@ import {
 import { Pools } from "./pool/pools.ts";
 import { reconcilePool } from "./pool/reconciler.ts";
 import { reconcileSandbox } from "./sandbox/reconciler.ts";
-import { clusterAddressExceptions, nodeAddresses, sliceAddresses } from "./workload/egress.ts";
+import {
+  clusterAddressExceptions,
+  nodeAddresses,
+  sliceAddresses,
+  sliceEndpoint,
+} from "./workload/egress.ts";
 import { INIT_TIMEOUT_MS } from "./workload/sandboxd.ts";
 
 const CACHE_SYNC_TIMEOUT_MS = 120_000;
@@ -68,6 +73,8 @@ export class Manager {
   #leading = false;
   /** The cluster's own addresses Internet egress excludes, as last computed from the caches. */
   #clusterAddresses: readonly string[] = [];
+  /** The API server's endpoint (host:port) its EndpointSlice showed last. */
+  #apiServerEndpoint: string | undefined;
   #stopping: Promise<void> | undefined;
   /** Resolves with why the manager ended on its own (leadership lost). */
   readonly done: Promise<string>;
@@ -150,6 +157,12 @@ export class Manager {
       podExpectations: new Expectations(),
       writeExpectations: new Expectations(),
       clusterAddresses: () => this.#clusterAddresses,
+      policyProbe: () =>
+        cfg.policyProbe === "off"
+          ? undefined
+          : cfg.policyProbe === "apiserver"
+            ? this.#apiServerEndpoint
+            : cfg.policyProbe,
       enqueueSandbox: (key, afterMs) => this.#sandboxes.enqueue(key, afterMs),
       enqueuePool: (key, afterMs) => this.#pools.enqueue(key, afterMs),
     };
@@ -320,6 +333,7 @@ export class Manager {
     });
     const onSlice = (s: EndpointSlice) => {
       for (const a of sliceAddresses(s)) apiServer.add(a);
+      this.#apiServerEndpoint = sliceEndpoint(s) ?? this.#apiServerEndpoint;
       recompute();
     };
     c.apiServerEndpoints.on("add", onSlice);

@@ -6,8 +6,11 @@ import {
   inCidr,
   ipv4,
   nodeAddresses,
+  policyProbeFor,
   sliceAddresses,
+  sliceEndpoint,
 } from "../src/workload/egress.ts";
+import { readConfig } from "../src/config.ts";
 
 describe("clusterAddressExceptions", () => {
   it("keeps public IPv4 addresses as sorted /32s, each once", () => {
@@ -67,5 +70,41 @@ describe("ipv4 and inCidr", () => {
     expect(inCidr(ipv4("203.0.113.8")!, "203.0.113.9/32")).toBe(false);
     expect(inCidr(ipv4("8.8.8.8")!, "0.0.0.0/0")).toBe(true);
     for (const c of BLOCKED_CIDRS) expect(inCidr(ipv4(c.split("/")[0]!)!, c)).toBe(true);
+  });
+});
+
+describe("the policy probe (SANDPIT_POLICY_PROBE)", () => {
+  it("is the API server's first IPv4 endpoint with the slice's port", () => {
+    const slice = (addresses: string[], port?: number) => ({
+      metadata: { name: "kubernetes" },
+      endpoints: [{ addresses }],
+      ports: port ? [{ port }] : [],
+    });
+    expect(sliceEndpoint(slice(["fd00::1", "198.51.100.4"], 6443))).toBe("198.51.100.4:6443");
+    expect(sliceEndpoint(slice(["198.51.100.4"]))).toBeUndefined();
+    expect(sliceEndpoint(slice(["fd00::1"], 443))).toBeUndefined();
+  });
+
+  it("is given to every pod but one whose allowlist reaches the target", () => {
+    const probe = "198.51.100.4:6443";
+    expect(policyProbeFor(probe, { egress: "Internet" })).toBe(probe);
+    expect(policyProbeFor(probe, { egress: "Deny" })).toBe(probe);
+    expect(policyProbeFor(undefined, { egress: "Deny" })).toBeUndefined();
+    const allow = (cidr: string, ports?: number[]) => ({
+      egress: "Allowlist",
+      allow: [{ cidr: "203.0.113.0/24" }, { cidr, ...(ports ? { ports } : {}) }],
+    });
+    expect(policyProbeFor(probe, allow("198.51.100.0/24", [80]))).toBe(probe); // other port
+    expect(policyProbeFor(probe, allow("198.51.100.8/29"))).toBe(probe); // other addresses
+    expect(policyProbeFor(probe, allow("198.51.100.0/24"))).toBeUndefined();
+    expect(policyProbeFor(probe, allow("198.51.100.4/32", [6443]))).toBeUndefined();
+  });
+
+  it("is on by default (the API server), and takes off or a host:port", () => {
+    expect(readConfig({}).policyProbe).toBe("apiserver");
+    expect(readConfig({ SANDPIT_POLICY_PROBE: "off" }).policyProbe).toBe("off");
+    expect(readConfig({ SANDPIT_POLICY_PROBE: "[fd00::1]:443" }).policyProbe).toBe("[fd00::1]:443");
+    for (const bad of ["10.0.0.1", "on", ":443"])
+      expect(() => readConfig({ SANDPIT_POLICY_PROBE: bad }), bad).toThrow(/SANDPIT_POLICY_PROBE/);
   });
 });

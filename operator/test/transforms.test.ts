@@ -28,7 +28,12 @@ import {
   tokenSecret,
 } from "../src/workload/manifests.ts";
 import { effectiveSpec } from "../src/workload/spec.ts";
-import { clusterAddressExceptions, nodeAddresses, sliceAddresses } from "../src/workload/egress.ts";
+import {
+  clusterAddressExceptions,
+  nodeAddresses,
+  sliceAddresses,
+  sliceEndpoint,
+} from "../src/workload/egress.ts";
 
 const NS = "t";
 const cfg = readConfig({});
@@ -219,6 +224,7 @@ async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolea
         ...ctx.caches.nodes.list().flatMap(nodeAddresses),
         ...ctx.caches.apiServerEndpoints.list().flatMap(sliceAddresses),
       ]),
+    policyProbe: () => ctx.caches.apiServerEndpoints.list().map(sliceEndpoint).find(Boolean),
     enqueueSandbox: () => undefined,
     enqueuePool: () => undefined,
   };
@@ -299,7 +305,7 @@ describe("a reconcile from transformed caches", () => {
     expect(except).not.toContain("10.0.0.5/32");
   });
 
-  test("keeps a node's InternalIP and ExternalIP and a slice's addresses, nothing else", () => {
+  test("keeps a node's InternalIP and ExternalIP and a slice's addresses and ports, nothing else", () => {
     expect(transforms.node(structuredClone(NODE))).toEqual({
       apiVersion: "v1",
       kind: "Node",
@@ -321,7 +327,11 @@ describe("a reconcile from transformed caches", () => {
         resourceVersion: "100",
       },
       endpoints: [{ addresses: ["198.51.100.4"] }],
+      ports: [{ port: 6443 }],
     });
+    expect(sliceEndpoint(transforms.endpointSlice(structuredClone(SLICE)))).toBe(
+      "198.51.100.4:6443",
+    );
   });
 
   test("explains an unschedulable pod and a missing claim from its conditions", async () => {

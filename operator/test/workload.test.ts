@@ -167,6 +167,26 @@ describe("pod", () => {
   const p = pod(meta, e, { tokenSecret: "sbx-1-token", mounts: own("sbx-1-data") }, cfg);
   const container = at(p, "spec", "containers", 0);
 
+  it("is ready on /healthz without a policy probe, on /readyz with one, which sandboxd is given", () => {
+    expect(at(container, "readinessProbe")).toMatchObject({ httpGet: { path: "/healthz" } });
+    expect(at(container, "env")).not.toContainEqual(
+      expect.objectContaining({ name: "SANDBOXD_ISOLATION_PROBE" }),
+    );
+    const probed = pod(
+      meta,
+      e,
+      { tokenSecret: "t", mounts: own("c"), isolationProbe: "198.51.100.4:6443" },
+      cfg,
+    );
+    const c = at(probed, "spec", "containers", 0);
+    expect(at(c, "readinessProbe")).toMatchObject({ httpGet: { path: "/readyz" } });
+    expect(at(c, "livenessProbe")).toMatchObject({ httpGet: { path: "/healthz" } });
+    expect(at(c, "env")).toContainEqual({
+      name: "SANDBOXD_ISOLATION_PROBE",
+      value: "198.51.100.4:6443",
+    });
+  });
+
   it("runs restricted: non-root uid 1000, seccomp RuntimeDefault, no capabilities, read-only root", () => {
     expect(at(p, "spec", "securityContext")).toMatchObject({
       runAsNonRoot: true,

@@ -65,6 +65,12 @@ export interface Settings {
   SANDBOXD_PROCESS_OUTPUT_BYTES: number;
   SANDBOXD_PROCESS_OUTPUT_TOTAL_BYTES: number;
   SANDBOXD_LOG_LEVEL: (typeof LOG_LEVELS)[number];
+  /**
+   * host:port of a server this sandbox's network policy must refuse (the operator sets it: the
+   * API server's endpoint, say). Until a connection there fails, sandboxd says it is not
+   * isolated yet (./isolation.ts): /healthz's `isolated`, and /readyz answers 503.
+   */
+  SANDBOXD_ISOLATION_PROBE?: string | undefined;
 }
 
 /** Each setting's problems (empty when it is fine) and its value. */
@@ -183,6 +189,11 @@ const RULES: { [K in keyof Settings]-?: Rule<Settings[K]> } = {
     min: 4096,
   }),
   SANDBOXD_LOG_LEVEL: oneOf(LOG_LEVELS, "info"),
+  SANDBOXD_ISOLATION_PROBE: text(
+    undefined,
+    (s) => /^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(s),
+    "expected host:port (an IPv6 address in brackets)",
+  ),
 };
 
 /**

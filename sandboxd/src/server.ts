@@ -44,6 +44,7 @@ import {
   type DrainResponse,
   type ErrorBody,
   type HealthResponse,
+  type ReadyResponse,
 } from "./wire.ts";
 
 export const VERSION = "0.1.0";
@@ -60,6 +61,8 @@ export interface ServerOptions {
   /** Persistent interpreters (code contexts). */
   contexts: CodeContexts;
   processes: ProcessTable;
+  /** Whether the network policy holds (SANDBOXD_ISOLATION_PROBE), reported by /healthz and /readyz. */
+  isolation?: { readonly isolated: boolean } | undefined;
   /** The idle measure /healthz reports; every authenticated request counts as activity. */
   activity: Activity;
   /** Called once a drain succeeded and its answer went out (sandboxd then exits). */
@@ -75,7 +78,7 @@ export interface ServerOptions {
 
 /** sandboxd's HTTP app: its route tables and the request listener serving them. */
 export interface App {
-  /** The routes open without a token (/healthz). */
+  /** The routes open without a token (/healthz, /readyz). */
   open: Routes;
   /** Every other route: each needs the token (the AIO ones not, with SANDBOXD_AIO_NO_AUTH). */
   routes: Routes;
@@ -99,8 +102,20 @@ export function createApp(opts: ServerOptions): App {
       capabilities: CAPABILITIES,
       idleMs: opts.activity.idleMs(),
       draining: opts.activity.draining,
+      ...(opts.isolation ? { isolated: opts.isolation.isolated } : {}),
     };
     sendJson(res, body);
+  });
+
+  // The pod's readiness probe: a warm pod is claimed, and a sandbox Ready, only once it holds.
+  open.get("/readyz", (_req, res) => {
+    const body: ReadyResponse =
+      opts.isolation && !opts.isolation.isolated
+        ? { ready: false, reason: "the sandbox's network policy is not in force yet" }
+        : opts.activity.draining
+          ? { ready: false, reason: "draining" }
+          : { ready: true };
+    sendJson(res, body, body.ready ? 200 : 503);
   });
 
   r.post(DRAIN_PATH, async (req, res) => {

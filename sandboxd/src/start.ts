@@ -22,6 +22,7 @@ import { ShellSessions } from "./shell-sessions.ts";
 import { CodeContexts } from "./contexts.ts";
 import { ProcessTable } from "./processes.ts";
 import { Activity } from "./activity.ts";
+import { IsolationProbe } from "./isolation.ts";
 import type { Settings } from "./config.ts";
 
 // Not `import { createServer } from "node:http"`: an ES import of node:http reads every export,
@@ -102,6 +103,9 @@ export async function startSandboxd(o: {
   activity.watch(() => terminals.active);
   activity.watch(() => contexts.active);
   activity.watch(() => sessions.active);
+  const probe = o.settings.SANDBOXD_ISOLATION_PROBE;
+  const isolation = probe ? new IsolationProbe(probe, o.logger) : undefined;
+  isolation?.start();
   const app = createApp({
     jail,
     executor,
@@ -111,6 +115,7 @@ export async function startSandboxd(o: {
     contexts,
     processes,
     activity,
+    isolation,
     onDrained,
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
@@ -152,6 +157,7 @@ export async function startSandboxd(o: {
       await contexts.shutdown();
       processes.shutdown();
       activity.stop();
+      isolation?.stop();
       await killStartedSessions();
     },
   };

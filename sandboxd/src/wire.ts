@@ -289,6 +289,18 @@ export interface HealthResponse {
   idleMs: number;
   /** True once a drain succeeded: sandboxd refuses all work and is exiting. */
   draining?: boolean;
+  /**
+   * Only when sandboxd was given a probe target (SANDBOXD_ISOLATION_PROBE): whether the
+   * sandbox's network policy is in force yet (../src/isolation.ts). /readyz answers 503 until it is.
+   */
+  isolated?: boolean;
+}
+
+/** /readyz: 200 once sandboxd serves and its network policy holds (when it was told to check), else 503. */
+export interface ReadyResponse {
+  ready: boolean;
+  /** Why not, when not. */
+  reason?: string;
 }
 
 /** The port sandboxd listens on in the sandbox image (and so in every sandbox pod). */

@@ -129,8 +129,11 @@ describe("sandboxd's route table", () => {
   });
   afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
-  it("is open on /healthz alone", () => {
-    expect(app.open.list.map((r) => `${r.method} ${r.path}`)).toEqual(["GET /healthz"]);
+  it("is open on /healthz and /readyz alone", () => {
+    expect(app.open.list.map((r) => `${r.method} ${r.path}`)).toEqual([
+      "GET /healthz",
+      "GET /readyz",
+    ]);
     // The table is the whole API: the native, file, terminal, context, process and AIO routes.
     const paths = new Set(app.routes.list.map((r) => r.path));
     for (const p of ["/v1/commands/run", "/v1/files", "/v1/pty/:pid", "/v1/contexts/:id/execute"])

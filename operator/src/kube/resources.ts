@@ -67,7 +67,8 @@ export const ENDPOINT_SLICES: Resource = {
 export interface Node extends KObject {
   status?: { addresses?: { type: string; address: string }[] };
 }
-/** An EndpointSlice as the cache keeps it: its endpoints' addresses. */
+/** An EndpointSlice as the cache keeps it: its endpoints' addresses and its ports' numbers. */
 export interface EndpointSlice extends KObject {
   endpoints?: { addresses: string[] }[];
+  ports?: { port?: number }[];
 }

@@ -174,11 +174,12 @@ export const node: Transform<Node> = (o) => ({
 });
 
 /**
- * An EndpointSlice of the API server: its endpoints' addresses, nothing else (an IPv6 or FQDN
- * address is skipped where they are read, workload/egress.ts).
+ * An EndpointSlice of the API server: its endpoints' addresses and its ports' numbers, nothing
+ * else (an IPv6 or FQDN address is skipped where they are read, workload/egress.ts).
  */
 export const endpointSlice: Transform<EndpointSlice> = (o) => ({
   ...head(o),
   metadata: bareMeta(o.metadata),
   endpoints: (o.endpoints ?? []).map((e) => ({ addresses: [...e.addresses] })),
+  ports: (o.ports ?? []).map((p) => ({ port: p.port })),
 });

@@ -24,6 +24,7 @@ import {
 } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { podMounts } from "../workload/mounts.ts";
+import { policyProbeFor } from "../workload/egress.ts";
 import { init } from "../workload/sandboxd.ts";
 import { boundsViolation, effectiveSpec, shapeHash, warmable } from "../workload/spec.ts";
 import type { Pools } from "./pools.ts";
@@ -202,6 +203,7 @@ async function createWarmPod(
         legacyToken: legacyTokenSecret(ctx.caches.secrets.get(warmSecretName(pool), ns)),
         mounts,
         annotations: { [ANNOTATION.templateHash]: hash, [ANNOTATION.shapeHash]: shape },
+        isolationProbe: policyProbeFor(ctx.policyProbe(), e.network),
       },
       ctx.cfg,
     ),

@@ -22,6 +22,7 @@ import {
   tokenSecret,
 } from "../workload/manifests.ts";
 import { reservedSandboxToken } from "../pool/warm.ts";
+import { policyProbeFor } from "../workload/egress.ts";
 import type { ClaimMount } from "../workload/mounts.ts";
 import type { Effective } from "../workload/spec.ts";
 
@@ -148,6 +149,7 @@ export async function createPod(
             ctx.caches.secrets.get(tokenSecretName(sbx.metadata.name), ns),
           ),
           mounts,
+          isolationProbe: policyProbeFor(ctx.policyProbe(), eff.network),
         },
         ctx.cfg,
       ),

@@ -24,7 +24,7 @@ import {
   reasonPendingMs,
   restartCount,
 } from "../workload/pod-state.ts";
-import { InitRejected, health, healthy, init } from "../workload/sandboxd.ts";
+import { InitRejected, health, init } from "../workload/sandboxd.ts";
 import { type Effective, boundsViolation, effectiveSpec } from "../workload/spec.ts";
 import {
   clearPrevious,
@@ -80,6 +80,18 @@ function probeAgainIn(pod: Pod, now: number): number {
   if (runningFor < FRESH_CONTAINER_MS) return Math.min(500, Math.max(50, runningFor / 2));
   if (!podReady(pod)) return 30_000;
   return Math.min(30_000, Math.round(runningFor / 4));
+}
+
+/**
+ * When to ask a sandboxd whose network policy is not in force yet again. The pod turning Ready
+ * (its readiness probe is /readyz, which says the same) requeues the sandbox at once, so this
+ * is only the fallback: often at first, then less and less, so that sandboxes on a cluster
+ * that never enforces a policy cost little.
+ */
+function policyRecheckIn(pod: Pod, now: number): number {
+  const started = Date.parse(pod.status?.containerStatuses?.[0]?.state?.running?.startedAt ?? "");
+  const runningFor = now - (started || now);
+  return Math.min(30_000, Math.max(250, Math.round(runningFor / 8)));
 }
 
 export async function reconcileSandbox(
@@ -321,13 +333,27 @@ async function serve(
   if (!ip || !containerRunning(pod)) return notServingYet(ctx, sbx, st, pod, now);
   // One probe per pass; until sandboxd answers, the sandbox comes back through the queue, so
   // waiting never holds a worker (probeAgainIn says when).
-  if (!(await healthy(ip))) {
+  const h = await health(ip);
+  if (!h) {
     return slowStart(
       st,
       now,
       "SandboxdStarting",
       "sandboxd does not answer its health check yet",
       probeAgainIn(pod, now),
+    );
+  }
+  // No one's code runs before the pod's network policy is in force (sandboxd/src/isolation.ts):
+  // until then the cluster's enforcer has not programmed the pod and nothing filters it.
+  if (h.isolated === false) {
+    return slowStart(
+      st,
+      now,
+      "NetworkPolicyPending",
+      "sandboxd runs; its network policy is not in force yet (the policy probe target still " +
+        "answers from the pod). On a cluster that enforces no NetworkPolicy this never ends: " +
+        "see SANDPIT_POLICY_PROBE in docs/security.md",
+      policyRecheckIn(pod, now),
     );
   }
 

@@ -56,6 +56,13 @@ export function sliceAddresses(slice: EndpointSlice): string[] {
   return (slice.endpoints ?? []).flatMap((e) => e.addresses);
 }
 
+/** The API server's first IPv4 endpoint as host:port (what a policy probe connects to), if any. */
+export function sliceEndpoint(slice: EndpointSlice): string | undefined {
+  const port = slice.ports?.[0]?.port;
+  const address = sliceAddresses(slice).find((a) => ipv4(a) !== undefined);
+  return port && address ? `${address}:${port}` : undefined;
+}
+
 /**
  * What an Internet policy adds to its exceptions of `addresses`: IPv4 only (the policy allows
  * 0.0.0.0/0, so no IPv6 address is reachable under it anyway), not already inside a blocked
@@ -69,4 +76,23 @@ export function clusterAddressExceptions(addresses: Iterable<string>): string[] 
     seen.set(n, `${address}/32`);
   }
   return [...seen].sort(([a], [b]) => a - b).map(([, cidr]) => cidr);
+}
+
+/**
+ * The probe target a pod with `network` is given (SANDBOXD_ISOLATION_PROBE), or undefined: none
+ * configured, or an Allowlist that lets the pod reach it (the probe would never fail there, and
+ * the sandbox would never be Ready; such a sandbox is not gated, which docs/security.md says).
+ */
+export function policyProbeFor(
+  probe: string | undefined,
+  network: { egress: string; allow?: { cidr: string; ports?: number[] }[] },
+): string | undefined {
+  if (!probe || network.egress !== "Allowlist") return probe;
+  const i = probe.lastIndexOf(":");
+  const ip = ipv4(probe.slice(0, i));
+  const port = Number(probe.slice(i + 1));
+  const reachable = (network.allow ?? []).some(
+    (r) => (ip === undefined || inCidr(ip, r.cidr)) && (!r.ports?.length || r.ports.includes(port)),
+  );
+  return reachable ? undefined : probe;
 }

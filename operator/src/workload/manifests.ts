@@ -244,10 +244,17 @@ export function pod(
     legacyToken?: boolean;
     mounts: ClaimMount[];
     annotations?: Record<string, string>;
+    /**
+     * host:port the pod's network policy refuses (workload/egress.ts policyProbeFor): sandboxd
+     * is ready, and so the pod, only once it cannot reach it (sandboxd/src/isolation.ts).
+     */
+    isolationProbe?: string | undefined;
   },
   cfg: OperatorConfig,
 ): KObject {
   const claims = claimVolumes(opts.mounts);
+  // /readyz adds the policy check to /healthz's; images before it have only /healthz.
+  const readyPath = opts.isolationProbe ? "/readyz" : "/healthz";
   return {
     apiVersion: "v1",
     kind: "Pod",
@@ -289,6 +296,9 @@ export function pod(
                 },
             { name: "SANDBOXD_ENV", value: JSON.stringify(e.env) },
             { name: "SANDBOXD_AIO_PATHS", value: "any" }, // a pod: AIO paths reach what bash can
+            ...(opts.isolationProbe
+              ? [{ name: "SANDBOXD_ISOLATION_PROBE", value: opts.isolationProbe }]
+              : []),
           ],
           resources: {
             // A request above its limit is invalid: a small sandbox requests what it may use.
@@ -315,7 +325,7 @@ export function pod(
             capabilities: { drop: ["ALL"] },
           },
           readinessProbe: {
-            httpGet: { path: "/healthz", port: SANDBOXD_PORT },
+            httpGet: { path: readyPath, port: SANDBOXD_PORT },
             periodSeconds: 1,
             failureThreshold: 3,
           },

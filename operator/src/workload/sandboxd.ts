@@ -42,10 +42,6 @@ export function health(ip: string, timeoutMs = 1_000): Promise<HealthResponse | 
   });
 }
 
-export async function healthy(ip: string, timeoutMs = 1_000): Promise<boolean> {
-  return (await health(ip, timeoutMs)) !== undefined;
-}
-
 /**
  * The longest a /v1/init may take (it installs packages). A reconcile that calls it is given at
  * least this long before its signal aborts it.
