@@ -48,8 +48,7 @@ const ms = (s: Summary) => `${s.p50.toFixed(2)} / ${s.p99.toFixed(2)} / ${s.max.
 const LOAD_START = loadavg()[0]!;
 const engine = await ensureDocker({ log });
 // The image the tests build from this checkout (its sandboxd is the one measured), unless named.
-const IMAGE =
-  process.env.SANDPIT_BENCH_IMAGE ?? (await ensureTestImage({ log })).tag;
+const IMAGE = process.env.SANDPIT_BENCH_IMAGE ?? (await ensureTestImage({ log })).tag;
 const dockerNames = async (filter: string) =>
   (await run("docker", ["ps", "--filter", filter, "--format", "{{.Names}}"])).stdout
     .split("\n")
