@@ -21,6 +21,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
+import { connect } from "node:net";
 import {
   ApiextensionsV1Api,
   AppsV1Api,
@@ -205,6 +206,22 @@ afterAll(async () => {
     ).catch((err: unknown) => log(String(err)));
   }
 }, 400_000);
+
+/** Resolves true once host:port accepts a TCP connection from here (the node), else false. */
+function reachable(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host, port, timeout: 3_000 });
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("timeout", () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
 
 describe("the chart, offline", () => {
   it("passes helm lint --strict, with the defaults and with every option set", async () => {
@@ -530,6 +547,74 @@ describe("the chart on the cluster", () => {
     expect(await podLogs("operator", 1000)).not.toMatch(/forbidden/i);
     expect(await podLogs("provisioner", 1000)).not.toMatch(/forbidden/i);
   }, 600_000);
+
+  it("confines a sandbox as installed: the provisioner reaches it, it reaches no component of the release nor another sandbox", async () => {
+    // Every port of the release's own pods and Services: what code in a sandbox must not reach.
+    const pods = await core.listNamespacedPod({ namespace: systemNs });
+    const services = await core.listNamespacedService({ namespace: systemNs });
+    const targets = [
+      ...pods.items.flatMap((p) =>
+        p.spec!.containers.flatMap((c) =>
+          (c.ports ?? []).map((port) => ({
+            what: `pod ${p.metadata!.name} port ${port.containerPort}`,
+            host: p.status!.podIP!,
+            port: port.containerPort,
+          })),
+        ),
+      ),
+      ...services.items.flatMap((svc) =>
+        (svc.spec!.ports ?? []).map((port) => ({
+          what: `Service ${svc.metadata!.name} port ${port.port}`,
+          host: svc.spec!.clusterIP!,
+          port: port.port,
+        })),
+      ),
+    ].filter((t) => t.host && t.host !== "None");
+    // Both components, API and metrics ports, by pod and by Service.
+    expect(targets.length, JSON.stringify(targets)).toBeGreaterThanOrEqual(8);
+    const provider = createProvider({
+      use: "kubernetes",
+      kubernetes: { provisionerUrl: await routedProvisionerUrl(), apiKey: await apiKey() },
+    });
+    // The first sandbox's pod, which another tenant's code must not reach either.
+    const first = (await custom.getNamespacedCustomObject({
+      group: "sandpit.dev",
+      version: "v1alpha1",
+      namespace: sandboxNs,
+      plural: "sandboxes",
+      name: sandboxId,
+    })) as { status?: { endpoint?: string } };
+    const [host, port] = first.status!.endpoint!.split(":");
+    targets.push({ what: "the other sandbox's sandboxd", host: host!, port: Number(port) });
+    // The provisioner reaches this sandbox (ingress from it is allowed): every call goes that way.
+    const sbx = await provider.create({ language: "python", threadId: `chart-other-${id}` });
+    try {
+      const script = [
+        "import json, socket",
+        `targets = ${JSON.stringify(targets.map((t) => [t.what, t.host, t.port]))}`,
+        "out = {}",
+        "for what, host, port in targets:",
+        "    s = socket.socket(); s.settimeout(3)",
+        "    try:",
+        "        s.connect((host, port)); out[what] = 'connected'",
+        "    except Exception as e:",
+        "        out[what] = type(e).__name__",
+        "    finally:",
+        "        s.close()",
+        "print(json.dumps(out))",
+      ].join("\n");
+      const r = await sbx.executeCode(script, "python");
+      expect(r.success, JSON.stringify(r)).toBe(true);
+      const got = JSON.parse(r.stdout) as Record<string, string>;
+      for (const t of targets) expect(got[t.what], t.what).not.toBe("connected");
+      // The control: from the node, the same pods answer (so the refusals are the policy's).
+      for (const t of targets.filter((t) => !t.what.startsWith("Service ")))
+        await waitFor(`${t.what} from the node`, 30_000, () => reachable(t.host, t.port), 1_000);
+    } finally {
+      await sbx.kill();
+      await provider.close();
+    }
+  }, 300_000);
 
   it("is watched by a real Prometheus: both components' targets up, every rule and dashboard query evaluates", async () => {
     expect(installed, "needs the install above").toBe(true);
