@@ -313,7 +313,9 @@ export class PathJail {
       return { tmp, size };
     } catch (err) {
       await fs.unlink(tmp).catch(() => undefined);
-      throw err;
+      // A full disk is the caller's to hear about in words; a client's cut stream stays what
+      // it is (server.ts reports it as the client's abort).
+      throw isOutOfSpace(err) ? toSandboxdError(err, p.virtual) : err;
     }
   }
 
@@ -481,6 +483,12 @@ async function removeTree(dirPath: string): Promise<void> {
   }
 }
 
+/** A write that failed because the volume (or its quota) is full. */
+export function isOutOfSpace(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return code === "ENOSPC" || code === "EDQUOT";
+}
+
 /** Maps an errno failure onto an API error; host paths never appear in the message. */
 export function toSandboxdError(err: unknown, virtual: string): Error {
   if (err instanceof SandboxdError) return err;
@@ -515,9 +523,11 @@ export function toSandboxdError(err: unknown, virtual: string): Error {
       return new SandboxdError("INVALID_ARGUMENT", `permission denied: ${virtual}`, { cause: err });
     case "ENOSPC":
     case "EDQUOT":
-      return new SandboxdError("INTERNAL", `no space left while writing ${virtual}`, {
-        cause: err,
-      });
+      return new SandboxdError(
+        "CAPACITY_EXCEEDED",
+        `the sandbox's disk is full: no space left while writing ${virtual}`,
+        { cause: err },
+      );
     default:
       return new SandboxdError(
         "INTERNAL",
