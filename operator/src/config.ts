@@ -72,6 +72,11 @@ const Env = z.object({
   SANDPIT_EGRESS_EXCLUDE_CIDRS: commaList().refine((list) => list.every((c) => IPV4_CIDR.test(c)), {
     message: "each is an IPv4 range such as 192.0.2.0/24",
   }),
+  /**
+   * StorageClasses trusted to hold a claim at its size besides those annotated
+   * sandpit.dev/enforces-capacity: "true" (the Sandbox's DiskEnforced condition).
+   */
+  SANDPIT_CAPACITY_ENFORCING_CLASSES: commaList(),
   SANDPIT_POD_NODE_SELECTOR: json(z.record(z.string(), z.string())).default({}),
   SANDPIT_POD_TOLERATIONS: json(z.array(Toleration)).default([]),
   /** Failed or vanished pods are recreated this many times (with backoff) before Failed. */
@@ -110,6 +115,8 @@ export interface OperatorConfig {
   bounds: PlatformBounds;
   dnsCidrs: string[];
   egressExcludeCidrs: string[];
+  /** StorageClasses trusted to enforce a claim's size, besides the annotated ones. */
+  capacityEnforcingClasses: string[];
   podNodeSelector: Record<string, string>;
   podTolerations: z.infer<typeof Toleration>[];
   maxRecreations: number;
@@ -159,6 +166,7 @@ export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
     bounds: bounds.bounds,
     dnsCidrs: e.SANDPIT_DNS_CIDRS,
     egressExcludeCidrs: e.SANDPIT_EGRESS_EXCLUDE_CIDRS,
+    capacityEnforcingClasses: e.SANDPIT_CAPACITY_ENFORCING_CLASSES,
     podNodeSelector: e.SANDPIT_POD_NODE_SELECTOR,
     podTolerations: e.SANDPIT_POD_TOLERATIONS,
     maxRecreations: e.SANDPIT_MAX_RECREATIONS,
