@@ -105,6 +105,7 @@ func (p *hostPathProvisioner) makeVolume(dir string, bytes int64) (err error) {
 				_ = run("umount", dir)
 			}
 			_ = os.Remove(tmp)
+			_ = os.Remove(dir) // only if empty: never a volume's data
 		}
 	}()
 	_ = os.Remove(tmp)
