@@ -121,7 +121,7 @@ func (p *hostPathProvisioner) makeVolume(dir string, bytes int64) (err error) {
 		return err
 	}
 	// -m 0: no blocks reserved for root, the pod's uid gets the whole size.
-	if err := run("mkfs.ext4", "-q", "-F", "-m", "0", "-L", filepath.Base(dir), tmp); err != nil {
+	if err := run("mkfs.ext4", "-q", "-F", "-m", "0", tmp); err != nil {
 		return err
 	}
 	// The mount point itself is mode 0000: should the filesystem ever not be mounted there, a
@@ -164,7 +164,7 @@ func (p *hostPathProvisioner) mountAll() error {
 	return errors.Join(errs...)
 }
 
-// Provision makes the claim's directory and returns its PersistentVolume; the library fills in
+// Provision makes the claim's volume (a filesystem of its size) and returns its PersistentVolume; the library fills in
 // the claim reference, the class name and the provisioned-by annotation, then creates it.
 func (p *hostPathProvisioner) Provision(_ context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	if opts.PVC.Spec.Selector != nil {
