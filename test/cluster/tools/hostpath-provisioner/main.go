@@ -164,8 +164,9 @@ func (p *hostPathProvisioner) mountAll() error {
 	return errors.Join(errs...)
 }
 
-// Provision makes the claim's volume (a filesystem of its size) and returns its PersistentVolume; the library fills in
-// the claim reference, the class name and the provisioned-by annotation, then creates it.
+// Provision makes the claim's volume (a filesystem of its size) and returns its
+// PersistentVolume; the library fills in the claim reference, the class name and the
+// provisioned-by annotation, then creates it.
 func (p *hostPathProvisioner) Provision(_ context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	if opts.PVC.Spec.Selector != nil {
 		return nil, controller.ProvisioningFinished, errors.New("claims with a selector are not supported")
