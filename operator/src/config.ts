@@ -87,6 +87,11 @@ const Env = z.object({
     .refine((s) => s === "apiserver" || s === "off" || HOST_PORT.test(s), {
       message: "apiserver, off, or host:port (an IPv6 address in brackets)",
     }),
+  /**
+   * StorageClasses trusted to hold a claim at its size besides those annotated
+   * sandpit.dev/enforces-capacity: "true" (the Sandbox's DiskEnforced condition).
+   */
+  SANDPIT_CAPACITY_ENFORCING_CLASSES: commaList(),
   SANDPIT_POD_NODE_SELECTOR: json(z.record(z.string(), z.string())).default({}),
   SANDPIT_POD_TOLERATIONS: json(z.array(Toleration)).default([]),
   /** Failed or vanished pods are recreated this many times (with backoff) before Failed. */
@@ -127,6 +132,8 @@ export interface OperatorConfig {
   egressExcludeCidrs: string[];
   /** SANDPIT_POLICY_PROBE: "apiserver", "off" or host:port. */
   policyProbe: string;
+  /** StorageClasses trusted to enforce a claim's size, besides the annotated ones. */
+  capacityEnforcingClasses: string[];
   podNodeSelector: Record<string, string>;
   podTolerations: z.infer<typeof Toleration>[];
   maxRecreations: number;
@@ -177,6 +184,7 @@ export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
     dnsCidrs: e.SANDPIT_DNS_CIDRS,
     egressExcludeCidrs: e.SANDPIT_EGRESS_EXCLUDE_CIDRS,
     policyProbe: e.SANDPIT_POLICY_PROBE,
+    capacityEnforcingClasses: e.SANDPIT_CAPACITY_ENFORCING_CLASSES,
     podNodeSelector: e.SANDPIT_POD_NODE_SELECTOR,
     podTolerations: e.SANDPIT_POD_TOLERATIONS,
     maxRecreations: e.SANDPIT_MAX_RECREATIONS,

@@ -7,7 +7,7 @@ import type { Sandbox, SandboxPool } from "./api/v1alpha1.ts";
 import type { OperatorConfig } from "./config.ts";
 import type { EventRecorder } from "./kube/events.ts";
 import type { Informer } from "./kube/informer.ts";
-import type { Claim, EndpointSlice, Node, Pod, Secret } from "./kube/resources.ts";
+import type { Claim, EndpointSlice, Node, Pod, Secret, StorageClass } from "./kube/resources.ts";
 import type { KObject, Kube } from "./kube/rest.ts";
 
 export interface Caches {
@@ -22,6 +22,8 @@ export interface Caches {
   nodes: Informer<Node>;
   /** The `kubernetes` Service's EndpointSlices in `default`: the API server's addresses. */
   apiServerEndpoints: Informer<EndpointSlice>;
+  /** Every StorageClass (a handful): whether a sandbox's volume holds its size. */
+  storageClasses: Informer<StorageClass>;
 }
 
 /**

@@ -27,7 +27,9 @@ import {
   type Pod,
   SECRETS,
   SERVICES,
+  STORAGE_CLASSES,
   type Secret,
+  type StorageClass,
 } from "./kube/resources.ts";
 import * as transforms from "./kube/transforms.ts";
 import type { Transform } from "./kube/transforms.ts";
@@ -43,6 +45,7 @@ import {
 import { Pools } from "./pool/pools.ts";
 import { reconcilePool } from "./pool/reconciler.ts";
 import { reconcileSandbox } from "./sandbox/reconciler.ts";
+import { classesSignature } from "./workload/disk.ts";
 import {
   clusterAddressExceptions,
   nodeAddresses,
@@ -130,6 +133,12 @@ export class Manager {
         transforms.endpointSlice,
         "kubernetes.io/service-name=kubernetes",
         "default",
+      ),
+      storageClasses: informer<StorageClass>(
+        STORAGE_CLASSES,
+        transforms.storageClass,
+        undefined,
+        "",
       ),
     };
     this.#informers = Object.values(caches) as Informer<KObject>[];
@@ -287,6 +296,7 @@ export class Manager {
       this.ctx.writeExpectations.observed(`persistentvolumeclaims/${keyOf(o)}`),
     );
     this.#watchClusterAddresses(c);
+    this.#watchStorageClasses(c);
     const policySeen = (o: KObject) =>
       this.ctx.writeExpectations.observed(
         `networkpolicies/${keyOf(o)}/${o.metadata.annotations?.[ANNOTATION.specHash]}`,
@@ -338,6 +348,28 @@ export class Manager {
     };
     c.apiServerEndpoints.on("add", onSlice);
     c.apiServerEndpoints.on("update", onSlice);
+  }
+
+  /**
+   * A StorageClass annotated (or no longer), made, deleted or made the default changes the
+   * DiskEnforced condition of the sandboxes on it: when what decides it changes, every sandbox
+   * is reconciled (their status written where the condition changed, no other write). Classes
+   * are few and change rarely; updates that change nothing of it are ignored.
+   */
+  #watchStorageClasses(c: Caches): void {
+    let signature: string | undefined;
+    const recompute = () => {
+      const next = classesSignature(c.storageClasses.list(), this.#cfg.capacityEnforcingClasses);
+      if (next === signature) return;
+      const first = signature === undefined;
+      signature = next;
+      if (first) return; // the first list: taking over reconciles everything anyway
+      this.#log.info({ classes: next }, "storage classes changed; reconciling every sandbox");
+      for (const s of c.sandboxes.list()) this.#sandboxes.enqueue(keyOf(s));
+    };
+    c.storageClasses.on("add", recompute);
+    c.storageClasses.on("update", recompute);
+    c.storageClasses.on("delete", recompute);
   }
 
   #serveProbes(): Promise<Server> {

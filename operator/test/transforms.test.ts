@@ -13,7 +13,7 @@ import type { Sandbox, SandboxPool } from "../src/api/v1alpha1.ts";
 import { readConfig } from "../src/config.ts";
 import { type Caches, type Ctx, Expectations } from "../src/context.ts";
 import type { Informer } from "../src/kube/informer.ts";
-import type { EndpointSlice, Node, Pod } from "../src/kube/resources.ts";
+import type { EndpointSlice, Node, Pod, StorageClass } from "../src/kube/resources.ts";
 import type { KObject, Resource } from "../src/kube/rest.ts";
 import * as transforms from "../src/kube/transforms.ts";
 import { claimable } from "../src/pool/warm.ts";
@@ -69,6 +69,27 @@ const SLICE = served<EndpointSlice>(
   },
 );
 const CLUSTER = [...nodeAddresses(NODE), ...sliceAddresses(SLICE)];
+/** The default class, trusted to enforce sizes, and another that is not, as served. */
+const CLASSES = [
+  served<StorageClass>(
+    {
+      apiVersion: "storage.k8s.io/v1",
+      kind: "StorageClass",
+      metadata: {
+        name: "standard",
+        annotations: {
+          "storageclass.kubernetes.io/is-default-class": "true",
+          "sandpit.dev/enforces-capacity": "true",
+        },
+      },
+    },
+    { provisioner: "example.com/csi", reclaimPolicy: "Delete", parameters: { type: "ssd" } },
+  ),
+  served<StorageClass>(
+    { apiVersion: "storage.k8s.io/v1", kind: "StorageClass", metadata: { name: "local-path" } },
+    { provisioner: "rancher.io/local-path", volumeBindingMode: "WaitForFirstConsumer" },
+  ),
+];
 
 /** What the API server adds to every object: the noise the transforms drop. */
 function served<T extends KObject>(o: KObject, extra: Record<string, unknown> = {}): T {
@@ -139,6 +160,12 @@ function children(sbx: Sandbox, podStatus: Pod["status"], podExtra: Partial<Pod[
     ],
     claims: [
       served(dataClaim(m(dataClaimName(name)), eff), {
+        // The API server fills in the default class and the volume.
+        spec: {
+          ...(dataClaim(m(dataClaimName(name)), eff).spec as object),
+          storageClassName: "standard",
+          volumeName: `pvc-${name}`,
+        },
         status: { phase: "Bound", capacity: { storage: "1Gi" }, accessModes: ["ReadWriteOnce"] },
       }),
     ],
@@ -216,6 +243,7 @@ async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolea
         objects.apiServerEndpoints ?? [SLICE],
         transforms.endpointSlice,
       ),
+      storageClasses: t<StorageClass>(objects.storageClasses ?? CLASSES, transforms.storageClass),
     },
     podExpectations: new Expectations(),
     writeExpectations: new Expectations(),
@@ -303,6 +331,27 @@ describe("a reconcile from transformed caches", () => {
     expect(except).toContain('"198.51.100.77/32"');
     expect(except).toContain('"203.0.113.9/32"');
     expect(except).not.toContain("10.0.0.5/32");
+  });
+
+  test("reads the claim's class and the classes' annotations for DiskEnforced", async () => {
+    const sbx = sandbox("disk", {}, { phase: "Starting", podName: "disk", startedAt: "x" });
+    const objects = children(sbx, { phase: "Pending" });
+    const status = (w: unknown[]) =>
+      JSON.stringify(
+        w.filter((x) => (x as string[])[0] === "apply" && (x as string[])[1] === "sandboxes"),
+      );
+    expect(status((await same(sbx, objects)).writes)).toContain(
+      '"type":"DiskEnforced","status":"True","reason":"StorageClassEnforces"',
+    );
+    const claims = objects.claims.map((c) => ({
+      ...c,
+      spec: { ...(c as unknown as { spec: object }).spec, storageClassName: "local-path" },
+    }));
+    const { writes } = await same(sbx, { ...objects, claims });
+    expect(status(writes)).toContain(
+      '"type":"DiskEnforced","status":"False","reason":"StorageClassDoesNotEnforce"',
+    );
+    expect(status(writes)).toContain("(provisioner rancher.io/local-path)");
   });
 
   test("keeps a node's InternalIP and ExternalIP and a slice's addresses and ports, nothing else", () => {

@@ -342,6 +342,32 @@ describe("the chart, offline", () => {
     );
   });
 
+  it("tells the operator which StorageClasses enforce sizes, and lets it read them", async () => {
+    const operatorEnv = (docs: Doc[]) => {
+      const d = docs.find((x) => x.kind === "Deployment" && x.metadata.name.endsWith("-operator"));
+      const env = (d!.spec as { template: { spec: PodSpec } }).template.spec.containers[0]!.env!;
+      return env.find((e) => e.name === "SANDPIT_CAPACITY_ENFORCING_CLASSES")?.value;
+    };
+    const docs = await render(
+      "--set-json",
+      'sandboxes.capacityEnforcingClasses=["fast","ebs-gp3"]',
+    );
+    expect(operatorEnv(docs)).toBe("fast,ebs-gp3");
+    expect(operatorEnv(await render())).toBeUndefined();
+    const reads = docs
+      .filter((d) => d.kind === "ClusterRole")
+      .flatMap((r) => r.rules!)
+      .find((rule) => rule.resources?.includes("storageclasses"));
+    expect(reads).toEqual({
+      apiGroups: ["storage.k8s.io"],
+      resources: ["storageclasses"],
+      verbs: ["get", "list", "watch"],
+    });
+    await expect(
+      render("--set-json", 'sandboxes.capacityEnforcingClasses=["Not A Class"]'),
+    ).rejects.toThrow(/capacityEnforcingClasses/);
+  });
+
   it("renders the sandboxes' resource bounds: the same on both components, a LimitRange and a ResourceQuota as the backstop", async () => {
     const docs = await render("--set", "sandboxes.bounds.max.memory=2Gi");
     const envOf = (component: string) => {

@@ -42,4 +42,10 @@ export const ANNOTATION = {
   /** On a Sandbox the provisioner made: the user and thread ids as the client gave them. */
   user: "sandpit.dev/user-id",
   thread: "sandpit.dev/thread-id",
+  /**
+   * On a StorageClass, set by the cluster's administrator: "true" when the class's volumes
+   * hold their claim's size (a write past it fails), so the operator trusts it to bound a
+   * sandbox's /mnt/user-data (the Sandbox's DiskEnforced condition).
+   */
+  enforcesCapacity: "sandpit.dev/enforces-capacity",
 } as const;

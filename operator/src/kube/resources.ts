@@ -49,7 +49,20 @@ export interface Pod extends KObject {
   };
 }
 export interface Claim extends KObject {
+  spec?: { storageClassName?: string };
   status?: { phase?: string };
+}
+
+/** StorageClasses: read for whether a sandbox's volume holds its size (workload/disk.ts). */
+export const STORAGE_CLASSES: Resource = {
+  group: "storage.k8s.io",
+  version: "v1",
+  plural: "storageclasses",
+  kind: "StorageClass",
+};
+/** A StorageClass as the cache keeps it: its provisioner and the two annotations read. */
+export interface StorageClass extends KObject {
+  provisioner?: string;
 }
 export interface Secret extends KObject {
   data?: Record<string, string>;

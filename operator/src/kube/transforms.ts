@@ -11,7 +11,7 @@
  * (operator/test/transforms.test.ts) reconciles sandboxes from transformed objects only.
  */
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
-import type { Claim, EndpointSlice, Node, Pod, Secret } from "./resources.ts";
+import type { Claim, EndpointSlice, Node, Pod, Secret, StorageClass } from "./resources.ts";
 import type { KObject, ObjectMeta, OwnerReference } from "./rest.ts";
 import { TOKEN_DIGEST_KEY } from "../workload/manifests.ts";
 
@@ -126,12 +126,33 @@ export const pod: Transform<Pod> = (o) => {
   };
 };
 
-/** Whether the claim is Bound is all that is read of its status. */
-export const claim: Transform<Claim> = (o) => ({
-  ...head(o),
-  metadata: meta(o.metadata),
-  status: o.status && { phase: o.status.phase },
-});
+/**
+ * Class names, one string per class however many claims name it: a cluster has a handful of
+ * classes and may have 10,000 claims.
+ */
+const classNames = new Map<string, string>();
+function interned(name: string): string {
+  let s = classNames.get(name);
+  if (s === undefined) {
+    if (classNames.size > 1_000) classNames.clear(); // never a leak, whatever is thrown at it
+    classNames.set(name, (s = name));
+  }
+  return s;
+}
+
+/**
+ * Whether the claim is Bound is all that is read of its status; of its spec, the class it was
+ * given (the default class is filled in by the API server), whose enforcement the Sandbox reports.
+ */
+export const claim: Transform<Claim> = (o) => {
+  const cls = o.spec?.storageClassName;
+  return {
+    ...head(o),
+    metadata: meta(o.metadata),
+    ...(cls !== undefined ? { spec: { storageClassName: interned(cls) } } : {}),
+    status: o.status && { phase: o.status.phase },
+  };
+};
 
 /**
  * Our Secrets: a token (a sandbox's own, a pool's warm one) and whether it has its digest, or
@@ -172,6 +193,34 @@ export const node: Transform<Node> = (o) => ({
       .map((a) => ({ type: a.type, address: a.address })),
   },
 });
+
+/** The default-class annotation (the API server's) and ours: all that is read of a class. */
+const CLASS_ANNOTATIONS = [
+  "storageclass.kubernetes.io/is-default-class",
+  "storageclass.beta.kubernetes.io/is-default-class",
+  "sandpit.dev/enforces-capacity",
+];
+
+/**
+ * A StorageClass: its name, age (the newest default class is the default), provisioner and the
+ * annotations that say whether it is the default and whether it enforces a claim's size.
+ */
+export const storageClass: Transform<StorageClass> = (o) => {
+  let annotations: Record<string, string> | undefined;
+  for (const k of CLASS_ANNOTATIONS) {
+    const v = o.metadata.annotations?.[k];
+    if (v !== undefined) (annotations ??= {})[k] = v;
+  }
+  return {
+    ...head(o),
+    metadata: {
+      ...bareMeta(o.metadata),
+      creationTimestamp: o.metadata.creationTimestamp,
+      ...(annotations ? { annotations } : {}),
+    },
+    ...(o.provisioner !== undefined ? { provisioner: o.provisioner } : {}),
+  };
+};
 
 /**
  * An EndpointSlice of the API server: its endpoints' addresses and its ports' numbers, nothing

@@ -25,6 +25,7 @@ import {
   restartCount,
 } from "../workload/pod-state.ts";
 import { InitRejected, health, init } from "../workload/sandboxd.ts";
+import { diskCondition } from "../workload/disk.ts";
 import { type Effective, boundsViolation, effectiveSpec } from "../workload/spec.ts";
 import {
   clearPrevious,
@@ -180,6 +181,20 @@ export async function reconcileSandbox(
       await children;
     }
   }
+  // Whether /mnt/user-data is held to its size, carried by whatever status write happens.
+  st.condition(
+    diskCondition({
+      size: eff.storage.size,
+      sharedClaim: eff.storage.sharedClaim,
+      specClass: eff.storage.storageClassName,
+      claim: ctx.caches.claims.get(dataClaimName(st.current.podName ?? name), ns),
+      classes: {
+        get: (n) => ctx.caches.storageClasses.get(n),
+        list: () => ctx.caches.storageClasses.list(),
+      },
+      trusted: ctx.cfg.capacityEnforcingClasses,
+    }),
+  );
   // A sandbox that has reported nothing yet stays quiet through a normal start: its first
   // status is Ready (one write), unless starting takes long enough to be worth explaining.
   const age = Date.parse(st.now) - created;
