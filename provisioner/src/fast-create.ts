@@ -1,7 +1,7 @@
 /**
  * The warm create's own part (docs/architecture.md, "The warm create"): which creates may take
  * a reserved warm pod, and handing that pod to the new sandbox (sandboxd's /v1/init with the
- * pool's warm token, giving it the sandbox's derived token, environment and packages) without a
+ * pod's own warm token, giving it the sandbox's derived token, environment and packages) without a
  * write to the API server. The operator completes ownership, Secret, Service and status later.
  */
 import { type InitRequest, SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
@@ -65,7 +65,7 @@ export async function initReserved(
   faultPoint("provisioner-sandbox-created");
   await faultStall("provisioner-sandbox-created");
   const [warm, key] = await Promise.all([
-    reservations.warmToken(pool.metadata.name),
+    reservations.warmToken(r),
     reservations.tokenKey(),
   ]);
   const token = derivedToken(key, sbx.metadata.uid!);

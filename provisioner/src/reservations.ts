@@ -18,6 +18,7 @@ import {
   type SandboxPool,
   TOKEN_KEY_SECRET,
   faultPoint,
+  warmPodToken,
 } from "@sandpit/operator/api";
 import {
   Informer,
@@ -35,6 +36,11 @@ export interface Reserved {
   pool: string;
   podName: string;
   podIP: string;
+  /**
+   * The random id the pod's own warm token is derived with (its ANNOTATION.warmTokenId);
+   * undefined for a pod made before warm tokens were per pod, opened with the pool's token.
+   */
+  tokenId?: string;
 }
 
 export interface ReservationOptions {
@@ -174,9 +180,15 @@ export class Reservations {
     return this.#live();
   }
 
-  /** The pool's warm token, which a blank warm pod's sandboxd accepts (read once). */
-  warmToken(pool: string): Promise<string> {
-    return this.#secret(`${pool}-warm-token`, "token");
+  /**
+   * The token a reserved pod's blank sandboxd accepts: its own, derived from the key, its name
+   * and its token id (warmPodToken), so it opens that pod and no other. A pod made before warm
+   * tokens were per pod has none: the pool's token from the Secret `<pool>-warm-token` (read
+   * once), as then.
+   */
+  async warmToken(r: Reserved): Promise<string> {
+    if (!r.tokenId) return this.#secret(`${r.pool}-warm-token`, "token");
+    return warmPodToken(await this.tokenKey(), this.#ns, r.podName, r.tokenId);
   }
 
   /** The key sandbox tokens of reserved pods are derived from (read once). */
@@ -275,7 +287,8 @@ export class Reservations {
       const marked = await this.#mark(name, this.holder, pod.metadata.resourceVersion);
       if (!marked) return "conflict";
       faultPoint("provisioner-reserved");
-      return { pool, podName: name, podIP: pod.status!.podIP! };
+      const tokenId = pod.metadata.annotations?.[ANNOTATION.warmTokenId];
+      return { pool, podName: name, podIP: pod.status!.podIP!, ...(tokenId ? { tokenId } : {}) };
     } finally {
       this.#reserving.delete(name);
     }

@@ -41,6 +41,23 @@ export function derivedToken(key: string, sandboxUid: string): string {
 }
 
 /**
+ * A warm pod's own token: derived from the same key, its namespace, its name and the random id
+ * it was made with (the pod's ANNOTATION.warmTokenId), so the provisioner and the operator both
+ * know it without a Secret per pod, the pod is given its SHA-256 only, and it opens that one
+ * pod: a pod made again under the same name gets another id, so another token.
+ */
+export function warmPodToken(
+  key: string,
+  namespace: string,
+  podName: string,
+  tokenId: string,
+): string {
+  return createHmac("sha256", key)
+    .update(`warm\0${namespace}\0${podName}\0${tokenId}`)
+    .digest("hex");
+}
+
+/**
  * Whether a holder may still be handing out its reserved pods: its Lease was renewed within
  * twice its duration. A replica stops handing out pods half a Lease after its last renewal was
  * sent; the second duration is the margin for a create it sent just before to land and reach
