@@ -19,7 +19,14 @@ import {
   setHeaderOptions,
 } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
-import { GROUP, VERSION, tokenSecretName } from "@sandpit/operator/api";
+import {
+  ANNOTATION,
+  GROUP,
+  TOKEN_KEY_SECRET,
+  VERSION,
+  tokenSecretName,
+  warmPodToken,
+} from "@sandpit/operator/api";
 import { type KObject, Kube, type Resource } from "@sandpit/operator/kube/client";
 import { machineAddressCidrs } from "./addresses.ts";
 
@@ -358,6 +365,25 @@ export async function waitForPhase(
 export async function tokenOf(c: Clients, ns: string, name: string): Promise<string> {
   const secret = await c.core.readNamespacedSecret({ name: tokenSecretName(name), namespace: ns });
   return Buffer.from(secret.data!.token!, "base64").toString();
+}
+
+/**
+ * The token a warm pod's sandboxd was started with, as the operator and the provisioner know it:
+ * its own, derived from the namespace's token key and the pod's token id; for a pod without a
+ * token id (made before warm tokens were per pod), its pool's Secret's.
+ */
+export async function warmTokenOfPod(
+  c: Clients,
+  ns: string,
+  pod: { metadata?: { name?: string; labels?: Record<string, string>; annotations?: Record<string, string> } },
+): Promise<string> {
+  const secret = async (name: string, key: string) => {
+    const s = await c.core.readNamespacedSecret({ name, namespace: ns });
+    return Buffer.from(s.data![key]!, "base64").toString();
+  };
+  const id = pod.metadata?.annotations?.[ANNOTATION.warmTokenId];
+  if (!id) return secret(`${pod.metadata!.labels!["sandpit.dev/pool"]!}-warm-token`, "token");
+  return warmPodToken(await secret(TOKEN_KEY_SECRET, "key"), ns, pod.metadata!.name!, id);
 }
 
 /** Runs code through sandboxd at host:port (a pod endpoint or a Service address). */
