@@ -507,11 +507,23 @@ export async function startStack(o: {
   }[];
   /** The provisioner's settings besides the harness's. */
   env?: Record<string, string>;
+  /**
+   * Runs once the operator is up and before the provisioner starts: what the provisioner must
+   * find at its start (its default pool, whose warm pods it reserves from the start).
+   */
+  beforeProvisioner?: (c: Clients, ns: string) => Promise<void>;
 }): Promise<Stack> {
   const c = clients(o.kubeconfig);
   await ensureCrds(c);
   const ns = await createNamespace(c, o.prefix);
   const operator = await startOperator({ kubeconfig: o.kubeconfig, namespace: ns, image: o.image });
+  if (o.beforeProvisioner) {
+    await o.beforeProvisioner(c, ns).catch(async (err: unknown) => {
+      await operator.stop();
+      await deleteNamespace(c, ns);
+      throw err;
+    });
+  }
   const prov = await startProvisioner({
     kubeconfig: o.kubeconfig,
     namespace: ns,

@@ -46,9 +46,18 @@ beforeAll(async () => {
       { key: KEY_A, tenant: "tenant-a", maxSandboxes: 5 },
       { key: KEY_B, tenant: "tenant-b", maxSandboxes: 5 },
     ],
+    // Its default pool, there when it starts: it reserves warm pods of it from the start.
+    env: { SANDPIT_DEFAULT_POOL: POOL },
+    beforeProvisioner: (c, ns) =>
+      pools.create(c, ns, POOL, { maxActive: 10, warm: WARM, template: {} }).then(() => undefined),
   });
-  await pools.create(stack.c, stack.ns, POOL, { maxActive: 10, warm: WARM, template: {} });
   await readyWarmPods(WARM);
+  // The provisioner holds two of them (its default reservation), so a create is handed one; a
+  // create racing the reservations themselves may find every pod being reserved and start cold.
+  await waitFor("warm pods reserved", 120_000, async () => {
+    const pods = await readyWarmPods(WARM);
+    return pods.filter((p) => p.metadata?.annotations?.["sandpit.dev/reserved-by"]).length >= 2;
+  });
 }, 300_000);
 
 afterAll(async () => {
