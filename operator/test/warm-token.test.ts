@@ -9,7 +9,12 @@ import { createHash, createHmac } from "node:crypto";
 import { pino } from "pino";
 import { describe, expect, test } from "vitest";
 import { ANNOTATION, LABEL } from "../src/api/labels.ts";
-import { TOKEN_KEY_SECRET, derivedToken, warmPodToken } from "../src/api/reservations.ts";
+import {
+  TOKEN_KEY_SECRET,
+  derivedToken,
+  keyFingerprint,
+  warmPodToken,
+} from "../src/api/reservations.ts";
 import type { SandboxPool } from "../src/api/v1alpha1.ts";
 import { readConfig } from "../src/config.ts";
 import { type Ctx, Expectations } from "../src/context.ts";
@@ -134,6 +139,8 @@ describe("the pool reconciler", () => {
     const tokens = made.map((p) => {
       const id = p.metadata.annotations?.[ANNOTATION.warmTokenId];
       expect(id).toMatch(/^[0-9a-f]{32}$/);
+      expect(p.metadata.annotations?.[ANNOTATION.warmTokenKey]).toBe(keyFingerprint(KEY));
+      expect(keyFingerprint(KEY)).not.toContain(KEY.slice(0, 8));
       const env = p.spec.containers[0]!.env;
       expect(env.find((e) => e.name === "SANDBOXD_TOKEN")).toBeUndefined();
       const digest = env.find((e) => e.name === "SANDBOXD_TOKEN_SHA256");
@@ -177,6 +184,17 @@ describe("the pool reconciler", () => {
     expect(await warmTokenOf(ctx, pool, old)).toBe("the-pool-token");
     // Without the pool's Secret an old pod cannot be opened (the pool replaces it).
     expect(await warmTokenOf(fakeCtx([old], [keySecret]).ctx, pool, old)).toBeUndefined();
+    // Nor can one made under a token key since replaced.
+    const underOldKey = warmPod("p-eeeeee", {
+      [ANNOTATION.warmTokenId]: "id-e",
+      [ANNOTATION.warmTokenKey]: keyFingerprint("the-key-before"),
+    });
+    expect(await warmTokenOf(ctx, pool, underOldKey)).toBeUndefined();
+    const underThisKey = warmPod("p-ffffff", {
+      [ANNOTATION.warmTokenId]: "id-f",
+      [ANNOTATION.warmTokenKey]: keyFingerprint(KEY),
+    });
+    expect(await warmTokenOf(ctx, pool, underThisKey)).toBe(warmPodToken(KEY, NS, "p-ffffff", "id-f"));
   });
 
   test("keeps the pool's old Secret while a pod made with it lives, adopted or warm, and deletes it after", async () => {
@@ -223,6 +241,20 @@ describe("the pool reconciler", () => {
     await reconcilePool(again.ctx, new Pools(again.ctx), `${NS}/p`, new AbortController().signal);
     expect(
       again.writes.filter(([verb, plural]) => verb === "apply" && plural === "pods"),
+    ).toHaveLength(1);
+    // Likewise one made under a token key since replaced.
+    const stale = structuredClone(current);
+    stale.metadata.name = "p-key000";
+    stale.metadata.annotations![ANNOTATION.warmTokenKey] = keyFingerprint("the-key-before");
+    const rekeyed = fakeCtx([current, stale], [keySecret]);
+    await reconcilePool(
+      rekeyed.ctx,
+      new Pools(rekeyed.ctx),
+      `${NS}/p`,
+      new AbortController().signal,
+    );
+    expect(
+      rekeyed.writes.filter(([verb, plural]) => verb === "apply" && plural === "pods"),
     ).toHaveLength(1);
   });
 });

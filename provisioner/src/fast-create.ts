@@ -64,10 +64,9 @@ export async function initReserved(
 ): Promise<FastReady> {
   faultPoint("provisioner-sandbox-created");
   await faultStall("provisioner-sandbox-created");
-  const [warm, key] = await Promise.all([
-    reservations.warmToken(r),
-    reservations.tokenKey(),
-  ]);
+  // The pod's token first: it reads the key again if the pod was made under a newer one.
+  const warm = await reservations.warmToken(r);
+  const key = await reservations.tokenKey();
   const token = derivedToken(key, sbx.metadata.uid!);
   const t = pool.spec.template;
   const env: Record<string, string> = {};

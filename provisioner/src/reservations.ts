@@ -18,6 +18,7 @@ import {
   type SandboxPool,
   TOKEN_KEY_SECRET,
   faultPoint,
+  keyFingerprint,
   warmPodToken,
 } from "@sandpit/operator/api";
 import {
@@ -41,6 +42,8 @@ export interface Reserved {
    * undefined for a pod made before warm tokens were per pod, opened with the pool's token.
    */
   tokenId?: string;
+  /** The fingerprint of the token key the pod's warm token was derived from. */
+  keyFingerprint?: string;
 }
 
 export interface ReservationOptions {
@@ -188,7 +191,13 @@ export class Reservations {
    */
   async warmToken(r: Reserved): Promise<string> {
     if (!r.tokenId) return this.#secret(`${r.pool}-warm-token`, "token");
-    return warmPodToken(await this.tokenKey(), this.#ns, r.podName, r.tokenId);
+    let key = await this.tokenKey();
+    if (r.keyFingerprint && keyFingerprint(key) !== r.keyFingerprint) {
+      // The key was replaced since it was read: read it again.
+      this.#secrets.delete(TOKEN_KEY_SECRET);
+      key = await this.tokenKey();
+    }
+    return warmPodToken(key, this.#ns, r.podName, r.tokenId);
   }
 
   /** The key sandbox tokens of reserved pods are derived from (read once). */
@@ -288,7 +297,14 @@ export class Reservations {
       if (!marked) return "conflict";
       faultPoint("provisioner-reserved");
       const tokenId = pod.metadata.annotations?.[ANNOTATION.warmTokenId];
-      return { pool, podName: name, podIP: pod.status!.podIP!, ...(tokenId ? { tokenId } : {}) };
+      const fingerprint = pod.metadata.annotations?.[ANNOTATION.warmTokenKey];
+      return {
+        pool,
+        podName: name,
+        podIP: pod.status!.podIP!,
+        ...(tokenId ? { tokenId } : {}),
+        ...(fingerprint ? { keyFingerprint: fingerprint } : {}),
+      };
     } finally {
       this.#reserving.delete(name);
     }

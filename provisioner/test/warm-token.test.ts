@@ -5,7 +5,7 @@
  */
 import { pino } from "pino";
 import { describe, expect, test } from "vitest";
-import { TOKEN_KEY_SECRET, warmPodToken } from "@sandpit/operator/api";
+import { TOKEN_KEY_SECRET, keyFingerprint, warmPodToken } from "@sandpit/operator/api";
 import type { Kube, Secret } from "@sandpit/operator/kube/client";
 import { Reservations } from "../src/reservations.ts";
 
@@ -27,7 +27,7 @@ function fakeKube() {
       return { metadata: { name, namespace: ns }, data } as Secret;
     },
   } as unknown as Kube;
-  return { kube, asked };
+  return { kube, asked, secrets };
 }
 
 describe("a reserved warm pod's token", () => {
@@ -44,6 +44,19 @@ describe("a reserved warm pod's token", () => {
     expect(x).not.toBe(y);
     // The pool's Secret is not read at all for such pods.
     expect(asked).toEqual([`${NS}/${TOKEN_KEY_SECRET}`]);
+  });
+
+  test("is derived from the key read again when the pod was made under a newer one", async () => {
+    const { kube, asked, secrets } = fakeKube();
+    const r = reservations(kube);
+    const before = { pool: "p", podName: "p-aaaaaa", podIP: "10.0.0.1", tokenId: "ia" };
+    expect(await r.warmToken(before)).toBe(warmPodToken(KEY, NS, "p-aaaaaa", "ia"));
+    // The key is replaced; a pod made since says so.
+    const NEW_KEY = "0".repeat(64);
+    secrets[TOKEN_KEY_SECRET] = { key: Buffer.from(NEW_KEY).toString("base64") };
+    const since = { ...before, podName: "p-dddddd", keyFingerprint: keyFingerprint(NEW_KEY) };
+    expect(await r.warmToken(since)).toBe(warmPodToken(NEW_KEY, NS, "p-dddddd", "ia"));
+    expect(asked).toEqual([`${NS}/${TOKEN_KEY_SECRET}`, `${NS}/${TOKEN_KEY_SECRET}`]);
   });
 
   test("is the pool's for a pod made before warm tokens were per pod", async () => {

@@ -6,7 +6,7 @@
  * reclaims reservations whose holder is gone. Both derive the sandbox's token from its uid, so
  * the provisioner can answer before the operator has written the token Secret.
  */
-import { createHmac } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import type { KObject, Resource } from "../kube/rest.ts";
 
 export const RESERVATION = {
@@ -55,6 +55,14 @@ export function warmPodToken(
   return createHmac("sha256", key)
     .update(`warm\0${namespace}\0${podName}\0${tokenId}`)
     .digest("hex");
+}
+
+/**
+ * Names a token key without revealing it (the first 16 hex digits of its SHA-256): a warm pod
+ * carries the fingerprint of the key its token was derived from.
+ */
+export function keyFingerprint(key: string): string {
+  return createHash("sha256").update(key).digest("hex").slice(0, 16);
 }
 
 /**

@@ -12,7 +12,7 @@ import type { ReconcileResult } from "../controller/controller.ts";
 import { type Ctx, keyOf, splitKey } from "../context.ts";
 import { type Condition, setCondition } from "../kube/conditions.ts";
 import { canonical } from "../kube/canonical.ts";
-import { warmPodToken } from "../api/reservations.ts";
+import { keyFingerprint, warmPodToken } from "../api/reservations.ts";
 import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
 import { isNotFound } from "../kube/rest.ts";
 import {
@@ -28,11 +28,13 @@ import { boundsViolation, effectiveSpec, shapeHash, warmable } from "../workload
 import type { Pools } from "./pools.ts";
 import {
   claimable,
+  cachedKeyFingerprint,
   ensureTokenKey,
   legacyWarmPod,
   legacyWarmSecretName,
   reclaimReservations,
   reservedByLive,
+  sameKey,
   templateHash,
   tokenKey,
   warmPods,
@@ -89,9 +91,13 @@ export async function reconcilePool(
 
   const pods = warmPods(ctx, pool);
   // A pod made before warm tokens were per pod is replaced like one of an older template: it
-  // stays claimable (opened with the pool's token) until its successor is ready.
+  // stays claimable (opened with the pool's token) until its successor is ready. So is one made
+  // under a token key since replaced, which nobody can open any more.
+  const fingerprint = cachedKeyFingerprint(ctx, ns);
   const current = (p: Pod) =>
-    p.metadata.annotations?.[ANNOTATION.templateHash] === hash && !legacyWarmPod(p);
+    p.metadata.annotations?.[ANNOTATION.templateHash] === hash &&
+    !legacyWarmPod(p) &&
+    (fingerprint === undefined || sameKey(p, fingerprint));
   const fresh = pods.filter(current);
   const stale = pods.filter((p) => !current(p));
   // A template outside the pool's own bounds gets no warm pods: its members are refused too.
@@ -205,7 +211,8 @@ async function createWarmPod(
   // The pod's own warm token, derived (warmPodToken): the pod is given its digest as a plain
   // value, so no Secret is written for it and the digest opens nothing.
   const tokenId = randomBytes(16).toString("hex");
-  const token = warmPodToken(await tokenKey(ctx, ns), ns, podName, tokenId);
+  const key = await tokenKey(ctx, ns);
+  const token = warmPodToken(key, ns, podName, tokenId);
   const labels = { [LABEL.pool]: pool.metadata.name };
   await ctx.kube.create(
     PVCS,
@@ -223,6 +230,7 @@ async function createWarmPod(
           [ANNOTATION.templateHash]: hash,
           [ANNOTATION.shapeHash]: shape,
           [ANNOTATION.warmTokenId]: tokenId,
+          [ANNOTATION.warmTokenKey]: keyFingerprint(key),
         },
       },
       ctx.cfg,

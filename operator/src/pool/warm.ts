@@ -20,6 +20,7 @@ import {
   TOKEN_KEY_SECRET,
   derivedToken,
   faultPoint,
+  keyFingerprint,
   warmPodToken,
 } from "../api/reservations.ts";
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
@@ -81,12 +82,29 @@ export async function warmTokenOf(ctx: Ctx, pool: SandboxPool, pod: Pod): Promis
   const id = pod.metadata.annotations?.[ANNOTATION.warmTokenId];
   if (!id) return legacyWarmToken(ctx, pool);
   const ns = pod.metadata.namespace!;
-  return warmPodToken(await tokenKey(ctx, ns), ns, pod.metadata.name, id);
+  const key = await tokenKey(ctx, ns);
+  // Made under a key since replaced: its token cannot be had any more.
+  if (!sameKey(pod, keyFingerprint(key))) return undefined;
+  return warmPodToken(key, ns, pod.metadata.name, id);
+}
+
+/** Whether the warm pod's token was derived from the key of that fingerprint. */
+export function sameKey(pod: Pod, fingerprint: string): boolean {
+  const made = pod.metadata.annotations?.[ANNOTATION.warmTokenKey];
+  return made === undefined || made === fingerprint;
+}
+
+/** The fingerprint of the namespace's token key, when the cache shows it. */
+export function cachedKeyFingerprint(ctx: Ctx, ns: string): string | undefined {
+  const key = ctx.caches.secrets.get(TOKEN_KEY_SECRET, ns)?.data?.key;
+  return key ? keyFingerprint(Buffer.from(key, "base64").toString()) : undefined;
 }
 
 /** Whether this process can open the warm pod at all (see warmTokenOf). */
 function openable(ctx: Ctx, pool: SandboxPool, pod: Pod): boolean {
-  return !legacyWarmPod(pod) || legacyWarmToken(ctx, pool) !== undefined;
+  if (legacyWarmPod(pod)) return legacyWarmToken(ctx, pool) !== undefined;
+  const fingerprint = cachedKeyFingerprint(ctx, pod.metadata.namespace!);
+  return fingerprint === undefined || sameKey(pod, fingerprint);
 }
 
 /** The hash that says which template a warm pod was made from. */
