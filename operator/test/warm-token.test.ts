@@ -18,7 +18,6 @@ import {
 import type { SandboxPool } from "../src/api/v1alpha1.ts";
 import { readConfig } from "../src/config.ts";
 import { type Ctx, Expectations } from "../src/context.ts";
-import type { Informer } from "../src/kube/informer.ts";
 import type { Pod } from "../src/kube/resources.ts";
 import type { KObject, Resource } from "../src/kube/rest.ts";
 import { Pools } from "../src/pool/pools.ts";
@@ -167,7 +166,11 @@ describe("the pool reconciler", () => {
         namespace: NS,
         uid: `uid-${name}`,
         labels: { [LABEL.pool]: "p", ...(warm ? { [LABEL.warm]: "true" } : {}) },
-        annotations: { [ANNOTATION.templateHash]: "old", [ANNOTATION.shapeHash]: "s", ...annotations },
+        annotations: {
+          [ANNOTATION.templateHash]: "old",
+          [ANNOTATION.shapeHash]: "s",
+          ...annotations,
+        },
       },
       status: { phase: "Running", podIP: "10.0.0.9" },
     }) as Pod;
@@ -194,7 +197,9 @@ describe("the pool reconciler", () => {
       [ANNOTATION.warmTokenId]: "id-f",
       [ANNOTATION.warmTokenKey]: keyFingerprint(KEY),
     });
-    expect(await warmTokenOf(ctx, pool, underThisKey)).toBe(warmPodToken(KEY, NS, "p-ffffff", "id-f"));
+    expect(await warmTokenOf(ctx, pool, underThisKey)).toBe(
+      warmPodToken(KEY, NS, "p-ffffff", "id-f"),
+    );
   });
 
   test("keeps the pool's old Secret while a pod made with it lives, adopted or warm, and deletes it after", async () => {

@@ -200,7 +200,7 @@ export class Reservations {
     return warmPodToken(key, this.#ns, r.podName, r.tokenId);
   }
 
-  /** The key sandbox tokens of reserved pods are derived from (read once). */
+  /** The key reserved sandboxes' and warm pods' tokens are derived from (read once, and again when a pod names a newer one). */
   tokenKey(): Promise<string> {
     return this.#secret(TOKEN_KEY_SECRET, "key");
   }

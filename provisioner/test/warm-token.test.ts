@@ -37,8 +37,18 @@ describe("a reserved warm pod's token", () => {
   test("is the pod's own, derived from the key, its name and its token id", async () => {
     const { kube, asked } = fakeKube();
     const r = reservations(kube);
-    const x = await r.warmToken({ pool: "p", podName: "p-aaaaaa", podIP: "10.0.0.1", tokenId: "ia" });
-    const y = await r.warmToken({ pool: "p", podName: "p-bbbbbb", podIP: "10.0.0.2", tokenId: "ib" });
+    const x = await r.warmToken({
+      pool: "p",
+      podName: "p-aaaaaa",
+      podIP: "10.0.0.1",
+      tokenId: "ia",
+    });
+    const y = await r.warmToken({
+      pool: "p",
+      podName: "p-bbbbbb",
+      podIP: "10.0.0.2",
+      tokenId: "ib",
+    });
     expect(x).toBe(warmPodToken(KEY, NS, "p-aaaaaa", "ia"));
     expect(y).toBe(warmPodToken(KEY, NS, "p-bbbbbb", "ib"));
     expect(x).not.toBe(y);

@@ -375,7 +375,13 @@ export async function tokenOf(c: Clients, ns: string, name: string): Promise<str
 export async function warmTokenOfPod(
   c: Clients,
   ns: string,
-  pod: { metadata?: { name?: string; labels?: Record<string, string>; annotations?: Record<string, string> } },
+  pod: {
+    metadata?: {
+      name?: string;
+      labels?: Record<string, string>;
+      annotations?: Record<string, string>;
+    };
+  },
 ): Promise<string> {
   const secret = async (name: string, key: string) => {
     const s = await c.core.readNamespacedSecret({ name, namespace: ns });

@@ -195,9 +195,7 @@ describe("a warm pool attacked", () => {
     const ips = pods.map((p) => p.status!.podIP!);
     // What each token opens, from the host: the NetworkPolicy does not stand in the way here.
     const opened = await Promise.all(
-      tokens.map((t) =>
-        Promise.all(ips.map((ip) => call(ip, t, "/v1/files/stat?path=."))),
-      ),
+      tokens.map((t) => Promise.all(ips.map((ip) => call(ip, t, "/v1/files/stat?path=.")))),
     );
     expect(opened).toEqual(tokens.map((_, i) => ips.map((_, j) => (i === j ? 200 : 401))));
     // Each pod was given its own token's digest only, as a plain value.
@@ -226,9 +224,7 @@ describe("a warm pool attacked", () => {
       const warmTokenA = await warmTokenOfPod(stack.c, stack.ns, warmA!);
 
       // The warm pods A goes after: those not yet adopted, one of which B will get.
-      const prey = (await readyWarmPods(WARM - 1)).filter(
-        (p) => p.metadata!.name !== podA.podName,
-      );
+      const prey = (await readyWarmPods(WARM - 1)).filter((p) => p.metadata!.name !== podA.podName);
       const preyTokens = await Promise.all(prey.map((p) => warmTokenOfPod(stack.c, stack.ns, p)));
       const run = await api("POST", `/v1/sandboxes/${a.id}/proxy/v1/code/execute`, KEY_A, {
         language: "python",
@@ -244,7 +240,8 @@ describe("a warm pool attacked", () => {
       expect(loot.files).toBeGreaterThan(0);
       expect(loot.planted).toEqual(expect.arrayContaining(["/tmp", "/mnt/user-data"]));
       // It found no token: not its sandbox's, not its warm pod's, not any other warm pod's.
-      for (const t of [a.token, warmTokenA, ...preyTokens]) expect(loot.found).not.toHaveProperty(t);
+      for (const t of [a.token, warmTokenA, ...preyTokens])
+        expect(loot.found).not.toHaveProperty(t);
       // From inside, every warm pod A went after was tried, and none answered but to refuse:
       // unreachable (the NetworkPolicy; then no token gets anywhere either), or 401 to every
       // token (the attack reached it before the policy was enforced).

@@ -4,7 +4,8 @@
  * ahead of demand and hands one to a create by naming it on the Sandbox; the operator never
  * adopts a pod reserved by a live holder, completes the adoption of a pod a Sandbox names, and
  * reclaims reservations whose holder is gone. Both derive the sandbox's token from its uid, so
- * the provisioner can answer before the operator has written the token Secret.
+ * the provisioner can answer before the operator has written the token Secret, and a warm pod's
+ * own token from its name and token id, so no Secret holds it.
  */
 import { createHash, createHmac } from "node:crypto";
 import type { KObject, Resource } from "../kube/rest.ts";
@@ -20,7 +21,8 @@ export const RESERVATION = {
 
 /**
  * The Secret (in the sandbox namespace, made by the operator) holding the key sandbox tokens of
- * reserved pods are derived from. Never mounted into any pod (docs/security.md).
+ * reserved pods and warm pods' tokens are derived from. Never mounted into any pod
+ * (docs/security.md).
  */
 export const TOKEN_KEY_SECRET = "sandpit-token-key";
 

@@ -179,14 +179,12 @@ async function retireLegacyWarmSecret(ctx: Ctx, pool: SandboxPool): Promise<void
   const ns = pool.metadata.namespace!;
   const secret = ctx.caches.secrets.get(legacyWarmSecretName(pool), ns);
   if (!secret) return;
-  const used = ctx.caches.pods
-    .list(ns)
-    .some(
-      (p) =>
-        p.metadata.labels?.[LABEL.pool] === pool.metadata.name &&
-        p.metadata.annotations?.[ANNOTATION.templateHash] !== undefined && // made as a warm pod
-        legacyWarmPod(p),
-    );
+  const used = ctx.caches.pods.list(ns).some(
+    (p) =>
+      p.metadata.labels?.[LABEL.pool] === pool.metadata.name &&
+      p.metadata.annotations?.[ANNOTATION.templateHash] !== undefined && // made as a warm pod
+      legacyWarmPod(p),
+  );
   if (used) return;
   try {
     await ctx.kube.delete(SECRETS, ns, secret.metadata.name, { uid: secret.metadata.uid! });

@@ -78,7 +78,11 @@ export function legacyWarmPod(pod: Pod): boolean {
  * the pool's for a pod made before that. Undefined when it cannot be had (an old pod whose
  * pool Secret is gone).
  */
-export async function warmTokenOf(ctx: Ctx, pool: SandboxPool, pod: Pod): Promise<string | undefined> {
+export async function warmTokenOf(
+  ctx: Ctx,
+  pool: SandboxPool,
+  pod: Pod,
+): Promise<string | undefined> {
   const id = pod.metadata.annotations?.[ANNOTATION.warmTokenId];
   if (!id) return legacyWarmToken(ctx, pool);
   const ns = pod.metadata.namespace!;
@@ -192,11 +196,7 @@ export async function tryAdopt(
       // The token Secret's creation (by the caller) and the sandbox's NetworkPolicy come
       // first: the claim moves the pod out of the warm pods' policy into the sandbox's, which
       // must already be there, so the pod is never reachable by anything but its callers.
-      const [tok, warm] = await Promise.all([
-        token,
-        warmTokenOf(ctx, pool, candidate),
-        isolated,
-      ]);
+      const [tok, warm] = await Promise.all([token, warmTokenOf(ctx, pool, candidate), isolated]);
       if (!warm) continue; // an old pod whose pool Secret is gone: the pool replaces it
       const claimed = await claim(ctx, sbx, candidate);
       if (!claimed) continue;
