@@ -314,3 +314,132 @@ describe("a warm pool attacked", () => {
     },
   );
 });
+
+describe("an upgrade from a pool-wide warm token", () => {
+  test(
+    "a warm pod made with the pool's Secret is replaced, and the Secret goes once no pod made with it is left",
+    { timeout: 300_000 },
+    async () => {
+      const OLD = "legacy";
+      const ns = stack.ns;
+      await pools.create(stack.c, ns, OLD, { maxActive: 5, warm: 1, template: {} });
+      const poolUid = (
+        (await pools.get(stack.c, ns, OLD)) as unknown as { metadata: { uid: string } }
+      ).metadata.uid;
+      const owner = {
+        apiVersion: "sandpit.dev/v1alpha1",
+        kind: "SandboxPool",
+        name: OLD,
+        uid: poolUid,
+        controller: true,
+        blockOwnerDeletion: true,
+      };
+      const warmOf = async () =>
+        (
+          await stack.c.core.listNamespacedPod({
+            namespace: ns,
+            labelSelector: `sandpit.dev/pool=${OLD},sandpit.dev/warm=true`,
+          })
+        ).items.filter((p) => !p.metadata?.deletionTimestamp);
+      const fresh = await waitFor("the new pool's warm pod ready", 180_000, async () =>
+        (await warmOf()).find((p) =>
+          p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True"),
+        ),
+      );
+
+      // What an operator from before per-pod tokens made: the pool's Secret, and pods reading
+      // their token's digest from it (one warm, one adopted since, as after an upgrade).
+      const oldPod = (name: string, labels: Record<string, string>): V1Pod => {
+        const spec = structuredClone(fresh.spec!);
+        delete spec.nodeName;
+        const env = spec.containers[0]!.env!;
+        env[env.findIndex((e) => e.name === "SANDBOXD_TOKEN_SHA256")] = {
+          name: "SANDBOXD_TOKEN_SHA256",
+          valueFrom: { secretKeyRef: { name: `${OLD}-warm-token`, key: "token-sha256" } },
+        };
+        // No volume of its own is needed for what is checked here.
+        spec.volumes = spec.volumes!.map((v) =>
+          v.persistentVolumeClaim ? { name: v.name, emptyDir: {} } : v,
+        );
+        const a = fresh.metadata!.annotations!;
+        return {
+          metadata: {
+            name,
+            labels,
+            ownerReferences: [owner],
+            annotations: {
+              "sandpit.dev/template-hash": a["sandpit.dev/template-hash"]!,
+              "sandpit.dev/shape-hash": a["sandpit.dev/shape-hash"]!,
+            },
+          },
+          spec,
+        };
+      };
+      const base = { ...fresh.metadata!.labels! };
+      delete base["sandpit.dev/warm"];
+      await stack.c.core.createNamespacedPod({
+        namespace: ns,
+        body: oldPod(`${OLD}-adopted0`, { ...base, "sandpit.dev/sandbox": "made-before" }),
+      });
+      await stack.c.core.createNamespacedPod({
+        namespace: ns,
+        body: oldPod(`${OLD}-warm000`, { ...base, "sandpit.dev/warm": "true" }),
+      });
+
+      // The Secret after its pods: an operator that sees the Secret with no pod using it
+      // deletes it, as it does once the last such pod is gone.
+      const token = randomBytes(32).toString("hex");
+      await stack.c.core.createNamespacedSecret({
+        namespace: ns,
+        body: {
+          metadata: {
+            name: `${OLD}-warm-token`,
+            // Labelled as the operator labelled it (it watches only Secrets it made).
+            labels: {
+              "app.kubernetes.io/managed-by": "sandpit-operator",
+              "app.kubernetes.io/name": "sandpit-sandbox",
+              "sandpit.dev/pool": OLD,
+            },
+            ownerReferences: [owner],
+          },
+          data: {
+            token: Buffer.from(token).toString("base64"),
+            "token-sha256": Buffer.from(sha256(token)).toString("base64"),
+          },
+        },
+      });
+      // The old pod verifies the pool's token, as before (read from the host).
+      const adopted = await waitFor("the old adopted pod serving", 120_000, async () => {
+        const p = await stack.c.core.readNamespacedPod({ name: `${OLD}-adopted0`, namespace: ns });
+        return p.status?.podIP &&
+          p.status.conditions?.some((c) => c.type === "Ready" && c.status === "True")
+          ? p
+          : undefined;
+      });
+      expect(await call(adopted.status!.podIP!, token, "/v1/files/stat?path=.")).toBe(200);
+
+      // The warm one made with the pool's token is replaced (the pool has its new warm pod).
+      await waitFor("the old warm pod replaced", 120_000, async () =>
+        (await warmOf()).every((p) => p.metadata!.name !== `${OLD}-warm000`),
+      );
+      expect((await warmOf()).map((p) => p.metadata!.name)).toContain(fresh.metadata!.name);
+
+      // The Secret stays while the adopted pod made with it lives: its container, restarted,
+      // reads the digest from it again.
+      const secretThere = async () =>
+        (await stack.c.core.listNamespacedSecret({ namespace: ns })).items.some(
+          (s) => s.metadata!.name === `${OLD}-warm-token` && !s.metadata!.deletionTimestamp,
+        );
+      await new Promise((r) => setTimeout(r, 6_000)); // a pool pass or two, every 5 s at most
+      expect(await secretThere()).toBe(true);
+
+      // That pod gone, the Secret goes.
+      await stack.c.core.deleteNamespacedPod({
+        name: `${OLD}-adopted0`,
+        namespace: ns,
+        gracePeriodSeconds: 0,
+      });
+      await waitFor("the pool's old Secret deleted", 60_000, async () => !(await secretThere()));
+    },
+  );
+});
