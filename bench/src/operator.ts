@@ -290,7 +290,7 @@ async function floor(m: Main) {
         },
         eff,
         {
-          tokenSecret: secret,
+          token: { secret },
           mounts: [{ claimName: "none", mountPath: "/mnt/user-data", readOnly: false }],
         },
         cfg,

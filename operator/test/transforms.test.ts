@@ -135,7 +135,7 @@ function children(sbx: Sandbox, podStatus: Pod["status"], podExtra: Partial<Pod[
       m(name),
       eff,
       {
-        tokenSecret: tokenSecretName(name),
+        token: { secret: tokenSecretName(name) },
         mounts: [{ claimName: dataClaimName(name), mountPath: "/mnt/user-data", readOnly: false }],
       },
       cfg,
@@ -193,7 +193,7 @@ const noPool: PoolMembership = {
   evicting: () => false,
   adoptedPod: () => undefined,
   adopt: () => Promise.resolve(undefined),
-  podTokens: () => [],
+  podTokens: () => Promise.resolve([]),
 };
 
 /** Reconciles `sbx` from caches holding `objects` (transformed or not); what it wrote and said. */

@@ -164,7 +164,7 @@ describe("pod", () => {
     undefined,
     cfg,
   );
-  const p = pod(meta, e, { tokenSecret: "sbx-1-token", mounts: own("sbx-1-data") }, cfg);
+  const p = pod(meta, e, { token: { secret: "sbx-1-token" }, mounts: own("sbx-1-data") }, cfg);
   const container = at(p, "spec", "containers", 0);
 
   it("is ready on /healthz without a policy probe, on /readyz with one, which sandboxd is given", () => {
@@ -175,7 +175,7 @@ describe("pod", () => {
     const probed = pod(
       meta,
       e,
-      { tokenSecret: "t", mounts: own("c"), isolationProbe: "198.51.100.4:6443" },
+      { token: { secret: "t" }, mounts: own("c"), isolationProbe: "198.51.100.4:6443" },
       cfg,
     );
     const c = at(probed, "spec", "containers", 0);
@@ -260,7 +260,7 @@ describe("pod", () => {
   it("mounts each of emptyDirs as its own empty volume, and changes the pod's shape only when set", () => {
     const dirs = ["/mnt/skills/custom", "/mnt/acp-workspace"];
     const withDirs = effectiveSpec(sandbox({ emptyDirs: dirs }), undefined, cfg);
-    const q = pod(meta, withDirs, { tokenSecret: "t", mounts: own("c") }, cfg);
+    const q = pod(meta, withDirs, { token: { secret: "t" }, mounts: own("c") }, cfg);
     expect(at(q, "spec", "containers", 0, "volumeMounts")).toEqual(
       expect.arrayContaining([
         { name: "empty-0", mountPath: "/mnt/skills/custom" },
@@ -302,7 +302,7 @@ describe("pod", () => {
     const plain = pod(
       meta,
       effectiveSpec(sandbox({}), undefined, cfg),
-      { tokenSecret: "t", mounts: own("c") },
+      { token: { secret: "t" }, mounts: own("c") },
       cfg,
     );
     expect(at(plain, "spec")).not.toHaveProperty("runtimeClassName");
@@ -334,7 +334,7 @@ describe("pod", () => {
       SANDPIT_POD_NODE_SELECTOR: '{"pool":"sandboxes"}',
       SANDPIT_POD_TOLERATIONS: '[{"key":"sandbox","operator":"Exists","effect":"NoSchedule"}]',
     });
-    const q = pod(meta, e, { tokenSecret: "t", mounts: own("c") }, placed);
+    const q = pod(meta, e, { token: { secret: "t" }, mounts: own("c") }, placed);
     expect(at(q, "spec", "nodeSelector")).toEqual({ pool: "sandboxes" });
     expect(at(q, "spec", "tolerations")).toEqual([
       { key: "sandbox", operator: "Exists", effect: "NoSchedule" },
@@ -615,7 +615,7 @@ describe("mounts", () => {
       "own-data",
     );
     if ("problem" in resolved) throw new Error(resolved.problem);
-    const p = pod(meta, e, { tokenSecret: "t", mounts: resolved.mounts }, cfg);
+    const p = pod(meta, e, { token: { secret: "t" }, mounts: resolved.mounts }, cfg);
     expect(at(p, "spec", "volumes")).toEqual([
       { name: "data", persistentVolumeClaim: { claimName: "deerflow" } },
       { name: "claim-1", persistentVolumeClaim: { claimName: "skills", readOnly: true } },

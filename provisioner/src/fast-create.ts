@@ -1,7 +1,7 @@
 /**
  * The warm create's own part (docs/architecture.md, "The warm create"): which creates may take
  * a reserved warm pod, and handing that pod to the new sandbox (sandboxd's /v1/init with the
- * pool's warm token, giving it the sandbox's derived token, environment and packages) without a
+ * pod's own warm token, giving it the sandbox's derived token, environment and packages) without a
  * write to the API server. The operator completes ownership, Secret, Service and status later.
  */
 import { type InitRequest, SANDBOXD_PORT } from "@sandpit/sandboxd/protocol";
@@ -64,10 +64,9 @@ export async function initReserved(
 ): Promise<FastReady> {
   faultPoint("provisioner-sandbox-created");
   await faultStall("provisioner-sandbox-created");
-  const [warm, key] = await Promise.all([
-    reservations.warmToken(pool.metadata.name),
-    reservations.tokenKey(),
-  ]);
+  // The pod's token first: it reads the key again if the pod was made under a newer one.
+  const warm = await reservations.warmToken(r);
+  const key = await reservations.tokenKey();
   const token = derivedToken(key, sbx.metadata.uid!);
   const t = pool.spec.template;
   const env: Record<string, string> = {};

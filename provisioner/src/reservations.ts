@@ -18,6 +18,8 @@ import {
   type SandboxPool,
   TOKEN_KEY_SECRET,
   faultPoint,
+  keyFingerprint,
+  warmPodToken,
 } from "@sandpit/operator/api";
 import {
   Informer,
@@ -35,6 +37,13 @@ export interface Reserved {
   pool: string;
   podName: string;
   podIP: string;
+  /**
+   * The random id the pod's own warm token is derived with (its ANNOTATION.warmTokenId);
+   * undefined for a pod made before warm tokens were per pod, opened with the pool's token.
+   */
+  tokenId?: string;
+  /** The fingerprint of the token key the pod's warm token was derived from. */
+  keyFingerprint?: string;
 }
 
 export interface ReservationOptions {
@@ -174,12 +183,24 @@ export class Reservations {
     return this.#live();
   }
 
-  /** The pool's warm token, which a blank warm pod's sandboxd accepts (read once). */
-  warmToken(pool: string): Promise<string> {
-    return this.#secret(`${pool}-warm-token`, "token");
+  /**
+   * The token a reserved pod's blank sandboxd accepts: its own, derived from the key, its name
+   * and its token id (warmPodToken), so it opens that pod and no other. A pod made before warm
+   * tokens were per pod has none: the pool's token from the Secret `<pool>-warm-token` (read
+   * once), as then.
+   */
+  async warmToken(r: Reserved): Promise<string> {
+    if (!r.tokenId) return this.#secret(`${r.pool}-warm-token`, "token");
+    let key = await this.tokenKey();
+    if (r.keyFingerprint && keyFingerprint(key) !== r.keyFingerprint) {
+      // The key was replaced since it was read: read it again.
+      this.#secrets.delete(TOKEN_KEY_SECRET);
+      key = await this.tokenKey();
+    }
+    return warmPodToken(key, this.#ns, r.podName, r.tokenId);
   }
 
-  /** The key sandbox tokens of reserved pods are derived from (read once). */
+  /** The key reserved sandboxes' and warm pods' tokens are derived from (read once, and again when a pod names a newer one). */
   tokenKey(): Promise<string> {
     return this.#secret(TOKEN_KEY_SECRET, "key");
   }
@@ -275,7 +296,15 @@ export class Reservations {
       const marked = await this.#mark(name, this.holder, pod.metadata.resourceVersion);
       if (!marked) return "conflict";
       faultPoint("provisioner-reserved");
-      return { pool, podName: name, podIP: pod.status!.podIP! };
+      const tokenId = pod.metadata.annotations?.[ANNOTATION.warmTokenId];
+      const fingerprint = pod.metadata.annotations?.[ANNOTATION.warmTokenKey];
+      return {
+        pool,
+        podName: name,
+        podIP: pod.status!.podIP!,
+        ...(tokenId ? { tokenId } : {}),
+        ...(fingerprint ? { keyFingerprint: fingerprint } : {}),
+      };
     } finally {
       this.#reserving.delete(name);
     }

@@ -19,7 +19,14 @@ import {
   setHeaderOptions,
 } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
-import { GROUP, VERSION, tokenSecretName } from "@sandpit/operator/api";
+import {
+  ANNOTATION,
+  GROUP,
+  TOKEN_KEY_SECRET,
+  VERSION,
+  tokenSecretName,
+  warmPodToken,
+} from "@sandpit/operator/api";
 import { type KObject, Kube, type Resource } from "@sandpit/operator/kube/client";
 import { machineAddressCidrs } from "./addresses.ts";
 
@@ -360,6 +367,31 @@ export async function tokenOf(c: Clients, ns: string, name: string): Promise<str
   return Buffer.from(secret.data!.token!, "base64").toString();
 }
 
+/**
+ * The token a warm pod's sandboxd was started with, as the operator and the provisioner know it:
+ * its own, derived from the namespace's token key and the pod's token id; for a pod without a
+ * token id (made before warm tokens were per pod), its pool's Secret's.
+ */
+export async function warmTokenOfPod(
+  c: Clients,
+  ns: string,
+  pod: {
+    metadata?: {
+      name?: string;
+      labels?: Record<string, string>;
+      annotations?: Record<string, string>;
+    };
+  },
+): Promise<string> {
+  const secret = async (name: string, key: string) => {
+    const s = await c.core.readNamespacedSecret({ name, namespace: ns });
+    return Buffer.from(s.data![key]!, "base64").toString();
+  };
+  const id = pod.metadata?.annotations?.[ANNOTATION.warmTokenId];
+  if (!id) return secret(`${pod.metadata!.labels!["sandpit.dev/pool"]!}-warm-token`, "token");
+  return warmPodToken(await secret(TOKEN_KEY_SECRET, "key"), ns, pod.metadata!.name!, id);
+}
+
 /** Runs code through sandboxd at host:port (a pod endpoint or a Service address). */
 export async function runCode(
   address: string,
@@ -481,11 +513,23 @@ export async function startStack(o: {
   }[];
   /** The provisioner's settings besides the harness's. */
   env?: Record<string, string>;
+  /**
+   * Runs once the operator is up and before the provisioner starts: what the provisioner must
+   * find at its start (its default pool, whose warm pods it reserves from the start).
+   */
+  beforeProvisioner?: (c: Clients, ns: string) => Promise<void>;
 }): Promise<Stack> {
   const c = clients(o.kubeconfig);
   await ensureCrds(c);
   const ns = await createNamespace(c, o.prefix);
   const operator = await startOperator({ kubeconfig: o.kubeconfig, namespace: ns, image: o.image });
+  if (o.beforeProvisioner) {
+    await o.beforeProvisioner(c, ns).catch(async (err: unknown) => {
+      await operator.stop();
+      await deleteNamespace(c, ns);
+      throw err;
+    });
+  }
   const prov = await startProvisioner({
     kubeconfig: o.kubeconfig,
     namespace: ns,

@@ -20,6 +20,7 @@ import {
   tokenOf,
   waitFor,
   waitForPhase,
+  warmTokenOfPod,
 } from "../cluster/harness.ts";
 
 let c: Clients;
@@ -151,13 +152,9 @@ describe("SandboxPool", () => {
         "import os; print(os.environ['OWN'], os.environ['FROM'])",
       );
       expect(out.stdout).toBe("mine template\n");
-      // The pool's token no longer opens it.
-      const poolSecret = await c.core.readNamespacedSecret({
-        name: "hot-warm-token",
-        namespace: ns,
-      });
-      const poolToken = Buffer.from(poolSecret.data!.token!, "base64").toString();
-      await expect(runCode(w1.status!.endpoint!, poolToken, "print(1)")).rejects.toThrow(/401/);
+      // The warm token it was made with no longer opens it.
+      const warmToken = await warmTokenOfPod(c, ns, pod);
+      await expect(runCode(w1.status!.endpoint!, warmToken, "print(1)")).rejects.toThrow(/401/);
       // Its volume moved with it.
       const claim = await c.core.readNamespacedPersistentVolumeClaim({
         name: dataClaimName(w1.status!.podName!),

@@ -35,6 +35,18 @@ export const ANNOTATION = {
   shapeHash: "sandpit.dev/shape-hash",
   /** Hash of what the object was built from; a difference means "apply again". */
   specHash: "sandpit.dev/spec-hash",
+  /**
+   * On a warm pod: the random id its own warm token is derived with (warmPodToken in
+   * reservations.ts). A warm pod without it was made before warm tokens were per pod: its
+   * sandboxd verifies the pool's token, from the Secret `<pool>-warm-token`.
+   */
+  warmTokenId: "sandpit.dev/warm-token-id",
+  /**
+   * On a warm pod: the fingerprint of the token key its warm token was derived from
+   * (keyFingerprint in reservations.ts). A pod made under a key since replaced cannot be opened:
+   * it is never adopted, and the pool replaces it.
+   */
+  warmTokenKey: "sandpit.dev/warm-token-key",
   /** On a warm pod: the template packages are installed. */
   packagesReady: "sandpit.dev/packages-ready",
   /** On a Sandbox: the id a DeerFlow client gave it. */

@@ -4,9 +4,10 @@
  * ahead of demand and hands one to a create by naming it on the Sandbox; the operator never
  * adopts a pod reserved by a live holder, completes the adoption of a pod a Sandbox names, and
  * reclaims reservations whose holder is gone. Both derive the sandbox's token from its uid, so
- * the provisioner can answer before the operator has written the token Secret.
+ * the provisioner can answer before the operator has written the token Secret, and a warm pod's
+ * own token from its name and token id, so no Secret holds it.
  */
-import { createHmac } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import type { KObject, Resource } from "../kube/rest.ts";
 
 export const RESERVATION = {
@@ -20,7 +21,8 @@ export const RESERVATION = {
 
 /**
  * The Secret (in the sandbox namespace, made by the operator) holding the key sandbox tokens of
- * reserved pods are derived from. Never mounted into any pod (docs/security.md).
+ * reserved pods and warm pods' tokens are derived from. Never mounted into any pod
+ * (docs/security.md).
  */
 export const TOKEN_KEY_SECRET = "sandpit-token-key";
 
@@ -38,6 +40,31 @@ export interface Lease extends KObject {
 /** A sandbox's token, from the key and its uid: the same on the provisioner and the operator. */
 export function derivedToken(key: string, sandboxUid: string): string {
   return createHmac("sha256", key).update(`sandbox-token\0${sandboxUid}`).digest("hex");
+}
+
+/**
+ * A warm pod's own token: derived from the same key, its namespace, its name and the random id
+ * it was made with (the pod's ANNOTATION.warmTokenId), so the provisioner and the operator both
+ * know it without a Secret per pod, the pod is given its SHA-256 only, and it opens that one
+ * pod: a pod made again under the same name gets another id, so another token.
+ */
+export function warmPodToken(
+  key: string,
+  namespace: string,
+  podName: string,
+  tokenId: string,
+): string {
+  return createHmac("sha256", key)
+    .update(`warm\0${namespace}\0${podName}\0${tokenId}`)
+    .digest("hex");
+}
+
+/**
+ * Names a token key without revealing it (the first 16 hex digits of its SHA-256): a warm pod
+ * carries the fingerprint of the key its token was derived from.
+ */
+export function keyFingerprint(key: string): string {
+  return createHash("sha256").update(key).digest("hex").slice(0, 16);
 }
 
 /**

@@ -155,7 +155,8 @@ export const claim: Transform<Claim> = (o) => {
 };
 
 /**
- * Our Secrets: a token (a sandbox's own, a pool's warm one) and whether it has its digest, or
+ * Our Secrets: a token (a sandbox's own, or a pool's warm one from before warm tokens were per
+ * pod) and whether it has its digest, or
  * the key reserved sandboxes' tokens derive from (operator/src/api/reservations.ts), nothing else.
  */
 export const secret: Transform<Secret> = (o) => {

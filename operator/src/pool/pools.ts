@@ -4,13 +4,14 @@
  * the one way the sandbox reconciler reaches pool semantics.
  */
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
+import type { Pod } from "../kube/resources.ts";
 import { type Ctx, keyOf, splitKey } from "../context.ts";
 import type { Adoption, PoolMembership } from "../sandbox/membership.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
 import type { Effective } from "../workload/spec.ts";
 import { PoolAdmission, type PoolView } from "./admission.ts";
 import { Holders } from "./holders.ts";
-import { type Claims, tryAdopt, warmToken } from "./warm.ts";
+import { type Claims, tryAdopt, warmTokenOf } from "./warm.ts";
 
 export class Pools implements PoolMembership {
   readonly admission = new PoolAdmission();
@@ -73,8 +74,8 @@ export class Pools implements PoolMembership {
     return tryAdopt(this.#ctx, this.#claims, sbx, pool, eff, token, isolated, signal);
   }
 
-  podTokens(pool: SandboxPool): string[] {
-    const token = warmToken(this.#ctx, pool);
+  async podTokens(pool: SandboxPool, pod: Pod): Promise<string[]> {
+    const token = await warmTokenOf(this.#ctx, pool, pod);
     return token ? [token] : [];
   }
 

@@ -12,15 +12,14 @@ import type { ReconcileResult } from "../controller/controller.ts";
 import { type Ctx, keyOf, splitKey } from "../context.ts";
 import { type Condition, setCondition } from "../kube/conditions.ts";
 import { canonical } from "../kube/canonical.ts";
+import { keyFingerprint, warmPodToken } from "../api/reservations.ts";
 import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
-import { isAlreadyExists } from "../kube/rest.ts";
+import { isNotFound } from "../kube/rest.ts";
 import {
   dataClaim,
-  legacyTokenSecret,
   networkPolicy,
-  newToken,
   pod as podManifest,
-  tokenSecret,
+  tokenDigest,
 } from "../workload/manifests.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { podMounts } from "../workload/mounts.ts";
@@ -30,13 +29,17 @@ import { boundsViolation, effectiveSpec, shapeHash, warmable } from "../workload
 import type { Pools } from "./pools.ts";
 import {
   claimable,
+  cachedKeyFingerprint,
   ensureTokenKey,
+  legacyWarmPod,
+  legacyWarmSecretName,
   reclaimReservations,
   reservedByLive,
+  sameKey,
   templateHash,
+  tokenKey,
   warmPods,
-  warmSecretName,
-  warmToken,
+  warmTokenOf,
 } from "./warm.ts";
 
 export async function reconcilePool(
@@ -65,10 +68,7 @@ export async function reconcilePool(
   for (const victim of pools.admission.trim(key, pools.view(pool))) ctx.enqueueSandbox(victim);
 
   if ((warmable(template) && pool.spec.warm > 0) || warmPods(ctx, pool).length > 0) {
-    await Promise.all([
-      ensureWarmSecret(ctx, pool, meta(warmSecretName(pool))),
-      ensureTokenKey(ctx, ns),
-    ]);
+    await ensureTokenKey(ctx, ns);
     const np = networkPolicy(
       meta(`${name}-warm`),
       { [LABEL.pool]: name, [LABEL.warm]: "true" },
@@ -91,8 +91,16 @@ export async function reconcilePool(
   const held = await reservedByLive(ctx, pools, pool);
 
   const pods = warmPods(ctx, pool);
-  const fresh = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] === hash);
-  const stale = pods.filter((p) => p.metadata.annotations?.[ANNOTATION.templateHash] !== hash);
+  // A pod made before warm tokens were per pod is replaced like one of an older template: it
+  // stays claimable (opened with the pool's token) until its successor is ready. So is one made
+  // under a token key since replaced, which nobody can open any more.
+  const fingerprint = cachedKeyFingerprint(ctx, ns);
+  const current = (p: Pod) =>
+    p.metadata.annotations?.[ANNOTATION.templateHash] === hash &&
+    !legacyWarmPod(p) &&
+    (fingerprint === undefined || sameKey(p, fingerprint));
+  const fresh = pods.filter(current);
+  const stale = pods.filter((p) => !current(p));
   // A template outside the pool's own bounds gets no warm pods: its members are refused too.
   const outOfBounds = boundsViolation(template, pool.spec, ctx.cfg);
   const want = warmable(template) && !outOfBounds ? pool.spec.warm : 0;
@@ -151,6 +159,7 @@ export async function reconcilePool(
   await Promise.all(
     deletions.map((p) => ctx.kube.delete(PODS, ns, p.metadata.name, { uid: p.metadata.uid! })),
   );
+  await retireLegacyWarmSecret(ctx, pool);
 
   await writePoolStatus(ctx, pools, pool, {
     warmReady: pods.filter((p) => !deletions.includes(p) && claimable(pool, p, shape)).length,
@@ -162,16 +171,26 @@ export async function reconcilePool(
   return settling ? { requeueAfterMs: 5_000 } : undefined;
 }
 
-async function ensureWarmSecret(
-  ctx: Ctx,
-  pool: SandboxPool,
-  m: Parameters<typeof tokenSecret>[0],
-): Promise<void> {
-  if (warmToken(ctx, pool)) return;
+/**
+ * Deletes the pool-wide warm token Secret of an installation from before warm tokens were per
+ * pod, once no pod of the pool uses it: no warm pod made then is left, nor a sandbox that
+ * adopted one (its container, restarted, reads the digest from the Secret again).
+ */
+async function retireLegacyWarmSecret(ctx: Ctx, pool: SandboxPool): Promise<void> {
+  const ns = pool.metadata.namespace!;
+  const secret = ctx.caches.secrets.get(legacyWarmSecretName(pool), ns);
+  if (!secret) return;
+  const used = ctx.caches.pods.list(ns).some(
+    (p) =>
+      p.metadata.labels?.[LABEL.pool] === pool.metadata.name &&
+      p.metadata.annotations?.[ANNOTATION.templateHash] !== undefined && // made as a warm pod
+      legacyWarmPod(p),
+  );
+  if (used) return;
   try {
-    await ctx.kube.create(SECRETS, tokenSecret(m, newToken()));
+    await ctx.kube.delete(SECRETS, ns, secret.metadata.name, { uid: secret.metadata.uid! });
   } catch (err) {
-    if (!isAlreadyExists(err)) throw err;
+    if (!isNotFound(err)) throw err;
   }
 }
 
@@ -188,6 +207,11 @@ async function createWarmPod(
   // Only warmable templates get warm pods, and theirs name no user or thread.
   if ("problem" in resolved) throw new Error(resolved.problem);
   const { mounts } = resolved;
+  // The pod's own warm token, derived (warmPodToken): the pod is given its digest as a plain
+  // value, so no Secret is written for it and the digest opens nothing.
+  const tokenId = randomBytes(16).toString("hex");
+  const key = await tokenKey(ctx, ns);
+  const token = warmPodToken(key, ns, podName, tokenId);
   const labels = { [LABEL.pool]: pool.metadata.name };
   await ctx.kube.create(
     PVCS,
@@ -199,10 +223,14 @@ async function createWarmPod(
       { name: podName, namespace: ns, owner: pool, labels: { ...labels, [LABEL.warm]: "true" } },
       e,
       {
-        tokenSecret: warmSecretName(pool),
-        legacyToken: legacyTokenSecret(ctx.caches.secrets.get(warmSecretName(pool), ns)),
+        token: { digest: tokenDigest(token) },
         mounts,
-        annotations: { [ANNOTATION.templateHash]: hash, [ANNOTATION.shapeHash]: shape },
+        annotations: {
+          [ANNOTATION.templateHash]: hash,
+          [ANNOTATION.shapeHash]: shape,
+          [ANNOTATION.warmTokenId]: tokenId,
+          [ANNOTATION.warmTokenKey]: keyFingerprint(key),
+        },
         isolationProbe: policyProbeFor(ctx.policyProbe(), e.network),
       },
       ctx.cfg,
@@ -218,8 +246,7 @@ async function installTemplatePackages(
   signal: AbortSignal,
 ): Promise<void> {
   const packages = pool.spec.template.packages ?? [];
-  const token = warmToken(ctx, pool);
-  if (!packages.length || !token) return;
+  if (!packages.length) return;
   const language = pool.spec.template.language ?? "python";
   await Promise.all(
     pods
@@ -230,6 +257,8 @@ async function installTemplatePackages(
           `${p.metadata.uid}/${restartCount(p)}`,
       )
       .map(async (p) => {
+        const token = await warmTokenOf(ctx, pool, p);
+        if (!token) return; // an old pod whose pool Secret is gone: replaced, never claimable
         await init(
           p.status!.podIP!,
           [token],

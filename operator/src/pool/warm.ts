@@ -15,7 +15,14 @@
 import { ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
 import { dataClaimName } from "../api/names.ts";
 import { packageSpec } from "../api/packages.ts";
-import { RESERVATION, TOKEN_KEY_SECRET, derivedToken, faultPoint } from "../api/reservations.ts";
+import {
+  RESERVATION,
+  TOKEN_KEY_SECRET,
+  derivedToken,
+  faultPoint,
+  keyFingerprint,
+  warmPodToken,
+} from "../api/reservations.ts";
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
 import type { Ctx } from "../context.ts";
 import { PODS, PVCS, type Pod, SECRETS, type Secret } from "../kube/resources.ts";
@@ -48,11 +55,60 @@ export interface Claims {
   holders: Holders;
 }
 
-export const warmSecretName = (pool: SandboxPool) => `${pool.metadata.name}-warm-token`;
+/**
+ * The pool-wide warm token of warm pods made before warm tokens were per pod (they read its
+ * digest from this Secret). No pod is made with it any more; it goes once no pod of the pool
+ * uses it (reconciler.ts, retireLegacyWarmSecret).
+ */
+export const legacyWarmSecretName = (pool: SandboxPool) => `${pool.metadata.name}-warm-token`;
 
-export function warmToken(ctx: Ctx, pool: SandboxPool): string | undefined {
-  const s = ctx.caches.secrets.get(warmSecretName(pool), pool.metadata.namespace);
+function legacyWarmToken(ctx: Ctx, pool: SandboxPool): string | undefined {
+  const s = ctx.caches.secrets.get(legacyWarmSecretName(pool), pool.metadata.namespace);
   return s?.data?.token ? Buffer.from(s.data.token, "base64").toString() : undefined;
+}
+
+/** A pod of the pool made before warm tokens were per pod: its sandboxd took the pool's token. */
+export function legacyWarmPod(pod: Pod): boolean {
+  return !pod.metadata.annotations?.[ANNOTATION.warmTokenId];
+}
+
+/**
+ * The token a warm pod's sandboxd was started with, whether still warm or adopted since (a
+ * container restart brings it back): its own, derived from the key, its name and its token id;
+ * the pool's for a pod made before that. Undefined when it cannot be had (an old pod whose
+ * pool Secret is gone).
+ */
+export async function warmTokenOf(
+  ctx: Ctx,
+  pool: SandboxPool,
+  pod: Pod,
+): Promise<string | undefined> {
+  const id = pod.metadata.annotations?.[ANNOTATION.warmTokenId];
+  if (!id) return legacyWarmToken(ctx, pool);
+  const ns = pod.metadata.namespace!;
+  const key = await tokenKey(ctx, ns);
+  // Made under a key since replaced: its token cannot be had any more.
+  if (!sameKey(pod, keyFingerprint(key))) return undefined;
+  return warmPodToken(key, ns, pod.metadata.name, id);
+}
+
+/** Whether the warm pod's token was derived from the key of that fingerprint. */
+export function sameKey(pod: Pod, fingerprint: string): boolean {
+  const made = pod.metadata.annotations?.[ANNOTATION.warmTokenKey];
+  return made === undefined || made === fingerprint;
+}
+
+/** The fingerprint of the namespace's token key, when the cache shows it. */
+export function cachedKeyFingerprint(ctx: Ctx, ns: string): string | undefined {
+  const key = ctx.caches.secrets.get(TOKEN_KEY_SECRET, ns)?.data?.key;
+  return key ? keyFingerprint(Buffer.from(key, "base64").toString()) : undefined;
+}
+
+/** Whether this process can open the warm pod at all (see warmTokenOf). */
+function openable(ctx: Ctx, pool: SandboxPool, pod: Pod): boolean {
+  if (legacyWarmPod(pod)) return legacyWarmToken(ctx, pool) !== undefined;
+  const fingerprint = cachedKeyFingerprint(ctx, pod.metadata.namespace!);
+  return fingerprint === undefined || sameKey(pod, fingerprint);
 }
 
 /** The hash that says which template a warm pod was made from. */
@@ -117,8 +173,6 @@ export async function tryAdopt(
   const template = effectiveSpec({}, pool.spec, ctx.cfg);
   const shape = shapeHash(eff);
   if (shape !== shapeHash(template)) return undefined; // the sandbox overrides the pod's shape
-  const poolToken = warmToken(ctx, pool);
-  if (!poolToken) return undefined;
   const ns = sbx.metadata.namespace!;
   const reserved = await reservedPod(ctx, sbx, pool);
   for (let attempt = 0; attempt < 3; attempt++) {
@@ -129,7 +183,10 @@ export async function tryAdopt(
         ? reserved
         : firstFree(
             warmPods(ctx, pool).filter(
-              (p) => !claims.claiming.has(p.metadata.uid!) && claimable(pool, p, shape),
+              (p) =>
+                !claims.claiming.has(p.metadata.uid!) &&
+                claimable(pool, p, shape) &&
+                openable(ctx, pool, p),
             ),
           );
     if (!candidate) return undefined;
@@ -139,7 +196,8 @@ export async function tryAdopt(
       // The token Secret's creation (by the caller) and the sandbox's NetworkPolicy come
       // first: the claim moves the pod out of the warm pods' policy into the sandbox's, which
       // must already be there, so the pod is never reachable by anything but its callers.
-      const [tok] = await Promise.all([token, isolated]);
+      const [tok, warm] = await Promise.all([token, warmTokenOf(ctx, pool, candidate), isolated]);
+      if (!warm) continue; // an old pod whose pool Secret is gone: the pool replaces it
       const claimed = await claim(ctx, sbx, candidate);
       if (!claimed) continue;
       faultPoint("operator-adopt-claimed");
@@ -161,7 +219,7 @@ export async function tryAdopt(
         init(
           podIP,
           // A reserved pod the provisioner initialised already answers to the sandbox's token.
-          candidate === reserved ? [tok, poolToken] : [poolToken, tok],
+          candidate === reserved ? [tok, warm] : [warm, tok],
           {
             token: tok,
             env: eff.env,
@@ -302,7 +360,10 @@ export async function reclaimReservations(
   return warmPods(ctx, pool).filter((p) => p.metadata.annotations?.[RESERVATION.holder]).length;
 }
 
-/** The key reserved sandboxes' tokens derive from, made once per namespace (never rotated). */
+/**
+ * The key reserved sandboxes' and warm pods' tokens derive from, made once per namespace (never
+ * rotated).
+ */
 export async function ensureTokenKey(ctx: Ctx, namespace: string): Promise<void> {
   if (ctx.caches.secrets.get(TOKEN_KEY_SECRET, namespace)) return;
   try {
@@ -328,12 +389,18 @@ export async function ensureTokenKey(ctx: Ctx, namespace: string): Promise<void>
  */
 export async function reservedSandboxToken(ctx: Ctx, sbx: Sandbox): Promise<string | undefined> {
   if (!sbx.metadata.annotations?.[RESERVATION.pod]) return undefined;
-  const ns = sbx.metadata.namespace!;
-  // The provisioner read the key to answer: if this cache does not show it yet, the API does.
+  return derivedToken(await tokenKey(ctx, sbx.metadata.namespace!), sbx.metadata.uid!);
+}
+
+/**
+ * The key reserved sandboxes' and warm pods' tokens derive from. Whoever derived a token from it
+ * read it first: if this cache does not show it yet, the API does.
+ */
+export async function tokenKey(ctx: Ctx, ns: string): Promise<string> {
   const secret =
     ctx.caches.secrets.get(TOKEN_KEY_SECRET, ns) ??
     (await ctx.kube.get<Secret>(SECRETS, ns, TOKEN_KEY_SECRET));
   const key = secret.data?.key;
   if (!key) throw new Error(`Secret ${TOKEN_KEY_SECRET} has no key`);
-  return derivedToken(Buffer.from(key, "base64").toString(), sbx.metadata.uid!);
+  return Buffer.from(key, "base64").toString();
 }

@@ -144,10 +144,12 @@ export async function createPod(
         { name: podName, namespace: ns, owner: sbx, labels },
         eff,
         {
-          tokenSecret: tokenSecretName(sbx.metadata.name),
-          legacyToken: legacyTokenSecret(
-            ctx.caches.secrets.get(tokenSecretName(sbx.metadata.name), ns),
-          ),
+          token: {
+            secret: tokenSecretName(sbx.metadata.name),
+            legacy: legacyTokenSecret(
+              ctx.caches.secrets.get(tokenSecretName(sbx.metadata.name), ns),
+            ),
+          },
           mounts,
           isolationProbe: policyProbeFor(ctx.policyProbe(), eff.network),
         },

@@ -4,6 +4,7 @@
  * extend the core instead of being woven into it, and nothing here imports the pool's code.
  */
 import type { Sandbox, SandboxPool } from "../api/v1alpha1.ts";
+import type { Pod } from "../kube/resources.ts";
 import type { Effective } from "../workload/spec.ts";
 
 /** A warm pod a sandbox took over, initialised with its token, environment and packages. */
@@ -42,6 +43,9 @@ export interface PoolMembership {
     isolated: Promise<unknown>,
     signal: AbortSignal,
   ): Promise<Adoption | undefined>;
-  /** Tokens a member's sandboxd may still hold besides the sandbox's own (the pool's warm token). */
-  podTokens(pool: SandboxPool): string[];
+  /**
+   * Tokens a member's sandboxd may still hold besides the sandbox's own: the warm token of the
+   * pod it adopted (a container restart starts sandboxd with that token's digest again).
+   */
+  podTokens(pool: SandboxPool, pod: Pod): Promise<string[]>;
 }

@@ -378,7 +378,7 @@ async function serve(
   const adopted = r.podName !== sbx.metadata.name;
   if (st.current.initializedFor === `failed:${initFor}`) return; // Failed until spec or pod change
   if ((adopted || eff.packages.length > 0) && st.current.initializedFor !== initFor) {
-    const tokens = [await r.token, ...(pool ? pools.podTokens(pool) : [])];
+    const tokens = [await r.token, ...(pool && adopted ? await pools.podTokens(pool, pod) : [])];
     try {
       await init(
         ip,

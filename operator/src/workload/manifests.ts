@@ -234,14 +234,31 @@ function claimVolumes(mounts: ClaimMount[]) {
   return { volumes, volumeMounts };
 }
 
+/** The environment variable sandboxd's token (or, almost always, its digest) reaches it by. */
+function tokenEnv(token: { secret: string; legacy?: boolean } | { digest: string }) {
+  if ("digest" in token) return { name: "SANDBOXD_TOKEN_SHA256", value: token.digest };
+  return token.legacy
+    ? {
+        name: "SANDBOXD_TOKEN",
+        valueFrom: { secretKeyRef: { name: token.secret, key: "token" } },
+      }
+    : {
+        name: "SANDBOXD_TOKEN_SHA256",
+        valueFrom: { secretKeyRef: { name: token.secret, key: TOKEN_DIGEST_KEY } },
+      };
+}
+
 /** The pod running sandboxd; `mounts` comes from podMounts (the user-data volume first). */
 export function pod(
   m: Meta,
   e: Effective,
   opts: {
-    tokenSecret: string;
-    /** The Secret has no digest (made before it existed): the token itself, as then. */
-    legacyToken?: boolean;
+    /**
+     * Where sandboxd's token comes from: a token Secret (its digest key), or the digest itself
+     * as a plain value (a warm pod's own token, derived: no Secret holds it, and the digest opens
+     * nothing).
+     */
+    token: { secret: string; legacy?: boolean } | { digest: string };
     mounts: ClaimMount[];
     annotations?: Record<string, string>;
     /**
@@ -285,15 +302,7 @@ export function pod(
           workingDir: VIRTUAL_ROOT,
           ports: [{ name: "sandboxd", containerPort: SANDBOXD_PORT, protocol: "TCP" }],
           env: [
-            opts.legacyToken
-              ? {
-                  name: "SANDBOXD_TOKEN",
-                  valueFrom: { secretKeyRef: { name: opts.tokenSecret, key: "token" } },
-                }
-              : {
-                  name: "SANDBOXD_TOKEN_SHA256",
-                  valueFrom: { secretKeyRef: { name: opts.tokenSecret, key: TOKEN_DIGEST_KEY } },
-                },
+            tokenEnv(opts.token),
             { name: "SANDBOXD_ENV", value: JSON.stringify(e.env) },
             { name: "SANDBOXD_AIO_PATHS", value: "any" }, // a pod: AIO paths reach what bash can
             ...(opts.isolationProbe
