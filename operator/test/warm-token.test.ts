@@ -113,6 +113,7 @@ function fakeCtx(pods: Pod[], secrets: KObject[]) {
     podExpectations: new Expectations(),
     writeExpectations: new Expectations(),
     clusterAddresses: () => [],
+    policyProbe: () => undefined,
     enqueueSandbox: () => undefined,
     enqueuePool: () => undefined,
   } as unknown as Ctx;
