@@ -55,6 +55,11 @@ export interface ReservationOptions {
 
 /** MicroTime as the API wants it: RFC 3339 with microseconds. */
 const microTime = (d = new Date()) => d.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+/**
+ * How long after a create whose answer was lost its write may still land (the API server's own
+ * request timeout is 60 s): until then a pod it may have named is not released.
+ */
+const LET_GO_SETTLE_MS = 90_000;
 
 export class Reservations {
   /** The holder's name: its Lease's, and the value of the reservation annotation. */
@@ -169,10 +174,36 @@ export class Reservations {
     return undefined;
   }
 
-  /** A taken pod whose create did not use it (its Sandbox existed already): held again. */
+  /**
+   * A taken pod whose create the API server refused (its Sandbox existed already, or was
+   * invalid): no Sandbox names it, so it is held again.
+   */
   giveBack(r: Reserved): void {
     const pod = this.#pods.get(r.podName, this.#ns);
     if (pod && this.#mine(pod)) this.#held.set(r.podName, r);
+  }
+
+  /**
+   * A taken pod whose create failed without saying whether its Sandbox was written (a timeout,
+   * a cut connection, a 5xx): a Sandbox may name it, so this replica never hands it out again.
+   * Once any such write has settled (`settleMs`), a pod no Sandbox names (`named`) has its
+   * reservation removed, guarded by its resourceVersion, and the pool has it back; a pod a
+   * Sandbox names is the operator's to adopt for it.
+   */
+  letGo(r: Reserved, named: (pod: string) => boolean, settleMs = LET_GO_SETTLE_MS): void {
+    this.#held.delete(r.podName);
+    this.#log.warn(
+      { pod: r.podName },
+      "a create that reserved this pod failed without saying whether its Sandbox was written; the pod is not handed out again",
+    );
+    const timer = setTimeout(() => {
+      const pod = this.#pods.get(r.podName, this.#ns);
+      if (!pod || !this.#mine(pod) || named(r.podName)) return;
+      void this.#mark(r.podName, null, pod.metadata.resourceVersion).catch((err: unknown) =>
+        this.#log.warn({ err, pod: r.podName }, "could not release a warm pod's reservation"),
+      );
+    }, settleMs);
+    timer.unref();
   }
 
   /**

@@ -14,15 +14,18 @@ import {
   MANAGED_BY,
   POOLS,
   type PlatformBounds,
+  RESERVATION,
   SANDBOXES,
   type Sandbox,
   type SandboxPool,
   type SandboxSpec,
+  faultFail,
 } from "@sandpit/operator/api";
 import {
   Informer,
   type KObject,
   type Kube,
+  KubeApiError,
   SECRETS,
   isAlreadyExists,
   isNotFound,
@@ -453,13 +456,29 @@ export class SandboxStore implements SandboxBackend {
     let made: Sandbox;
     try {
       made = await this.#kube.create(SANDBOXES, body);
+      faultFail("provisioner-create-answer-lost");
     } catch (err) {
-      if (reserved) reservations!.giveBack(reserved); // no Sandbox names it: still this replica's
+      if (reserved) {
+        // Refused by the API server (a namesake exists, or the object was invalid): no Sandbox
+        // names the pod, so it is still this replica's to hand out. Any other failure (a
+        // timeout, a cut connection, a 5xx) may have come after the Sandbox was written: a
+        // Sandbox may name the pod, and handing it to another create would give one pod to two
+        // sandboxes. It is let go instead, once it is clear no Sandbox names it.
+        if (refused(err)) reservations!.giveBack(reserved);
+        else reservations!.letGo(reserved, (pod) => this.#namesPod(pod));
+      }
       if (isAlreadyExists(err)) return undefined;
       throw err;
     }
     if (reserved) await this.#readyFromReserved(made, reserved, pool!);
     return made;
+  }
+
+  /** Whether a Sandbox this replica sees names `pod` as its reserved warm pod. */
+  #namesPod(pod: string): boolean {
+    return this.#informer
+      .list(this.namespace)
+      .some((s) => s.metadata.annotations?.[RESERVATION.pod] === pod);
   }
 
   /**
@@ -663,4 +682,18 @@ export class SandboxStore implements SandboxBackend {
     this.#tokens.set(uid, token);
     return token;
   }
+}
+
+/**
+ * An API server's refusal of a write, which says the object was not written: a 4xx but a
+ * timeout or throttling (408, 429), which it may answer after all.
+ */
+function refused(err: unknown): boolean {
+  return (
+    err instanceof KubeApiError &&
+    err.status >= 400 &&
+    err.status < 500 &&
+    err.status !== 408 &&
+    err.status !== 429
+  );
 }

@@ -111,7 +111,11 @@ async function invariants(): Promise<void> {
     plural: "sandboxes",
   })) as {
     items: {
-      metadata: { name: string; labels?: Record<string, string> };
+      metadata: {
+        name: string;
+        labels?: Record<string, string>;
+        annotations?: Record<string, string>;
+      };
       status?: { podName?: string };
     }[];
   };
@@ -119,6 +123,8 @@ async function invariants(): Promise<void> {
   expect(new Set(threads).size).toBe(threads.length); // never two sandboxes for one thread
   const pods = list.items.map((s) => s.status?.podName).filter(Boolean);
   expect(new Set(pods).size).toBe(pods.length); // never one pod for two sandboxes
+  const reserved = list.items.map((s) => s.metadata.annotations?.[RESERVED_POD]).filter(Boolean);
+  expect(new Set(reserved).size, JSON.stringify(reserved)).toBe(reserved.length); // nor named by two
   const all = (await c.core.listNamespacedPod({ namespace: ns })).items;
   for (const s of list.items) {
     const owned = all.filter((p) =>
@@ -234,6 +240,38 @@ describe("warm fast path", () => {
           Array.from({ length: WARM + 2 }, (_, i) => useThread(prov, `burst-${i}`)),
         );
         expect(new Set(made.map((m) => m.id)).size).toBe(WARM + 2);
+        for (const m of made) await waitForPhase(c, ns, m.id, "Ready", 180_000);
+        await invariants();
+      } finally {
+        await prov.stop();
+      }
+      await settled();
+    },
+  );
+
+  test(
+    "a create whose answer is lost after its Sandbox was written: its pod goes to no other sandbox",
+    { timeout: 300_000 },
+    async () => {
+      // The Sandbox (naming its reserved pod) is written, then the answer is lost on its way
+      // back: the provisioner cannot tell whether it was written. The pod once went back to the
+      // reservation, and the next create was handed the same pod.
+      const prov = await provisioner({ SANDPIT_FAULT_FAIL: "provisioner-create-answer-lost=1" });
+      try {
+        await waitFor("a reserved warm pod", 60_000, async () =>
+          (await warmPods()).find((p) => p.metadata?.annotations?.[HOLDER]),
+        );
+        const lost = await provisionerCall(prov.url, "POST", "/v1/sandboxes", KEY, {
+          threadId: "t-lost",
+          env: { FP_THREAD: "t-lost" },
+        });
+        expect(lost.status, JSON.stringify(lost.json)).toBeGreaterThanOrEqual(500);
+        // The caller tries again, and other creates follow at once.
+        const made = await Promise.all([
+          useThread(prov, "t-lost"),
+          ...Array.from({ length: WARM }, (_, i) => useThread(prov, `after-lost-${i}`)),
+        ]);
+        expect(new Set(made.map((m) => m.id)).size).toBe(WARM + 1);
         for (const m of made) await waitForPhase(c, ns, m.id, "Ready", 180_000);
         await invariants();
       } finally {

@@ -357,6 +357,9 @@ describe("an upgrade from a pool-wide warm token", () => {
           name: "SANDBOXD_TOKEN_SHA256",
           valueFrom: { secretKeyRef: { name: `${OLD}-warm-token`, key: "token-sha256" } },
         };
+        // Nor had it a network policy probe (it came later): ready on /healthz.
+        spec.containers[0]!.env = env.filter((e) => e.name !== "SANDBOXD_ISOLATION_PROBE");
+        spec.containers[0]!.readinessProbe!.httpGet!.path = "/healthz";
         // No volume of its own is needed for what is checked here.
         spec.volumes = spec.volumes!.map((v) =>
           v.persistentVolumeClaim ? { name: v.name, emptyDir: {} } : v,

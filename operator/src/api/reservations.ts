@@ -96,6 +96,21 @@ export function faultPoint(step: string): void {
   if (FAULT_AT === step) process.kill(process.pid, "SIGKILL");
 }
 
+const [FAIL_AT, FAIL_TIMES] = (process.env.SANDPIT_FAULT_FAIL ?? "").split("=");
+let failsLeft = Number(FAIL_TIMES) || 0;
+
+/**
+ * A named point where a call that succeeded is made to look failed (SANDPIT_FAULT_FAIL=<step>=<n>:
+ * the first n times the step is reached it throws): an answer lost on its way back, which leaves
+ * the caller not knowing whether its write happened.
+ */
+export function faultFail(step: string): void {
+  if (FAIL_AT === step && failsLeft > 0) {
+    failsLeft--;
+    throw new Error(`injected fault: the answer at ${step} was lost`);
+  }
+}
+
 const [STALL_AT, STALL_MS] = (process.env.SANDPIT_FAULT_STALL ?? "").split("=");
 
 /**
