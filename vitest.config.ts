@@ -27,6 +27,7 @@ export default defineConfig({
             "test/operator/**",
             "test/deerflow/**",
             "test/security/**",
+            "test/chaos/**",
             "test/serve/docker*.test.ts",
           ],
         },
@@ -59,6 +60,8 @@ export default defineConfig({
             "test/contract/e2b-sandpit.test.ts",
             "test/deerflow/**/*.test.ts",
             "test/security/**/*.test.ts",
+            // Kills and restarts only the provisioner replicas it starts itself.
+            "test/chaos/**/*.test.ts",
           ],
           exclude: ["**/node_modules/**", "test/operator/disruptive/**"],
           globalSetup: ["test/cluster/global-setup.ts"],

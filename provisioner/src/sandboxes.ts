@@ -395,8 +395,12 @@ export class SandboxStore implements SandboxBackend {
     input: CreateInput,
     pool: SandboxPool | undefined,
   ): Promise<Sandbox | undefined> {
-    const inFlight = [...this.#creating.values()].filter((c) => c.tenant === input.tenant).length;
-    if (input.quota !== undefined && this.count(input.tenant) + inFlight >= input.quota) {
+    // A create in flight whose Sandbox the cache already shows (its watch event can arrive
+    // before its own answer) is one sandbox, not two.
+    const live = new Set(this.list(input.tenant).map((s) => s.metadata.name));
+    let inFlight = 0;
+    for (const [n, c] of this.#creating) if (c.tenant === input.tenant && !live.has(n)) inFlight++;
+    if (input.quota !== undefined && live.size + inFlight >= input.quota) {
       throw new SandboxUnavailable(
         "quota",
         `this API key may hold ${input.quota} sandboxes at once; delete some first`,

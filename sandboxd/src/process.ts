@@ -29,6 +29,32 @@ export interface ProcessSpec {
  */
 export const PIPE_GRACE_MS = 100;
 
+/**
+ * After the main process exited, calls `finish` once its pipes have had PIPE_GRACE_MS to close
+ * (the caller also finishes on 'close'). The grace is never cut short by a starved event loop:
+ * a timer runs before the poll that reads the pipes in each turn of the loop, so a loop that
+ * was busy (or CPU-throttled) past the grace would fire it with output the command wrote before
+ * exiting still unread in the pipe. When it fires, one more poll reads what the pipes hold
+ * (setImmediate runs after it); if that brought output, the grace starts again, for at most
+ * PIPE_DRAIN_MAX_MS after the exit: a background job that keeps writing is not waited for.
+ * `bytes` counts the output received so far.
+ */
+export function finishAfterExit(bytes: () => number, finish: () => void): void {
+  const exited = performance.now();
+  const grace = () => {
+    const before = bytes();
+    setImmediate(() => {
+      if (bytes() !== before && performance.now() - exited < PIPE_DRAIN_MAX_MS)
+        setTimeout(grace, PIPE_GRACE_MS).unref();
+      else finish();
+    }).unref();
+  };
+  setTimeout(grace, PIPE_GRACE_MS).unref();
+}
+
+/** How long after the exit output still arriving on the pipes is waited for, at most. */
+export const PIPE_DRAIN_MAX_MS = 2_000;
+
 /** Every session this process started (a detached child leads its own session). */
 const sessions = new Set<number>();
 
@@ -247,7 +273,7 @@ export function runProcess(spec: ProcessSpec): Promise<RunCommandResult> {
     child.on("exit", (code, signal) => {
       exitCode = code ?? (signal ? 128 + constants.signals[signal] : 1);
       if (timedOut) killGroup();
-      setTimeout(finish, PIPE_GRACE_MS).unref();
+      finishAfterExit(() => out.seen + err.seen, finish);
     });
     child.on("close", finish);
   });

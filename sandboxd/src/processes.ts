@@ -16,7 +16,7 @@ import { constants } from "node:os";
 import { StringDecoder } from "node:string_decoder";
 import type { Executor } from "./executor.ts";
 import { OutputRing, type OutputChunk } from "./output-ring.ts";
-import { PIPE_GRACE_MS, spawnDetached } from "./process.ts";
+import { finishAfterExit, spawnDetached } from "./process.ts";
 import {
   MAX_STDIN_BYTES,
   SandboxdError,
@@ -211,8 +211,15 @@ export class ProcessTable {
       this.enforceTotal();
       proc.notify();
     };
-    child.stdout.on("data", (c: Buffer) => take("stdout", decoders.stdout.write(c)));
-    child.stderr.on("data", (c: Buffer) => take("stderr", decoders.stderr.write(c)));
+    let received = 0;
+    child.stdout.on("data", (c: Buffer) => {
+      received += c.length;
+      take("stdout", decoders.stdout.write(c));
+    });
+    child.stderr.on("data", (c: Buffer) => {
+      received += c.length;
+      take("stderr", decoders.stderr.write(c));
+    });
 
     let timedOut = false;
     let timer: NodeJS.Timeout | undefined;
@@ -255,7 +262,7 @@ export class ProcessTable {
     };
     child.on("exit", (code, signal) => {
       exitCode = code ?? (signal ? 128 + constants.signals[signal] : 1);
-      setTimeout(finish, PIPE_GRACE_MS).unref();
+      finishAfterExit(() => received, finish);
     });
     child.on("close", finish);
   }

@@ -6,6 +6,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "./log.ts";
 import { aioRoutes } from "./aio.ts";
+import { sendFileBody } from "./file-body.ts";
 import { filesRoutes } from "./files.ts";
 import {
   HttpError,
@@ -47,9 +48,10 @@ import {
   type ReadyResponse,
 } from "./wire.ts";
 
-export const VERSION = "0.1.0";
-/** Files up to this size are read in one go; bigger ones are streamed. */
+/** Bodies up to this size are gathered and written in one go; bigger ones are streamed. */
 const SMALL_FILE_BYTES = 4 * 1024 * 1024;
+
+export const VERSION = "0.1.0";
 
 export interface ServerOptions {
   jail: PathJail;
@@ -191,23 +193,7 @@ export function createApp(opts: ServerOptions): App {
     const { fh, size } = await jail.openFileForRead(p);
     res.statusCode = 200;
     res.setHeader("Content-Type", "application/octet-stream");
-    res.setHeader("Content-Length", String(size));
-    if (size <= SMALL_FILE_BYTES) {
-      // One read and one write for small files; streams cost more than they save here.
-      try {
-        res.end(await fh.readFile());
-      } finally {
-        await fh.close();
-      }
-      return;
-    }
-    // 1 MiB reads: fewer thread-pool round trips than the 64 KiB default (measured in bench/).
-    const stream = fh.createReadStream({ highWaterMark: 1024 * 1024 });
-    stream.on("error", (err) => {
-      logger.warn({ err, path: p.virtual }, "file read failed mid-stream");
-      res.destroy(err);
-    });
-    stream.pipe(res);
+    await sendFileBody(res, fh, size, logger, p.virtual);
   });
 
   r.put("/v1/files", async (req, res) => {

@@ -4,6 +4,10 @@
  * held, the events of watch responses are kept back (and delivered, in order, on release). A
  * process given `kubeconfig` then sees the cluster as a replica whose informer lags does, for as
  * long as a test wants: a race that on one quiet host lasts a millisecond, made to last.
+ *
+ * The other way round, `holdAnswers` keeps back the answers of the requests it matches (the
+ * requests themselves reach the API server at once): the client's watch shows a write whose
+ * answer it is still waiting for, as it may on a busy host.
  */
 import { readFileSync } from "node:fs";
 import { rm, writeFile } from "node:fs/promises";
@@ -20,6 +24,10 @@ export interface WatchGate {
   hold(): void;
   /** Delivers what waited, and lets events through again. */
   release(): void;
+  /** From now on, answers to requests `match` accepts wait (the requests are sent at once). */
+  holdAnswers(match: (method: string, path: string) => boolean): void;
+  /** Delivers the answers that waited, and lets answers through again. */
+  releaseAnswers(): void;
   close(): Promise<void>;
 }
 
@@ -36,6 +44,8 @@ export async function startWatchGate(kubeconfigPath: string): Promise<WatchGate>
   };
   let held = false;
   const waiting = new Set<() => void>();
+  let holdAnswer: ((method: string, path: string) => boolean) | undefined;
+  const answersWaiting = new Set<() => void>();
 
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const isWatch = /[?&]watch=(true|1)\b/.test(req.url ?? "");
@@ -49,6 +59,15 @@ export async function startWatchGate(kubeconfigPath: string): Promise<WatchGate>
         ...tls,
       },
       (up) => {
+        if (!isWatch && holdAnswer?.(req.method ?? "GET", (req.url ?? "/").split("?")[0]!)) {
+          up.pause();
+          answersWaiting.add(() => {
+            res.writeHead(up.statusCode ?? 502, up.headers);
+            up.pipe(res);
+            up.resume();
+          });
+          return;
+        }
         res.writeHead(up.statusCode ?? 502, up.headers);
         if (!isWatch) return void up.pipe(res);
         up.on("data", (chunk: Buffer) => {
@@ -90,6 +109,14 @@ export async function startWatchGate(kubeconfigPath: string): Promise<WatchGate>
       held = false;
       for (const resume of waiting) resume();
       waiting.clear();
+    },
+    holdAnswers: (match) => {
+      holdAnswer = match;
+    },
+    releaseAnswers: () => {
+      holdAnswer = undefined;
+      for (const deliver of answersWaiting) deliver();
+      answersWaiting.clear();
     },
     close: async () => {
       await new Promise<void>((r) => {
