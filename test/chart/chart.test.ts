@@ -21,7 +21,6 @@
  */
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
-import { connect } from "node:net";
 import {
   ApiextensionsV1Api,
   AppsV1Api,
@@ -35,7 +34,7 @@ import {
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { createProvider } from "@sandpit/sdk";
-import { waitFor } from "../cluster/harness.ts";
+import { reachableFromNode, waitFor } from "../cluster/harness.ts";
 import {
   DASHBOARD,
   dashboardQueries,
@@ -206,22 +205,6 @@ afterAll(async () => {
     ).catch((err: unknown) => log(String(err)));
   }
 }, 400_000);
-
-/** Resolves true once host:port accepts a TCP connection from here (the node), else false. */
-function reachable(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host, port, timeout: 3_000 });
-    socket.once("connect", () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once("timeout", () => {
-      socket.destroy();
-      resolve(false);
-    });
-    socket.once("error", () => resolve(false));
-  });
-}
 
 describe("the chart, offline", () => {
   it("passes helm lint --strict, with the defaults and with every option set", async () => {
@@ -635,7 +618,12 @@ describe("the chart on the cluster", () => {
       for (const t of targets) expect(got[t.what], t.what).not.toBe("connected");
       // The control: from the node, the same pods answer (so the refusals are the policy's).
       for (const t of targets.filter((t) => !t.what.startsWith("Service ")))
-        await waitFor(`${t.what} from the node`, 30_000, () => reachable(t.host, t.port), 1_000);
+        await waitFor(
+          `${t.what} from the node`,
+          30_000,
+          () => reachableFromNode(t.host, t.port),
+          1_000,
+        );
     } finally {
       await sbx.kill();
       await provider.close();

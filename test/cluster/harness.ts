@@ -6,7 +6,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { createWriteStream, readFileSync, readdirSync } from "node:fs";
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 import { join } from "node:path";
 import {
   ApiextensionsV1Api,
@@ -390,6 +390,25 @@ export async function warmTokenOfPod(
   const id = pod.metadata?.annotations?.[ANNOTATION.warmTokenId];
   if (!id) return secret(`${pod.metadata!.labels!["sandpit.dev/pool"]!}-warm-token`, "token");
   return warmPodToken(await secret(TOKEN_KEY_SECRET, "key"), ns, pod.metadata!.name!, id);
+}
+
+/**
+ * Whether host:port accepts a TCP connection from here (the node) within 3 s: the control that
+ * makes a sandbox's refusal to reach it the policy's doing.
+ */
+export function reachableFromNode(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host, port, timeout: 3_000 });
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("timeout", () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once("error", () => resolve(false));
+  });
 }
 
 /** Runs code through sandboxd at host:port (a pod endpoint or a Service address). */

@@ -13,7 +13,6 @@
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readlinkSync } from "node:fs";
-import { connect } from "node:net";
 import { DiscoveryV1Api, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import {
@@ -24,6 +23,7 @@ import {
   deleteNamespace,
   ensureCrds,
   pools,
+  reachableFromNode,
   runCode,
   sandboxes,
   startOperator,
@@ -59,22 +59,6 @@ let unreported: string[] = [];
 let clusterTargets: { what: string; host: string; port: number }[] = [];
 
 const ip = (...args: string[]) => execFileSync("ip", args, { stdio: "pipe", timeout: 10_000 });
-
-/** Resolves once host:port accepts a TCP connection from here (the node); rejects with why not. */
-function reachableFromNode(host: string, port: number): Promise<true> {
-  return new Promise((resolve, reject) => {
-    const s = connect({ host, port, timeout: 3_000 });
-    s.once("connect", () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once("timeout", () => {
-      s.destroy();
-      reject(new Error(`${host}:${port} timed out`));
-    });
-    s.once("error", (err) => reject(err));
-  });
-}
 
 /** Whether kube-router filters traffic from `podIP`: its address has a rule in its chain. */
 const filtered = (podIP: string) =>
