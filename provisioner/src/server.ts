@@ -67,6 +67,12 @@ export function createApp(cfg: ProvisionerConfig, store: SandboxBackend, log: Lo
   app.use(errorHandler(log));
 
   const server = createServer(app);
+  // Clients keep connections between their calls (the SDK does, per sandbox); closed after Node's
+  // default 5 s of silence, a connection is often closed just as a client's next call goes out
+  // on it, which fails that call. As sandboxd does, and longer than the idle timeouts load
+  // balancers commonly use (60 s), so that they, not this server, close idle connections.
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
   server.on("clientError", clientErrorHandler);
   const upgrade = nativeUpgrade(deps);
   const upgradeFailed = upgradeErrorHandler(log);

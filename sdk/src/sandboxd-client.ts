@@ -436,7 +436,14 @@ export class SandboxdClient {
     const what = `${method} ${this.base}${path.split("?")[0]}`;
     let res: IncomingMessage;
     try {
-      res = await this.exchange(method, path, o);
+      res = await this.exchange(method, path, o).catch((err: unknown) => {
+        // A pooled connection the server closed as idle just as this request went out on it:
+        // the request was never read. Sent again on a new connection when that cannot repeat
+        // an effect (an idempotent method, a body that can be sent twice).
+        if (!staleConnection(err) || !IDEMPOTENT.has(method) || o.body instanceof Readable)
+          throw err;
+        return this.exchange(method, path, o);
+      });
     } catch (err) {
       throw failure(err, what, o.signal);
     }
@@ -510,7 +517,7 @@ export class SandboxdClient {
       });
       req.on("error", (err) => {
         if (!res) settle();
-        reject(err);
+        reject(req.reusedSocket && !res ? Object.assign(err, { [REUSED]: true }) : err);
       });
       req.once("close", () => {
         if (!res) settle();
@@ -524,6 +531,16 @@ export class SandboxdClient {
       } else req.end(body);
     });
   }
+}
+
+const IDEMPOTENT = new Set<HttpMethod>(["GET", "HEAD", "PUT", "DELETE"]);
+/** Marks a request error that came on a pooled connection before any answer. */
+const REUSED = Symbol("reused connection");
+
+/** The error of a request sent on a kept-alive connection the server had just closed. */
+function staleConnection(err: unknown): boolean {
+  const e = err as { code?: string; [REUSED]?: boolean } | undefined;
+  return !!e?.[REUSED] && (e.code === "ECONNRESET" || e.code === "EPIPE");
 }
 
 /** What a cut request or body fails with: the abort reason when it is an Error. */
