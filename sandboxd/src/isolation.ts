@@ -15,8 +15,19 @@ import type { Logger } from "./log.ts";
 
 const { connect } = process.getBuiltinModule("node:net");
 
-/** Between attempts while the target still answers. */
-const INTERVAL_MS = 200;
+/**
+ * Between attempts while the target still answers: 200 ms for the first 2 s (an enforcer
+ * programs a pod within seconds), then twice as long each time up to 5 s, so that many pods on
+ * a cluster that never enforces a policy do not flood the target with connections.
+ */
+const FIRST_INTERVAL_MS = 200;
+const FAST_ATTEMPTS = 10;
+const MAX_INTERVAL_MS = 5_000;
+
+function intervalAfter(attempts: number): number {
+  if (attempts <= FAST_ATTEMPTS) return FIRST_INTERVAL_MS;
+  return Math.min(MAX_INTERVAL_MS, FIRST_INTERVAL_MS * 2 ** (attempts - FAST_ATTEMPTS));
+}
 /** A connection not made in this long counts as refused (an enforcer that drops packets). */
 const TIMEOUT_MS = 2_000;
 /** Failed attempts in a row that make the sandbox isolated. */
@@ -78,7 +89,7 @@ export class IsolationProbe {
         return;
       }
       if (this.#stopped) return;
-      this.#timer = setTimeout(() => this.#attempt(), reached ? INTERVAL_MS : 0);
+      this.#timer = setTimeout(() => this.#attempt(), reached ? intervalAfter(this.#attempts) : 0);
       this.#timer.unref();
     };
     socket.setTimeout(TIMEOUT_MS, () => settle(false, "timed out"));
