@@ -63,18 +63,24 @@ export default defineConfig({
             // Kills and restarts only the provisioner replicas it starts itself.
             "test/chaos/**/*.test.ts",
           ],
-          exclude: ["**/node_modules/**", "test/operator/disruptive/**"],
+          exclude: [
+            "**/node_modules/**",
+            "test/operator/disruptive/**",
+            "test/security/load.test.ts",
+          ],
           globalSetup: ["test/cluster/global-setup.ts"],
           hookTimeout: 900_000,
           sequence: { groupOrder: 0 },
         },
       },
       {
-        // Restarts the API server and kills operators: runs alone, after every other project.
+        // Restarts the API server and kills operators, or takes the whole node (1,000 commands in
+        // 50 sandboxes): runs alone, after every other project, so that it neither disturbs
+        // the suites that time their waits nor is disturbed by them.
         extends: true,
         test: {
           name: "cluster-disruptive",
-          include: ["test/operator/disruptive/**/*.test.ts"],
+          include: ["test/operator/disruptive/**/*.test.ts", "test/security/load.test.ts"],
           globalSetup: ["test/cluster/global-setup.ts"],
           hookTimeout: 900_000,
           fileParallelism: false,

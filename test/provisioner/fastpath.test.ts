@@ -95,11 +95,16 @@ const liveHolders = async () => {
 
 /** Every reservation names a live holder and the pool is full again. */
 async function settled(): Promise<void> {
-  await waitFor("reservations only by live holders, the pool refilled", 90_000, async () => {
-    const [pods, live] = await Promise.all([warmPods(), liveHolders()]);
-    const holders = pods.map((p) => p.metadata?.annotations?.[HOLDER]).filter(Boolean);
-    return holders.every((h) => live.has(h!)) && pods.length >= WARM;
-  });
+  try {
+    await waitFor("reservations only by live holders, the pool refilled", 90_000, async () => {
+      const [pods, live] = await Promise.all([warmPods(), liveHolders()]);
+      const holders = pods.map((p) => p.metadata?.annotations?.[HOLDER]).filter(Boolean);
+      return holders.every((h) => live.has(h!)) && pods.length >= WARM;
+    });
+  } catch (err) {
+    const live = [...(await liveHolders())].join(", ") || "none";
+    throw new Error(`${String(err)}\nlive holders: ${live}${await explain()}`, { cause: err });
+  }
 }
 
 /** The invariants over every Sandbox of the namespace. */
@@ -139,7 +144,7 @@ async function invariants(): Promise<void> {
  * reservation and status, every pod of the pool with its holder, and the end of both services'
  * logs.
  */
-async function explain(prov: ProvisionerProcess): Promise<string> {
+async function explain(prov?: ProvisionerProcess): Promise<string> {
   const list = (await c.custom.listNamespacedCustomObject({
     group: "sandpit.dev",
     version: "v1alpha1",
@@ -162,7 +167,7 @@ async function explain(prov: ProvisionerProcess): Promise<string> {
   return [
     `\n--- sandboxes ---\n${JSON.stringify(sbx, null, 1)}`,
     `\n--- pods ---\n${JSON.stringify(pods, null, 1)}`,
-    `\n--- provisioner logs (end) ---\n${prov.logs().slice(-6000)}`,
+    `\n--- provisioner logs (end) ---\n${prov?.logs().slice(-6000) ?? "(stopped)"}`,
     `\n--- operator logs (end) ---\n${operator?.logs().slice(-6000) ?? "(none)"}`,
   ].join("");
 }

@@ -15,6 +15,7 @@ import { SANDBOXES, type Sandbox, type SandboxPool } from "../api/v1alpha1.ts";
 import type { ReconcileResult } from "../controller/controller.ts";
 import { type Ctx, splitKey } from "../context.ts";
 import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../kube/resources.ts";
+import { isNotFound } from "../kube/rest.ts";
 import { sandboxTransitions } from "../metrics.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
 import { podMounts } from "../workload/mounts.ts";
@@ -318,6 +319,10 @@ async function start(
   }
   const resolved = podMounts(r.eff, sbx.spec, ownClaim ?? "");
   if ("problem" in resolved) return recordInvalidMounts(ctx, sbx, st, resolved.problem);
+  // A pod that vanished is made again only for a Sandbox that still exists, read live: a Sandbox
+  // just deleted is still in a lagging cache while the garbage collector removes its pod and
+  // volume, and a pod made again then would wait for a claim that is gone.
+  if (st.current.startedAt !== undefined && !resuming && !(await stillExists(ctx, sbx))) return;
   const decision = podStart(ctx, sbx, r.podName, st, now, resuming);
   if (!decision.start) return decision.result;
 
@@ -415,4 +420,15 @@ async function stillBusy(pod: Pod | undefined, eff: Effective): Promise<number |
   if (idleMs === undefined) return undefined;
   const left = eff.idleTimeoutSeconds * 1000 - idleMs;
   return left > 0 ? Math.max(1_000, left) : undefined;
+}
+
+/** Whether the Sandbox is still there, not being deleted, as the API server has it now. */
+async function stillExists(ctx: Ctx, sbx: Sandbox): Promise<boolean> {
+  try {
+    const live = await ctx.kube.get<Sandbox>(SANDBOXES, sbx.metadata.namespace, sbx.metadata.name);
+    return live.metadata.uid === sbx.metadata.uid && !live.metadata.deletionTimestamp;
+  } catch (err) {
+    if (isNotFound(err)) return false;
+    throw err;
+  }
 }
