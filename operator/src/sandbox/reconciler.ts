@@ -77,8 +77,7 @@ const FRESH_CONTAINER_MS = 3_000;
  * a few dozen probes each over their first minutes, not a poll every few milliseconds.
  */
 function probeAgainIn(pod: Pod, now: number): number {
-  const started = Date.parse(pod.status?.containerStatuses?.[0]?.state?.running?.startedAt ?? "");
-  const runningFor = now - (started || now);
+  const runningFor = containerRunningFor(pod, now);
   if (runningFor < FRESH_CONTAINER_MS) return Math.min(500, Math.max(50, runningFor / 2));
   if (!podReady(pod)) return 30_000;
   return Math.min(30_000, Math.round(runningFor / 4));
@@ -91,9 +90,13 @@ function probeAgainIn(pod: Pod, now: number): number {
  * that never enforces a policy cost little.
  */
 function policyRecheckIn(pod: Pod, now: number): number {
+  return Math.min(30_000, Math.max(250, Math.round(containerRunningFor(pod, now) / 8)));
+}
+
+/** How long the pod's container has run (0 when it is not running or has not said). */
+function containerRunningFor(pod: Pod, now: number): number {
   const started = Date.parse(pod.status?.containerStatuses?.[0]?.state?.running?.startedAt ?? "");
-  const runningFor = now - (started || now);
-  return Math.min(30_000, Math.max(250, Math.round(runningFor / 8)));
+  return now - (started || now);
 }
 
 export async function reconcileSandbox(
