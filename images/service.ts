@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Builds the images of Sandpit's two services, the operator and the provisioner, with no
+ * Builds the images of Sandpit's services, the operator, the provisioner and the egress proxy, with no
  * container registry, the way ./build.ts builds the sandbox image and with its code: the pinned
  * Node 24, the service bundled by esbuild into one file, tini as PID 1, a non-root uid, and a
  * content hash as the tag.
@@ -12,6 +12,7 @@
  *
  *   node images/service.ts operator      prints the tag (sandpit-operator:<12 hex>)
  *   node images/service.ts provisioner   prints the tag (sandpit-provisioner:<12 hex>)
+ *   node images/service.ts egress        prints the tag (sandpit-egress:<12 hex>)
  */
 import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -42,6 +43,8 @@ export const SERVICES = {
   operator: { entry: "operator/src/main.ts", port: 8081 },
   /** The API, the proxy and the probes (SANDPIT_LISTEN). */
   provisioner: { entry: "provisioner/src/main.ts", port: 8080 },
+  /** The egress proxy for network.allowDomains (SANDPIT_EGRESS_LISTEN). */
+  egress: { entry: "operator/src/egress-proxy/main.ts", port: 3128 },
 } as const;
 export type Service = keyof typeof SERVICES;
 
@@ -62,6 +65,7 @@ export const serviceMain = (service: Service) => `${OPT}/${service}/${service}.m
 export const SERVICE_NODE_FLAGS: Record<Service, readonly string[]> = {
   operator: ["--max-semi-space-size=8"],
   provisioner: [],
+  egress: [],
 };
 
 /**
@@ -73,6 +77,7 @@ export const SERVICE_NODE_FLAGS: Record<Service, readonly string[]> = {
 export const SERVICE_ENV: Record<Service, Readonly<Record<string, string>>> = {
   operator: { MALLOC_ARENA_MAX: "2" },
   provisioner: {},
+  egress: {},
 };
 
 const run = promisify(execFile);
@@ -299,7 +304,7 @@ export function membersFor(entries: Map<string, TarEntry>, wanted: string[]): st
   return [...members].sort().map((m) => `./${m}`);
 }
 
-/** CLI: `service.ts operator|provisioner`. */
+/** CLI: `service.ts operator|provisioner|egress`. */
 await imageCli(import.meta.url, (log) => {
   const service = process.argv[2];
   if (!service || !Object.hasOwn(SERVICES, service))

@@ -116,7 +116,7 @@ async function localCluster(): Promise<Cluster> {
 }
 
 /**
- * The three images in the cluster. The local cluster imports them into its containerd; a kind
+ * The four images in the cluster (sandbox, operator, provisioner, egress proxy). The local cluster imports them into its containerd; a kind
  * cluster gets them with `kind load docker-image`; any other cluster needs a registry it pulls
  * from (SANDPIT_REGISTRY), where they are pushed.
  */
@@ -137,6 +137,7 @@ async function images(cluster: Cluster): Promise<ClusterImages> {
       sandbox: (await ensureTestImage({ docker, log })).tag,
       operator: (await ensureServiceImage("operator", { docker, log })).tag,
       provisioner: (await ensureServiceImage("provisioner", { docker, log })).tag,
+      egress: (await ensureServiceImage("egress", { docker, log })).tag,
     };
     const env = { ...process.env, DOCKER_HOST: `unix://${engine.socketPath}` };
     for (const tag of Object.values(built)) {
@@ -159,6 +160,7 @@ async function images(cluster: Cluster): Promise<ClusterImages> {
       sandbox: at(built.sandbox),
       operator: at(built.operator),
       provisioner: at(built.provisioner),
+      egress: at(built.egress),
     };
   } finally {
     await engine.stop();

@@ -2,6 +2,7 @@
  * The operator's settings, read from SANDPIT_* environment variables (what a Deployment sets and
  * a developer exports) and validated strictly, so a typo stops it at start-up with a message.
  */
+import { isIP } from "node:net";
 import { hostname } from "node:os";
 import { z } from "zod";
 import { type PlatformBounds, platformBoundsFrom } from "./api/bounds.ts";
@@ -88,6 +89,14 @@ const Env = z.object({
       message: "apiserver, off, or host:port (an IPv6 address in brackets)",
     }),
   /**
+   * The egress proxy (image sandpit-egress) as host:port: its Service's name (resolved once at
+   * start, by the operator's resolver: sandboxes get its address, never a name, as they have no
+   * DNS) or address. Its pods are those named sandpit-egress (app.kubernetes.io/name) in the
+   * system namespace, listening on that port. Unset: a sandbox with network.allowDomains fails
+   * with EgressProxyNotConfigured.
+   */
+  SANDPIT_EGRESS_PROXY: z.string().regex(HOST_PORT, "host:port").optional(),
+  /**
    * StorageClasses trusted to hold a claim at its size besides those annotated
    * sandpit.dev/enforces-capacity: "true" (the Sandbox's DiskEnforced condition).
    */
@@ -130,6 +139,11 @@ export interface OperatorConfig {
   bounds: PlatformBounds;
   dnsCidrs: string[];
   egressExcludeCidrs: string[];
+  /**
+   * SANDPIT_EGRESS_PROXY, split; `address` is what sandboxes are given (ip:port), filled in by
+   * the manager at start when `host` is a name.
+   */
+  egressProxy: { host: string; port: number; address?: string } | undefined;
   /** SANDPIT_POLICY_PROBE: "apiserver", "off" or host:port. */
   policyProbe: string;
   /** StorageClasses trusted to enforce a claim's size, besides the annotated ones. */
@@ -183,6 +197,7 @@ export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
     bounds: bounds.bounds,
     dnsCidrs: e.SANDPIT_DNS_CIDRS,
     egressExcludeCidrs: e.SANDPIT_EGRESS_EXCLUDE_CIDRS,
+    egressProxy: e.SANDPIT_EGRESS_PROXY ? splitHostPort(e.SANDPIT_EGRESS_PROXY) : undefined,
     policyProbe: e.SANDPIT_POLICY_PROBE,
     capacityEnforcingClasses: e.SANDPIT_CAPACITY_ENFORCING_CLASSES,
     podNodeSelector: e.SANDPIT_POD_NODE_SELECTOR,
@@ -202,4 +217,11 @@ export function readConfig(env: NodeJS.ProcessEnv): OperatorConfig {
     },
     logLevel: e.SANDPIT_LOG_LEVEL,
   };
+}
+
+function splitHostPort(s: string): { host: string; port: number; address?: string } {
+  const i = s.lastIndexOf(":");
+  const host = s.slice(0, i).replace(/^\[|\]$/g, "");
+  const port = Number(s.slice(i + 1));
+  return isIP(host) ? { host, port, address: s } : { host, port };
 }

@@ -4,6 +4,7 @@
  * controllers start only on the leader, /healthz /readyz /metrics answer throughout, and stop()
  * drains the work in flight and hands the lease back.
  */
+import { lookup } from "node:dns/promises";
 import { createServer, type Server } from "node:http";
 import type { Logger } from "pino";
 import { ANNOTATION, LABEL, MANAGED_BY } from "./api/labels.ts";
@@ -199,6 +200,7 @@ export class Manager {
   /** Starts probes and informers, then campaigns for leadership and runs the controllers. */
   async start(): Promise<void> {
     this.#server = await this.#serveProbes();
+    await this.#resolveEgressProxy();
     for (const i of this.#informers) i.start();
     const synced = Promise.all(this.#informers.map((i) => i.synced));
     const timeout = new Promise<never>((_, reject) =>
@@ -210,6 +212,29 @@ export class Manager {
     await Promise.race([synced, timeout]);
     this.#log.info("caches synced");
     void this.#lead();
+  }
+
+  /**
+   * The egress proxy's address, from its Service's name, once: sandboxes are handed an address
+   * (they have no DNS). Retried for a minute (the Service may be made with the operator), then
+   * the operator exits and its restart tries again.
+   */
+  async #resolveEgressProxy(): Promise<void> {
+    const proxy = this.#cfg.egressProxy;
+    if (!proxy || proxy.address) return;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const { address } = await lookup(proxy.host, { family: 4 });
+        proxy.address = `${address}:${proxy.port}`;
+        this.#log.info({ proxy: proxy.host, address: proxy.address }, "egress proxy resolved");
+        return;
+      } catch (err) {
+        if (attempt >= 30)
+          throw new Error(`the egress proxy ${proxy.host} does not resolve`, { cause: err });
+        this.#log.warn({ err, proxy: proxy.host }, "egress proxy does not resolve yet");
+        await new Promise((r) => setTimeout(r, 2_000));
+      }
+    }
   }
 
   async #lead(): Promise<void> {

@@ -72,6 +72,7 @@ const releaseValues = () =>
     {
       operator: inject("clusterOperatorImage"),
       provisioner: inject("clusterProvisionerImage"),
+      egress: inject("clusterEgressImage"),
       sandbox: inject("clusterSandboxImage"),
     },
     sandboxNs,

@@ -147,6 +147,7 @@ beforeAll(async () => {
       {
         operator: inject("clusterOperatorImage"),
         provisioner: inject("clusterProvisionerImage"),
+        egress: inject("clusterEgressImage"),
         sandbox: inject("clusterSandboxImage"),
       },
       sandboxNs,

@@ -38,7 +38,7 @@ export function helmRunner(bin: string, kubeconfig: string, id: string) {
 
 /** The images built here, and a sandbox namespace of the release's own, watched by it alone. */
 export const releaseValues = (
-  images: { operator: string; provisioner: string; sandbox: string },
+  images: { operator: string; provisioner: string; sandbox: string; egress: string },
   sandboxNs: string,
 ) => [
   ...chartImageArgs(images),

@@ -16,6 +16,7 @@ declare module "vitest" {
     clusterSandboxImage: string;
     clusterOperatorImage: string;
     clusterProvisionerImage: string;
+    clusterEgressImage: string;
   }
 }
 
@@ -41,6 +42,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   project.provide("clusterSandboxImage", images.sandbox);
   project.provide("clusterOperatorImage", images.operator);
   project.provide("clusterProvisionerImage", images.provisioner);
+  project.provide("clusterEgressImage", images.egress);
   return async () => {
     if (!wasRunning) await run(join(HERE, "down"), [], { timeout: 120_000 });
   };

@@ -61,15 +61,16 @@ export async function loadIntoCluster(
   return local;
 }
 
-/** The cluster-local names of Sandpit's three images. */
+/** The cluster-local names of Sandpit's images. */
 export interface ClusterImages {
   sandbox: string;
   operator: string;
   provisioner: string;
+  egress: string;
 }
 
 /**
- * Builds (or finds) the sandbox, operator and provisioner images for the current sources and
+ * Builds (or finds) the sandbox, operator, provisioner and egress proxy images for the current sources and
  * makes them available in the cluster. Docker is started for this when no engine runs, and
  * stopped again after.
  */
@@ -83,10 +84,12 @@ export async function ensureClusterImages(
     const sandbox = await ensureTestImage({ docker, ...opts });
     const operator = await ensureServiceImage("operator", { docker, ...opts });
     const provisioner = await ensureServiceImage("provisioner", { docker, ...opts });
+    const egress = await ensureServiceImage("egress", { docker, ...opts });
     return {
       sandbox: await loadIntoCluster(sandbox.tag, "sandbox", load),
       operator: await loadIntoCluster(operator.tag, "operator", load),
       provisioner: await loadIntoCluster(provisioner.tag, "provisioner", load),
+      egress: await loadIntoCluster(egress.tag, "egress", load),
     };
   } finally {
     await engine.stop();

@@ -22,6 +22,12 @@ export const LABEL = {
   thread: "sandpit.dev/thread",
 } as const;
 
+/**
+ * LABEL.name of the egress proxy's pods in the system namespace: what a sandbox with
+ * network.allowDomains may reach (its NetworkPolicy selects them by it).
+ */
+export const EGRESS_PROXY_NAME = "sandpit-egress";
+
 /** Values of LABEL.managedBy: which component made an object. */
 export const MANAGED_BY = {
   operator: "sandpit-operator",

@@ -6,6 +6,7 @@
 import { ENV_NAME_PATTERN, ENV_NAME_RULE, ID_PATTERN, ID_RULE } from "@sandpit/sandboxd/protocol";
 import { z } from "zod";
 import type { KObject, Resource } from "../kube/rest.ts";
+import { DOMAIN_PATTERN } from "./domains.ts";
 import {
   CLAIM_NAME_PATTERN,
   CLAIM_NAME_RULE,
@@ -224,6 +225,19 @@ export const Network = z
       .max(64)
       .optional()
       .describe("Destinations allowed when egress is Allowlist."),
+    allowDomains: z
+      .array(
+        z
+          .string()
+          .max(253)
+          .regex(DOMAIN_PATTERN, "a domain such as pypi.org, or *.github.com for its subdomains")
+          .describe("A domain name (pypi.org), or *. and a domain for any name under it."),
+      )
+      .max(64)
+      .optional()
+      .describe(
+        "Allowlist only: domains reached by HTTP and HTTPS (ports 80 and 443) through the platform's egress proxy, which resolves each name itself, pins the address it checked and refuses private and cluster addresses. The sandbox gets HTTP(S)_PROXY set (pip, npm, curl, Python and Node honour it) and may reach nothing else by name: it needs no DNS.",
+      ),
     dns: z
       .boolean()
       .optional()
@@ -234,8 +248,8 @@ export const Network = z
   .meta({
     "x-kubernetes-validations": [
       cel(
-        "self.egress == 'Allowlist' ? has(self.allow) && size(self.allow) > 0 : !has(self.allow) || size(self.allow) == 0",
-        "network.allow lists destinations exactly when network.egress is Allowlist",
+        "self.egress == 'Allowlist' ? (has(self.allow) && size(self.allow) > 0) || (has(self.allowDomains) && size(self.allowDomains) > 0) : (!has(self.allow) || size(self.allow) == 0) && (!has(self.allowDomains) || size(self.allowDomains) == 0)",
+        "network.allow or network.allowDomains lists destinations exactly when network.egress is Allowlist",
       ),
       cel(
         "!has(self.dns) || self.egress == 'Allowlist'",

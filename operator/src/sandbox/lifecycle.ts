@@ -437,14 +437,18 @@ export function recordInvalidMounts(
  * The sandbox's limits or disk lie outside its pool's (or the platform's) bounds: it is never
  * started, and a running pod is stopped, until the spec or the bounds change.
  */
-export function recordOutOfBounds(
+/**
+ * A sandbox whose spec the platform will not start: limits out of bounds
+ * (ResourcesOutOfBounds), domains with no egress proxy (EgressProxyNotConfigured).
+ */
+export function recordNotStartable(
   ctx: Ctx,
   sbx: Sandbox,
   st: SandboxStatusBuilder,
-  problem: string,
+  problem: { reason: string; message: string },
 ): void {
-  const reason = "ResourcesOutOfBounds";
-  fail(ctx, sbx, st, { reason, event: reason, action: "Start", message: problem });
+  const { reason, message } = problem;
+  fail(ctx, sbx, st, { reason, event: reason, action: "Start", message });
 }
 
 export function recordReady(

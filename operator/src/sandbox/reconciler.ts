@@ -27,7 +27,7 @@ import {
 } from "../workload/pod-state.ts";
 import { InitRejected, health, init } from "../workload/sandboxd.ts";
 import { diskCondition } from "../workload/disk.ts";
-import { type Effective, boundsViolation, effectiveSpec } from "../workload/spec.ts";
+import { type Effective, effectiveSpec, notStartableReason } from "../workload/spec.ts";
 import {
   clearPrevious,
   createPod,
@@ -47,7 +47,7 @@ import {
   recordAdopted,
   recordInitRejected,
   recordInvalidMounts,
-  recordOutOfBounds,
+  recordNotStartable,
   recordPodCreated,
   kubeletEnding,
   recordPodFailed,
@@ -249,11 +249,12 @@ async function runState(ctx: Ctx, pools: PoolMembership, r: Run): Promise<Reconc
     return { requeueAfterMs: untilExpiry };
   }
   // Limits are the platform's policy: a sandbox outside its bounds takes no slot and runs nothing.
-  const outOfBounds = boundsViolation(r.eff, pool?.spec, ctx.cfg);
-  if (outOfBounds) {
+  // Nor does one whose domains nothing could enforce.
+  const notStartable = notStartableReason(r.eff, pool?.spec, ctx.cfg);
+  if (notStartable) {
     if (pool) pools.release(sbx, pool);
     await stopPod(ctx, pod);
-    recordOutOfBounds(ctx, sbx, st, outOfBounds);
+    recordNotStartable(ctx, sbx, st, notStartable);
     return { requeueAfterMs: untilExpiry };
   }
   const resuming = recordRunning(ctx, sbx, st);

@@ -6,7 +6,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { SANDBOXD_PORT, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
-import { ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
+import { EGRESS_PROXY_NAME, ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
 import { quantityValue } from "../api/rules.ts";
 import type { OperatorConfig } from "../config.ts";
 import type { KObject, OwnerReference } from "../kube/rest.ts";
@@ -128,7 +128,9 @@ export function service(m: Meta, selector: Record<string, string>): KObject {
  *   cluster does not report), plus DNS to the cluster's resolvers;
  * - `Deny`: nothing at all, DNS included: a resolver that forwards external names is a channel
  *   out (data in the names looked up), so a Deny sandbox gets no resolver;
- * - `Allowlist`: the listed ranges, plus DNS only when `network.dns` asks for it.
+ * - `Allowlist`: the listed ranges, plus DNS only when `network.dns` asks for it, plus the
+ *   egress proxy's pods on its port when `network.allowDomains` lists domains (the proxy decides
+ *   which names; the pod itself reaches no other address by them).
  * NetworkPolicies are additive, so this one policy is the whole truth for the pods it selects.
  */
 export function networkPolicy(
@@ -168,6 +170,20 @@ export function networkPolicy(
     });
   } else if (network.egress === "Allowlist") {
     if (network.dns) egress.push(dns);
+    // Domains are reached through the egress proxy's pods, and only on its port.
+    if (network.allowDomains?.length && cfg.egressProxy) {
+      egress.push({
+        to: [
+          {
+            namespaceSelector: {
+              matchLabels: { "kubernetes.io/metadata.name": cfg.systemNamespace },
+            },
+            podSelector: { matchLabels: { [LABEL.name]: EGRESS_PROXY_NAME } },
+          },
+        ],
+        ports: [{ protocol: "TCP", port: cfg.egressProxy.port }],
+      });
+    }
     for (const rule of network.allow ?? []) {
       egress.push({
         to: [{ ipBlock: { cidr: rule.cidr } }],

@@ -42,6 +42,10 @@ export function effectiveSpec(
   const env: Record<string, string> = {};
   for (const e of t.env ?? []) env[e.name] = e.value;
   for (const e of spec.env ?? []) env[e.name] = e.value;
+  const network = spec.network ?? t.network ?? { egress: "Internet" as const };
+  // Last: a sandbox's own HTTPS_PROXY would lead nowhere, its policy reaches only this one.
+  if (usesEgressProxy(network) && cfg.egressProxy?.address)
+    Object.assign(env, proxyEnv(cfg.egressProxy.address));
   const mounts = new Map<string, Mount>();
   for (const m of [...(t.mounts ?? []), ...(spec.mounts ?? [])]) mounts.set(m.mountPath, m);
   return {
@@ -63,7 +67,7 @@ export function effectiveSpec(
       sharedClaim: spec.storage?.sharedClaim ?? t.storage?.sharedClaim,
     },
     mounts: [...mounts.values()],
-    network: spec.network ?? t.network ?? { egress: "Internet" },
+    network,
     ttlSeconds:
       spec.lifecycle?.ttlSeconds ??
       t.lifecycle?.ttlSeconds ??
@@ -96,6 +100,46 @@ export function boundsViolation(
     },
     resolveBounds(pool?.resourceBounds, cfg.bounds),
   );
+}
+
+/** Why the platform will not start a sandbox with this effective spec, or undefined. */
+export function notStartableReason(
+  e: Effective,
+  pool: SandboxPoolSpec | undefined,
+  cfg: OperatorConfig,
+): { reason: string; message: string } | undefined {
+  const outOfBounds = boundsViolation(e, pool, cfg);
+  if (outOfBounds) return { reason: "ResourcesOutOfBounds", message: outOfBounds };
+  if (usesEgressProxy(e.network) && !cfg.egressProxy) {
+    return {
+      reason: "EgressProxyNotConfigured",
+      message:
+        "network.allowDomains needs the egress proxy, and this operator has none (SANDPIT_EGRESS_PROXY; chart egressProxy.enabled)",
+    };
+  }
+  return undefined;
+}
+
+/** Whether a sandbox with `network` reaches domains through the egress proxy. */
+export const usesEgressProxy = (network: NonNullable<SandboxSpec["network"]>) =>
+  network.egress === "Allowlist" && (network.allowDomains?.length ?? 0) > 0;
+
+/**
+ * What makes pip, npm, curl, Python's urllib and requests, and Node (NODE_USE_ENV_PROXY, for
+ * fetch and http) go through the egress proxy: both spellings, as each tool reads one of them.
+ */
+export function proxyEnv(address: string): Record<string, string> {
+  const url = `http://${address}`;
+  const local = "localhost,127.0.0.1,::1";
+  return {
+    HTTP_PROXY: url,
+    HTTPS_PROXY: url,
+    http_proxy: url,
+    https_proxy: url,
+    NO_PROXY: local,
+    no_proxy: local,
+    NODE_USE_ENV_PROXY: "1",
+  };
 }
 
 export const hashOf = (value: unknown) =>
