@@ -15,7 +15,14 @@ import {
   tokenSecret,
 } from "../src/workload/manifests.ts";
 import { podMounts } from "../src/workload/mounts.ts";
-import { effectiveSpec, podShape, shapeHash, warmable } from "../src/workload/spec.ts";
+import {
+  effectiveSpec,
+  notStartableReason,
+  podShape,
+  proxyEnv,
+  shapeHash,
+  warmable,
+} from "../src/workload/spec.ts";
 
 const cfg = readConfig({
   SANDPIT_SANDBOX_IMAGE: "registry.example/sandbox:1",
@@ -504,6 +511,34 @@ describe("networkPolicy", () => {
     ]);
   });
 
+  it("Allowlist with domains reaches the egress proxy's pods on its port, and no name service", () => {
+    const proxied = readConfig({
+      SANDPIT_SYSTEM_NAMESPACE: "sandpit-system",
+      SANDPIT_EGRESS_PROXY: "10.96.7.7:3128",
+    });
+    const network = { egress: "Allowlist", allowDomains: ["pypi.org"] };
+    const np = networkPolicy(
+      meta,
+      selector,
+      effectiveSpec(sandbox({ network }), undefined, proxied).network,
+      proxied,
+      cluster,
+    );
+    expect(at(np, "spec", "egress")).toEqual([
+      {
+        to: [
+          {
+            namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "sandpit-system" } },
+            podSelector: { matchLabels: { [LABEL.name]: "sandpit-egress" } },
+          },
+        ],
+        ports: [{ protocol: "TCP", port: 3128 }],
+      },
+    ]);
+    // With no proxy to reach, nothing is opened (the sandbox fails: notStartableReason).
+    expect(at(policy(network), "spec", "egress")).toEqual([]);
+  });
+
   it("changes its spec hash when the cluster's addresses change, and only then", () => {
     const hash = (addresses: string[]) =>
       policy({ egress: "Internet" }, addresses).metadata.annotations?.[ANNOTATION.specHash];
@@ -686,5 +721,53 @@ describe("mounts", () => {
     ).toBe("");
     const shared = SandboxSpec.safeParse({ storage: { sharedClaim: { claimName: "c" } } });
     expect(shared.success).toBe(false); // a shared claim always names its directory
+  });
+});
+
+describe("a sandbox with allowDomains", () => {
+  const network = { egress: "Allowlist", allowDomains: ["pypi.org", "*.npmjs.org"] };
+  const proxied = readConfig({ SANDPIT_EGRESS_PROXY: "10.96.7.7:3128" });
+
+  it("gets the proxy's address in its environment, over any proxy of its own", () => {
+    const e = effectiveSpec(
+      sandbox({ network, env: [{ name: "HTTPS_PROXY", value: "http://elsewhere:1" }] }),
+      undefined,
+      proxied,
+    );
+    expect(e.env).toEqual(proxyEnv("10.96.7.7:3128"));
+    expect(e.env.HTTPS_PROXY).toBe("http://10.96.7.7:3128");
+    expect(e.env.https_proxy).toBe("http://10.96.7.7:3128");
+    expect(e.env.NODE_USE_ENV_PROXY).toBe("1");
+  });
+
+  it("from its pool's template too; other sandboxes get no proxy", () => {
+    const pool = poolOf({ maxActive: 2, template: { network } });
+    expect(effectiveSpec(sandbox({}), pool, proxied).env.HTTP_PROXY).toBe("http://10.96.7.7:3128");
+    const internet = effectiveSpec(sandbox({ network: { egress: "Internet" } }), pool, proxied);
+    expect(internet.env).toEqual({});
+    const cidrs = { egress: "Allowlist", allow: [{ cidr: "203.0.113.0/24" }] };
+    expect(effectiveSpec(sandbox({ network: cidrs }), undefined, proxied).env).toEqual({});
+  });
+
+  it("is not started where no egress proxy is configured, and says so", () => {
+    const e = effectiveSpec(sandbox({ network }), undefined, cfg);
+    expect(e.env).toEqual({});
+    expect(notStartableReason(e, undefined, cfg)).toEqual({
+      reason: "EgressProxyNotConfigured",
+      message: expect.stringContaining("SANDPIT_EGRESS_PROXY") as string,
+    });
+    expect(
+      notStartableReason(
+        effectiveSpec(sandbox({ network }), undefined, proxied),
+        undefined,
+        proxied,
+      ),
+    ).toBeUndefined();
+  });
+
+  it("is an Allowlist: the CRD's schema refuses domains with any other egress", () => {
+    expect(() => sandbox({ network: { egress: "Allowlist", allowDomains: ["10.0.0.1"] } })).toThrow(
+      /a domain such as pypi.org/,
+    );
   });
 });

@@ -9,9 +9,11 @@
  */
 
 const LABEL = "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?";
+/** The last label starts with a letter, as every top-level domain does: 10.0.0.1 is no domain. */
+const TOP = "[a-z]([a-z0-9-]{0,61}[a-z0-9])?";
 
 /** A pattern `network.allowDomains` accepts. */
-export const DOMAIN_PATTERN = new RegExp(`^(\\*\\.)?(${LABEL}\\.)+${LABEL}$`);
+export const DOMAIN_PATTERN = new RegExp(`^(\\*\\.)?(${LABEL}\\.)+${TOP}$`);
 
 /** `host` as the proxy compares it: lower case, no trailing dot; undefined when not a name. */
 export function normalHost(host: string): string | undefined {

@@ -40,7 +40,12 @@ const Env = z.object({
   SANDPIT_EGRESS_EXCLUDE_CIDRS: z
     .string()
     .default("")
-    .transform((s) => s.split(",").map((x) => x.trim()).filter(Boolean))
+    .transform((s) =>
+      s
+        .split(",")
+        .map((x) => x.trim())
+        .filter(Boolean),
+    )
     .refine((l) => l.every((c) => IPV4_CIDR.test(c)), "each is an IPv4 range such as 192.0.2.0/24"),
   SANDPIT_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
 });
@@ -83,7 +88,8 @@ const all = Object.values(caches) as Informer<KObject>[];
 function blocked(address: string): boolean {
   const n = ipv4(address);
   if (n === undefined) return true; // IPv4 only: the pod network's family
-  if ([...BLOCKED_CIDRS, ...cfg.SANDPIT_EGRESS_EXCLUDE_CIDRS].some((c) => inCidr(n, c))) return true;
+  if ([...BLOCKED_CIDRS, ...cfg.SANDPIT_EGRESS_EXCLUDE_CIDRS].some((c) => inCidr(n, c)))
+    return true;
   const own = [
     ...caches.nodes.list().flatMap(nodeAddresses),
     ...caches.apiServer.list().flatMap(sliceAddresses),

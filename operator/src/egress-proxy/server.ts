@@ -31,6 +31,8 @@ export interface ProxyOptions {
   allowanceOf(address: string): Allowance | undefined;
   /** Whether an IPv4 address is one no sandbox may reach. */
   blocked(address: string): boolean;
+  /** Ports a domain may be reached on; PROXIED_PORTS by default. */
+  ports?: ReadonlySet<number>;
   /** Name resolution; the system resolver by default (tests give their own). */
   lookup?: (host: string) => Promise<string[]>;
   log: Logger;
@@ -59,6 +61,7 @@ interface Target {
 
 export function createProxyServer(o: ProxyOptions) {
   const lookup = o.lookup ?? systemLookup;
+  const ports = o.ports ?? PROXIED_PORTS;
 
   async function decide(source: string, host: string, port: number): Promise<Target> {
     const allowance = o.allowanceOf(source);
@@ -67,8 +70,11 @@ export function createProxyServer(o: ProxyOptions) {
     const name = normalHost(host);
     if (!name || isIP(host))
       throw new Refusal(403, `${host} is not a domain name: the proxy reaches domains only`);
-    if (!PROXIED_PORTS.has(port))
-      throw new Refusal(403, `port ${port}: domains are reached on ports 80 and 443 only`);
+    if (!ports.has(port))
+      throw new Refusal(
+        403,
+        `port ${port}: domains are reached on ports ${[...ports].join(" and ")} only`,
+      );
     if (!domainAllowed(name, allowance.domains))
       throw new Refusal(403, `${name} is not in the allowDomains of sandbox ${allowance.sandbox}`);
     let addresses: string[];
@@ -78,8 +84,7 @@ export function createProxyServer(o: ProxyOptions) {
       throw new Refusal(502, `${name} does not resolve: ${(err as Error).message}`);
     }
     const bad = addresses.find((a) => o.blocked(a));
-    if (bad)
-      throw new Refusal(403, `${name} resolves to ${bad}, an address no sandbox may reach`);
+    if (bad) throw new Refusal(403, `${name} resolves to ${bad}, an address no sandbox may reach`);
     if (!addresses[0]) throw new Refusal(502, `${name} has no IPv4 address`);
     return { host: name, port, address: addresses[0], sandbox: allowance.sandbox };
   }
