@@ -11,8 +11,7 @@
  *   external or not: no channel out through the resolver.
  * - `Allowlist`: only the listed destination; DNS only with `dns: true`.
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { readlinkSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import { DiscoveryV1Api, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import {
@@ -31,25 +30,20 @@ import {
   waitFor,
 } from "../cluster/harness.ts";
 import { machineAddressCidrs } from "../cluster/addresses.ts";
+import { type FakeInternet, startFakeInternet } from "./fake-internet.ts";
 
 const rand = Math.random().toString(36).slice(2, 7);
-const VETH_HOST = `speg${rand}h`;
-const VETH_NS = `speg${rand}n`;
-/** A /29 of 198.51.100.0/24 (documentation, not a blocked range) of this run's own. */
-const BLOCK = 8 * (1 + Math.floor(Math.random() * 30));
-const ROUTER = `198.51.100.${BLOCK + 1}`;
 /** The test's "internet": a public-range server sandboxes may reach. */
-const INTERNET = `198.51.100.${BLOCK + 2}`;
+let INTERNET = "";
 /** The same server under the address a Node added during the test claims. */
-const NODE_ADDRESS = `198.51.100.${BLOCK + 3}`;
+let NODE_ADDRESS = "";
 const NONCE = `egress-internet-${rand}`;
 const FAKE_NODE = `sandpit-egress-${rand}`;
 
 let c: Clients;
 let ns: string;
 let operator: OperatorProcess;
-let server: ChildProcess | undefined;
-let vethMade = false;
+let fakeInternet: FakeInternet | undefined;
 /** Whether kube-router filtered each sandbox's traffic when it was first seen Ready. */
 const filteredAtReady: Record<string, boolean> = {};
 let nodeMade = false;
@@ -57,8 +51,6 @@ let nodeMade = false;
 let unreported: string[] = [];
 /** What the test reaches from the node itself, and a sandbox must not. */
 let clusterTargets: { what: string; host: string; port: number }[] = [];
-
-const ip = (...args: string[]) => execFileSync("ip", args, { stdio: "pipe", timeout: 10_000 });
 
 /** Whether kube-router filters traffic from `podIP`: its address has a rule in its chain. */
 const filtered = (podIP: string) =>
@@ -154,47 +146,9 @@ beforeAll(async () => {
     .map((cidr) => cidr.replace(/\/32$/, ""))
     .filter((a) => !reported.has(a));
 
-  // The test's "internet": an HTTP server in a network namespace of its own, unnamed and held
-  // by the server alone (`unshare --net`: nothing under /run/netns, which containerd uses for
-  // the pods' namespaces), with two public-range addresses routed from the node through a veth
-  // pair. The namespace, the pair, its addresses and routes all end with the server.
-  server = spawn(
-    "unshare",
-    [
-      "--net",
-      process.execPath,
-      "-e",
-      `require("node:http").createServer((q, r) => r.end(${JSON.stringify(NONCE)})).listen(8080, "0.0.0.0")`,
-    ],
-    { stdio: "ignore" },
-  );
-  const pid = String(server.pid);
-  const hostNet = readlinkSync("/proc/self/ns/net");
-  await waitFor("the server in a network namespace of its own", 10_000, async () => {
-    if (server!.exitCode !== null) throw new Error(`server exited ${server!.exitCode}`);
-    return readlinkSync(`/proc/${pid}/ns/net`) !== hostNet;
-  });
-  const inServer = (...args: string[]) =>
-    execFileSync("nsenter", ["--target", pid, "--net", "ip", ...args], {
-      stdio: "pipe",
-      timeout: 10_000,
-    });
-  ip("link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_NS);
-  vethMade = true;
-  ip("link", "set", VETH_NS, "netns", pid);
-  ip("addr", "add", `${ROUTER}/29`, "dev", VETH_HOST);
-  ip("link", "set", VETH_HOST, "up");
-  inServer("addr", "add", `${INTERNET}/29`, "dev", VETH_NS);
-  inServer("addr", "add", `${NODE_ADDRESS}/29`, "dev", VETH_NS);
-  inServer("link", "set", "lo", "up");
-  inServer("link", "set", VETH_NS, "up");
-  inServer("route", "add", "default", "via", ROUTER);
-  for (const address of [INTERNET, NODE_ADDRESS]) {
-    await waitFor(`the test's internet server on ${address}`, 20_000, async () => {
-      if (server!.exitCode !== null) throw new Error(`server exited ${server!.exitCode}`);
-      return (await (await fetch(`http://${address}:8080/`)).text()) === NONCE;
-    });
-  }
+  // The test's "internet" (fake-internet.ts): a public-range server, under two addresses.
+  fakeInternet = await startFakeInternet({ nonce: NONCE, ports: [8080], count: 2 });
+  [INTERNET, NODE_ADDRESS] = fakeInternet.addresses as [string, string];
 
   ns = await createNamespace(c, "sec-egress");
   operator = await startOperator({
@@ -271,18 +225,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (nodeMade) await c.core.deleteNode({ name: FAKE_NODE }).catch(() => undefined);
-  if (server?.pid && server.exitCode === null) {
-    const exited = new Promise((r) => server!.once("exit", r));
-    server.kill("SIGTERM"); // its network namespace, and the veth pair in it, end with it
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
-  }
-  if (vethMade) {
-    try {
-      ip("link", "del", VETH_HOST); // gone with the namespace already, unless moving it failed
-    } catch {
-      // already gone
-    }
-  }
+  await fakeInternet?.stop();
   await operator?.stop();
   if (ns) await deleteNamespace(c, ns);
 }, 120_000);
