@@ -209,6 +209,18 @@ describe("the proxy", () => {
     expect(out).toContain("hello from api.github.com/inside");
   });
 
+  it("tunnels CONNECT host:80 as curl sends it for http:// through a tunnel (the default port written out)", async () => {
+    const s = connect(proxyPort, "127.0.0.1");
+    await once(s, "connect");
+    s.write("CONNECT pypi.org:80 HTTP/1.1\r\nHost: pypi.org:80\r\n\r\n");
+    const [first] = (await once(s, "data")) as [Buffer];
+    s.destroy();
+    // Port 80 is not among this proxy's ports: refused for the port, not misread as no port.
+    expect(first.toString()).toMatch(
+      /^HTTP\/1\.1 403 Forbidden\r\n[^]*port 80: domains are reached/,
+    );
+  });
+
   it("resolves each name once and connects to the address it checked", async () => {
     lookups.length = 0;
     await viaProxy(`http://PyPI.org.:${upPort}/once`);

@@ -223,6 +223,8 @@ beforeAll(async () => {
   });
   const env = [
     { name: "PIP_INDEX_URL", value: "http://pkgs.allowed.test/simple/" },
+    // The test's index is plain HTTP, which pip takes only from a host it is told to trust.
+    { name: "PIP_TRUSTED_HOST", value: "pkgs.allowed.test denied.test" },
     { name: "npm_config_registry", value: "http://pkgs.allowed.test/" },
   ];
   await Promise.all([

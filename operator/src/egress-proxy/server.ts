@@ -122,11 +122,11 @@ export function createProxyServer(o: ProxyOptions) {
   async function tunnel(req: IncomingMessage, client: Socket, head: Buffer) {
     const source = sourceOf(client);
     client.on("error", () => client.destroy());
-    const url = URL.parse(`http://${req.url ?? ""}`);
+    // host:port as it is written: a URL parser would drop a port that is its scheme's default.
+    const target = /^(\[[0-9a-fA-F:.]+\]|[^:/\s[\]]+):([0-9]{1,5})$/.exec(req.url ?? "");
     try {
-      if (!url || !url.port || url.pathname !== "/")
-        throw new Refusal(400, `CONNECT takes host:port, not ${req.url}`);
-      const t = await decide(source, url.hostname.replace(/^\[|\]$/g, ""), Number(url.port));
+      if (!target) throw new Refusal(400, `CONNECT takes host:port, not ${req.url}`);
+      const t = await decide(source, target[1]!.replace(/^\[|\]$/g, ""), Number(target[2]));
       const upstream = await open(t);
       record("allowed", { source, sandbox: t.sandbox, host: t.host, port: t.port }, "tunnel");
       client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
