@@ -330,10 +330,10 @@ describe("network.allowDomains", () => {
       }
       const pip = await sh(
         "domains",
-        "pip install --no-input --disable-pip-version-check --index-url http://denied.test/simple/ --target /tmp/denied sandpit-demo",
+        "pip install --no-input --disable-pip-version-check --target /tmp/denied http://denied.test/files/sandpit_demo-1.0-py3-none-any.whl",
       );
       expect(pip.code).not.toBe(0);
-      expect(pip.out).toMatch(/403/);
+      expect(pip.out).toMatch(/403 Client Error: Forbidden/);
     },
   );
 

@@ -5,8 +5,9 @@
  * --net`: nothing under /run/netns, which containerd uses for the pods' namespaces), so the
  * namespace, the pair, its addresses and routes all end with the server.
  *
- * It answers `nonce` on `/`, and the files of `root` (a directory) on any other path; on
- * every port in `ports`.
+ * It answers `nonce` on `/`, and the files of `root` (a directory) on any other path (a
+ * directory's index.html; HTML, package archives, else JSON: a package index and a registry);
+ * on every port in `ports`.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readlinkSync } from "node:fs";
@@ -30,8 +31,11 @@ const server = async (q, r) => {
   const path = new URL(q.url, "http://x").pathname;
   if (path === "/" || !root) return r.end(nonce);
   const file = join(root, normalize(path).replace(/^(\\.\\.[/\\\\])+/, ""));
+  const path2 = file.endsWith("/") ? join(file, "index.html") : file;
+  const type = path2.endsWith(".html") ? "text/html" : /\.(whl|tgz)$/.test(path2) ? "application/octet-stream" : "application/json";
   try {
-    r.end(await readFile(file.endsWith("/") ? join(file, "index.html") : file));
+    const body = await readFile(path2);
+    r.writeHead(200, { "content-type": type }).end(body);
   } catch {
     r.writeHead(404).end("not found");
   }
