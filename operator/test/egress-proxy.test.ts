@@ -82,7 +82,7 @@ describe("allowanceOf", () => {
     [
       "p",
       {
-        metadata: { name: "p", namespace: "ns" },
+        metadata: { name: "p", namespace: "ns", uid: "upool" },
         spec: { template: { network: { egress: "Allowlist", allowDomains: ["*.npmjs.org"] } } },
       } as unknown as SandboxPool,
     ],
@@ -95,8 +95,11 @@ describe("allowanceOf", () => {
 
   it("is the sandbox's own network, else its pool template's", () => {
     const s = src([pod("pa", "10.0.0.1", "a", "ua"), pod("pb", "10.0.0.2", "b", "ub")]);
-    expect(allowanceOf(s, "10.0.0.1")).toEqual({ sandbox: "ns/a", domains });
-    expect(allowanceOf(s, "10.0.0.2")).toEqual({ sandbox: "ns/b", domains: ["*.npmjs.org"] });
+    expect(allowanceOf(s, "10.0.0.1")).toEqual({ holder: "sandbox ns/a", domains });
+    expect(allowanceOf(s, "10.0.0.2")).toEqual({
+      holder: "sandbox ns/b",
+      domains: ["*.npmjs.org"],
+    });
   });
 
   it("is nothing for an address that is no sandbox's live pod, or a pod not owned by it", () => {
@@ -106,9 +109,22 @@ describe("allowanceOf", () => {
       pod("old", "10.0.0.5", "a", "a-deleted-namesake"),
       pod("gone", "10.0.0.6", "a", "ua", { deletionTimestamp: "2026-01-01T00:00:00Z" }),
     ]);
-    expect(allowanceOf(s, "10.0.0.3")).toEqual({ sandbox: "ns/c", domains: [] });
+    expect(allowanceOf(s, "10.0.0.3")).toEqual({ holder: "sandbox ns/c", domains: [] });
     for (const ip of ["10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.9"])
       expect(allowanceOf(s, ip), ip).toBeUndefined();
+  });
+
+  it("gives a pool's warm pod its template's domains (it installs the template's packages), and only its own pool's pods", () => {
+    const warm = (name: string, ip: string, poolUid: string) =>
+      pod(name, ip, undefined, poolUid, {
+        labels: { "sandpit.dev/pool": "p", "sandpit.dev/warm": "true" },
+      });
+    const s = src([warm("p-w1", "10.0.1.1", "upool"), warm("p-w2", "10.0.1.2", "another-pool")]);
+    expect(allowanceOf(s, "10.0.1.1")).toEqual({
+      holder: "warm pod ns/p-w1 of pool p",
+      domains: ["*.npmjs.org"],
+    });
+    expect(allowanceOf(s, "10.0.1.2")).toBeUndefined();
   });
 
   it("answers nothing when two live pods claim one address (a deletion not seen yet)", () => {
@@ -143,7 +159,7 @@ describe("the proxy", () => {
     proxy = createProxyServer({
       allowanceOf: (address) =>
         sourceAllowed && address === "127.0.0.1"
-          ? { sandbox: "ns/a", domains: ["pypi.org", "*.github.com"] }
+          ? { holder: "sandbox ns/a", domains: ["pypi.org", "*.github.com"] }
           : undefined,
       blocked: (a) => a === "127.0.0.2",
       ports: new Set([upPort]),

@@ -44,6 +44,7 @@ import {
   startPrometheus,
   substitute,
 } from "../monitoring/prometheus.ts";
+import { type FakeInternet, startFakeInternet } from "../security/fake-internet.ts";
 import { CHART, clusterBin, helmRunner, releaseValues as releaseValuesFor } from "./release.ts";
 
 const log = (line: string) => process.stderr.write(`[chart] ${line}\n`);
@@ -466,6 +467,22 @@ describe("the chart on the cluster", () => {
   let e2bBefore: string;
   let capabilityBefore: string;
   let sandboxId: string;
+  /** The release's egress proxy knows the test's "internet" under these names. */
+  let internet: FakeInternet | undefined;
+  const nonce = `chart-internet-${id}`;
+
+  beforeAll(async () => {
+    internet = await startFakeInternet({ nonce, ports: [80] });
+  });
+  afterAll(async () => {
+    await internet?.stop();
+  });
+  const proxyValues = () => [
+    "--set-json",
+    `egressProxy.hostAliases=${JSON.stringify([
+      { ip: internet!.addresses[0], hostnames: ["pkgs.chart.test", "denied.chart.test"] },
+    ])}`,
+  ];
 
   it("installs: the operator leads, the provisioner serves, a sandbox runs Python and TypeScript", async () => {
     const started = Date.now();
@@ -483,6 +500,7 @@ describe("the chart on the cluster", () => {
       "5m",
       ...releaseValues(),
       ...monitoringValues,
+      ...proxyValues(),
     );
     installed = true;
     log(`installed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
@@ -490,6 +508,7 @@ describe("the chart on the cluster", () => {
 
     await deploymentRolled(`${fullname}-operator`, 2);
     await deploymentRolled(`${fullname}-provisioner`, 2);
+    await deploymentRolled(`${fullname}-egress`, 2);
     const pods = await core.listNamespacedPod({
       namespace: systemNs,
       labelSelector: "app.kubernetes.io/name=sandpit-operator",
@@ -629,6 +648,54 @@ describe("the chart on the cluster", () => {
       await sbx.kill();
       await provider.close();
     }
+  }, 300_000);
+
+  it("lets a sandbox reach its allowed domains through the release's egress proxy, and no other", async () => {
+    // A pool whose template lists one domain (the provisioner's tenants ask only for "deny";
+    // domains are the platform's, set on a pool).
+    await custom.createNamespacedCustomObject({
+      group: "sandpit.dev",
+      version: "v1alpha1",
+      namespace: sandboxNs,
+      plural: "sandboxpools",
+      body: {
+        apiVersion: "sandpit.dev/v1alpha1",
+        kind: "SandboxPool",
+        metadata: { name: "domains" },
+        spec: {
+          maxActive: 2,
+          template: {
+            language: "python",
+            network: { egress: "Allowlist", allowDomains: ["pkgs.chart.test"] },
+          },
+        },
+      },
+    });
+    const provider = createProvider({
+      use: "kubernetes",
+      kubernetes: { provisionerUrl: await routedProvisionerUrl(), apiKey: await apiKey() },
+    });
+    const sbx = await provider.create({
+      language: "python",
+      template: "domains",
+      threadId: `chart-domains-${id}`,
+    });
+    try {
+      const allowed = await sbx.commands.run("curl -sS --max-time 10 http://pkgs.chart.test/");
+      expect(allowed.stdout, JSON.stringify(allowed)).toBe(nonce);
+      const denied = await sbx.commands.run(
+        "curl -sS --max-time 10 -w ' status=%{http_code}' http://denied.chart.test/",
+      );
+      expect(denied.stdout).toMatch(/denied\.chart\.test is not in the allowDomains of sandbox/);
+      expect(denied.stdout).toContain("status=403");
+      const direct = await sbx.commands.run(
+        `curl -sS --noproxy '*' --max-time 5 http://${internet!.addresses[0]}/; echo " exit=$?"`,
+      );
+      expect(direct.stdout).not.toContain(nonce);
+    } finally {
+      await sbx.kill();
+    }
+    expect(await podLogs("egress", 1000)).not.toMatch(/forbidden/i);
   }, 300_000);
 
   it("is watched by a real Prometheus: both components' targets up, every rule and dashboard query evaluates", async () => {
@@ -821,6 +888,7 @@ describe("the chart on the cluster", () => {
       "5m",
       ...releaseValues(),
       ...monitoringValues,
+      ...proxyValues(),
       "--set",
       "operator.logLevel=debug,provisioner.logLevel=debug",
     );

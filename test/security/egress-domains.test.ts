@@ -13,7 +13,8 @@
  * - the server is not reachable directly (no policy opens it), and no name resolves (no DNS);
  * - another sandbox's allowance is its own: a sandbox allowed only `*.wild.test` is refused
  *   `pkgs.allowed.test`; a sandbox without domains cannot reach the proxy at all;
- * - a sandbox adopted from a warm pool whose template lists domains gets the same.
+ * - a warm pool whose template lists domains installs the template's packages through them,
+ *   and a sandbox adopted from it reaches them too.
  */
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
@@ -244,6 +245,8 @@ beforeAll(async () => {
       template: {
         language: "python",
         env,
+        // Installed by each warm pod before it is adopted: through the proxy, as the pool's.
+        packages: [{ name: "sandpit-demo" }],
         network: { egress: "Allowlist", allowDomains: ALLOWED },
       },
     }),
@@ -374,7 +377,7 @@ describe("network.allowDomains", () => {
   );
 
   test(
-    "a sandbox adopted from a warm pool with domains in its template reaches them",
+    "a warm pool with domains in its template installs its packages through them, and a sandbox adopted from it reaches them",
     { timeout: 300_000 },
     async () => {
       await waitFor("a warm pod of the pool", 240_000, async () => {
@@ -391,6 +394,12 @@ describe("network.allowDomains", () => {
       );
       expect(r.out).toContain(NONCE);
       expect(r.out).toMatch(/denied\.test is not in the allowDomains of sandbox .*\/from-pool/);
+      // The template's package, installed by the warm pod before adoption.
+      const pkg = await sh(
+        "from-pool",
+        "python3 -c 'import sandpit_demo; print(sandpit_demo.ORIGIN)'",
+      );
+      expect(pkg.out.trim(), pkg.out).toBe("the test internet");
     },
   );
 

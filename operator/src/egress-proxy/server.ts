@@ -56,7 +56,7 @@ interface Target {
   host: string;
   port: number;
   address: string;
-  sandbox: string;
+  holder: string;
 }
 
 export function createProxyServer(o: ProxyOptions) {
@@ -76,7 +76,7 @@ export function createProxyServer(o: ProxyOptions) {
         `port ${port}: domains are reached on ports ${[...ports].join(" and ")} only`,
       );
     if (!domainAllowed(name, allowance.domains))
-      throw new Refusal(403, `${name} is not in the allowDomains of sandbox ${allowance.sandbox}`);
+      throw new Refusal(403, `${name} is not in the allowDomains of ${allowance.holder}`);
     let addresses: string[];
     try {
       addresses = await lookup(name);
@@ -86,7 +86,7 @@ export function createProxyServer(o: ProxyOptions) {
     const bad = addresses.find((a) => o.blocked(a));
     if (bad) throw new Refusal(403, `${name} resolves to ${bad}, an address no sandbox may reach`);
     if (!addresses[0]) throw new Refusal(502, `${name} has no IPv4 address`);
-    return { host: name, port, address: addresses[0], sandbox: allowance.sandbox };
+    return { host: name, port, address: addresses[0], holder: allowance.holder };
   }
 
   const sourceOf = (s: Socket) => (s.remoteAddress ?? "").replace(/^::ffff:/, "");
@@ -128,7 +128,7 @@ export function createProxyServer(o: ProxyOptions) {
       if (!target) throw new Refusal(400, `CONNECT takes host:port, not ${req.url}`);
       const t = await decide(source, target[1]!.replace(/^\[|\]$/g, ""), Number(target[2]));
       const upstream = await open(t);
-      record("allowed", { source, sandbox: t.sandbox, host: t.host, port: t.port }, "tunnel");
+      record("allowed", { source, holder: t.holder, host: t.host, port: t.port }, "tunnel");
       client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
       if (head.length) upstream.write(head);
       client.setTimeout(IDLE_MS, () => client.destroy());
@@ -181,7 +181,7 @@ export function createProxyServer(o: ProxyOptions) {
           (answer) => {
             record(
               "allowed",
-              { source, sandbox: t.sandbox, host: t.host, port: t.port, status: answer.statusCode },
+              { source, holder: t.holder, host: t.host, port: t.port, status: answer.statusCode },
               "request",
             );
             res.writeHead(answer.statusCode ?? 502, answer.headers);
