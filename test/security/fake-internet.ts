@@ -30,11 +30,12 @@ const [nonce, root, ...ports] = process.argv.slice(1);
 const server = async (q, r) => {
   const path = new URL(q.url, "http://x").pathname;
   if (path === "/" || !root) return r.end(nonce);
-  const file = join(root, normalize(path).replace(/^(\\.\\.[/\\\\])+/, ""));
-  const path2 = file.endsWith("/") ? join(file, "index.html") : file;
-  const type = path2.endsWith(".html") ? "text/html" : /\.(whl|tgz)$/.test(path2) ? "application/octet-stream" : "application/json";
+  const under = join(root, normalize(path).replace(/^(\\.\\.[/\\\\])+/, ""));
+  const file = under.endsWith("/") ? join(under, "index.html") : under;
+  const archive = file.endsWith(".whl") || file.endsWith(".tgz");
+  const type = file.endsWith(".html") ? "text/html" : archive ? "application/octet-stream" : "application/json";
   try {
-    const body = await readFile(path2);
+    const body = await readFile(file);
     r.writeHead(200, { "content-type": type }).end(body);
   } catch {
     r.writeHead(404).end("not found");
