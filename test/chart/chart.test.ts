@@ -289,6 +289,7 @@ describe("the chart, offline", () => {
     const docs = await render();
     const byKind = (kind: string) => docs.filter((d) => d.kind === kind);
     expect(byKind("Deployment").map((d) => d.metadata.name)).toEqual([
+      `${fullname}-egress`,
       `${fullname}-operator`,
       `${fullname}-provisioner`,
     ]);
@@ -321,10 +322,32 @@ describe("the chart, offline", () => {
       "sandboxpools.sandpit.dev",
     ]);
     for (const c of crds) expect(c.metadata.annotations?.["helm.sh/resource-policy"]).toBe("keep");
-    expect(byKind("PodDisruptionBudget")).toHaveLength(2);
+    expect(byKind("PodDisruptionBudget")).toHaveLength(3);
     expect(await render("--set", "crds.install=false")).not.toContainEqual(
       expect.objectContaining({ kind: "CustomResourceDefinition" }),
     );
+  });
+
+  it("runs the egress proxy read-only and tells the operator its Service; without it, neither", async () => {
+    const docs = await render();
+    const operatorEnv = (all: Doc[]) => {
+      const d = all.find((x) => x.kind === "Deployment" && x.metadata.name.endsWith("-operator"));
+      return (d!.spec as { template: { spec: PodSpec } }).template.spec.containers[0]!.env!;
+    };
+    expect(operatorEnv(docs).find((e) => e.name === "SANDPIT_EGRESS_PROXY")?.value).toBe(
+      `${fullname}-egress.${systemNs}.svc:3128`,
+    );
+    const role = docs.find(
+      (d) => d.kind === "ClusterRole" && d.metadata.name === `${fullname}-egress`,
+    );
+    for (const rule of role!.rules!) expect(rule.verbs).toEqual(["get", "list", "watch"]);
+    const service = docs.find(
+      (d) => d.kind === "Service" && d.metadata.name === `${fullname}-egress`,
+    );
+    expect(service!.spec!.selector).toMatchObject({ "app.kubernetes.io/name": "sandpit-egress" });
+    const off = await render("--set", "egressProxy.enabled=false");
+    expect(off.filter((d) => d.metadata.name.startsWith(`${fullname}-egress`))).toEqual([]);
+    expect(operatorEnv(off).find((e) => e.name === "SANDPIT_EGRESS_PROXY")).toBeUndefined();
   });
 
   it("tells the operator which StorageClasses enforce sizes, and lets it read them", async () => {
