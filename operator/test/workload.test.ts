@@ -264,6 +264,27 @@ describe("pod", () => {
     expect(at(container, "volumeMounts")).toContainEqual({ name: "tmp", mountPath: "/tmp" });
   });
 
+  it("mounts /tmp as a tmpfs of 512Mi, or half the memory limit when that is smaller", () => {
+    // Memory-backed: the kubelet sizes the tmpfs to sizeLimit, so a write past it fails at once
+    // (a disk-backed emptyDir's sizeLimit is enforced only by a later eviction).
+    const tmpOf = (memory: string) => {
+      const e = effectiveSpec(sandbox({ resources: { memory } }), undefined, cfg);
+      const q = pod(meta, e, { token: { secret: "t" }, mounts: own("c") }, cfg);
+      const volumes = at(q, "spec", "volumes") as { name: string; emptyDir?: unknown }[];
+      return volumes.find((v) => v.name === "tmp")!;
+    };
+    expect(at(p, "spec", "volumes")).toContainEqual({
+      name: "tmp",
+      emptyDir: { medium: "Memory", sizeLimit: "512Mi" },
+    });
+    expect(tmpOf("4Gi").emptyDir).toEqual({ medium: "Memory", sizeLimit: "512Mi" });
+    expect(tmpOf("1Gi").emptyDir).toEqual({ medium: "Memory", sizeLimit: "512Mi" });
+    expect(tmpOf("512Mi").emptyDir).toEqual({ medium: "Memory", sizeLimit: "256Mi" });
+    expect(tmpOf("1000M").emptyDir).toEqual({ medium: "Memory", sizeLimit: "500000000" });
+    // Warm pods made when /tmp was on the node's disk no longer match a sandbox's shape.
+    expect(podShape(e)).toMatchObject({ tmp: "memory" });
+  });
+
   it("mounts each of emptyDirs as its own empty volume, and changes the pod's shape only when set", () => {
     const dirs = ["/mnt/skills/custom", "/mnt/acp-workspace"];
     const withDirs = effectiveSpec(sandbox({ emptyDirs: dirs }), undefined, cfg);
@@ -655,7 +676,7 @@ describe("mounts", () => {
       { name: "data", persistentVolumeClaim: { claimName: "deerflow" } },
       { name: "claim-1", persistentVolumeClaim: { claimName: "skills", readOnly: true } },
       { name: "claim-2", persistentVolumeClaim: { claimName: "ws" } },
-      { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
+      { name: "tmp", emptyDir: { medium: "Memory", sizeLimit: "512Mi" } },
     ]);
     expect(at(p, "spec", "containers", 0, "volumeMounts")).toEqual([
       { name: "data", mountPath: "/mnt/user-data", subPath: "users/u1/threads/t1/user-data" },

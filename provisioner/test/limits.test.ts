@@ -4,6 +4,7 @@
  * serve's store refusing before it makes anything.
  */
 import { pino } from "pino";
+import type { SandboxProvider } from "@sandpit/sdk";
 import { describe, expect, test } from "vitest";
 import {
   PLATFORM_BOUNDS,
@@ -183,5 +184,62 @@ describe("sandpit serve's store", () => {
     expect(err?.status).toBe(400);
     expect(err?.message).toBe("resources: memory 2Gi is above the platform's maximum 1Gi");
     expect(store.count("acme")).toBe(0);
+  });
+});
+
+describe("sandpit serve's quota", () => {
+  /** A provider whose creates wait until `settle` is called, then all fail. */
+  const slowProvider = () => {
+    let settle!: () => void;
+    const gate = new Promise<void>((resolve) => (settle = resolve));
+    let started = 0;
+    const provider = {
+      create: async () => {
+        started++;
+        await gate;
+        throw new Error("the backend could not start it");
+      },
+    } as unknown as SandboxProvider;
+    return { provider, settle, started: () => started };
+  };
+
+  test("counts a create from its start: concurrent creates cannot pass it", async () => {
+    const slow = slowProvider();
+    const store = new ProviderStore({
+      provider: slow.provider,
+      serveId: "s",
+      log: pino({ level: "silent" }),
+      support: { backend: "docker", cpu: true, memory: true, disk: true, networkDeny: true },
+      idleTimeoutMs: 0,
+      bounds: PLATFORM_BOUNDS,
+    });
+    // Twenty at once under a quota of three, none of them made yet when the others arrive.
+    const results = await Promise.allSettled(
+      Array.from({ length: 20 }, () => store.create(input({ quota: 3 }))),
+    );
+    const made = results.filter((r) => r.status === "fulfilled");
+    const refused = results.flatMap((r) => (r.status === "rejected" ? [toApiError(r.reason)] : []));
+    expect(made).toHaveLength(3);
+    expect(refused).toHaveLength(17);
+    for (const err of refused) expect(err.status).toBe(429);
+    expect(slow.started()).toBe(3); // the backend was asked for three, no more
+    expect(store.count("acme")).toBe(3);
+
+    // A create that fails leaves a Failed sandbox, which holds its place until it is deleted
+    // (as a Failed Sandbox does on Kubernetes); deleting it gives the place back.
+    slow.settle();
+    const names = made.map((r) => r.value.sandbox.metadata.name);
+    for (const name of names) {
+      await expect(store.waitReady(name, 10_000)).rejects.toThrow(/could not start/);
+    }
+    await expect(store.create(input({ quota: 3 }))).rejects.toMatchObject({ kind: "quota" });
+    await store.delete(names[0]!);
+    expect(store.count("acme")).toBe(2);
+    const again = await Promise.allSettled([
+      store.create(input({ quota: 3 })),
+      store.create(input({ quota: 3 })),
+    ]);
+    expect(again.map((r) => r.status).sort()).toEqual(["fulfilled", "rejected"]);
+    store.stop();
   });
 });

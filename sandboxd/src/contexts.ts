@@ -23,7 +23,7 @@ import { StringDecoder } from "node:string_decoder";
 import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
-import { OutputCap, signalGroup, spawnDetached } from "./process.ts";
+import { OutputCap, finishAfterExit, signalGroup, spawnDetached } from "./process.ts";
 import {
   DEFAULT_TIMEOUT_MS,
   SandboxdError,
@@ -41,8 +41,6 @@ export const INTERRUPT_GRACE_MS = 3000;
 export const MAX_QUEUED = 8;
 /** A kernel that has not said `ready` by then is not going to. */
 const START_TIMEOUT_MS = 30_000;
-/** After a kernel exits, how long to wait for the rest of its output. */
-const PIPE_GRACE_MS = 100;
 /**
  * How long the unfinished last line of a cell's output is held for its newline. `print(x)` is
  * two writes (the text, then the newline) with unbuffered streams; clients expect one message
@@ -173,6 +171,8 @@ export class CodeContext {
   private queued = 0;
   private tail: Promise<void> = Promise.resolve();
   private startupOutput = "";
+  /** Bytes read from the kernel's output pipes, for the drain after it exits. */
+  private received = 0;
 
   constructor(
     host: ContextsHost,
@@ -238,8 +238,12 @@ export class CodeContext {
       stdout.arm(mark);
       stderr.arm(mark);
     };
-    child.stdout.on("data", (b: Buffer) => stdout.feed(b));
+    child.stdout.on("data", (b: Buffer) => {
+      this.received += b.length;
+      stdout.feed(b);
+    });
     child.stderr.on("data", (b: Buffer) => {
+      this.received += b.length;
       if (this.startupOutput.length < STARTUP_OUTPUT_BYTES) this.startupOutput += b.toString();
       stderr.feed(b);
     });
@@ -441,13 +445,17 @@ export class CodeContext {
     void signalGroup(this.child.pid ?? 0, "SIGKILL"); // whatever its cells started goes with it
     const cell = this.cell;
     if (!cell) return;
-    setTimeout(() => {
-      if (this.cell !== cell) return;
-      const message =
-        `the ${this.language} interpreter of context ${this.id} ${how}; the context is gone ` +
-        `with its variables: create a new one`;
-      cell.finish({ code: cell.timedOut ? "TIMEOUT" : "EXECUTION_FAILED", message });
-    }, PIPE_GRACE_MS).unref();
+    // The cell's last output, as a command's (./process.ts), however late the loop reads it.
+    finishAfterExit(
+      () => this.received,
+      () => {
+        if (this.cell !== cell) return;
+        const message =
+          `the ${this.language} interpreter of context ${this.id} ${how}; the context is gone ` +
+          `with its variables: create a new one`;
+        cell.finish({ code: cell.timedOut ? "TIMEOUT" : "EXECUTION_FAILED", message });
+      },
+    );
   }
 
   private goneError(): SandboxdError {

@@ -24,7 +24,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import type { Executor } from "./executor.ts";
 import { STATE_DIR } from "./executor.ts";
 import type { PathJail } from "./jail.ts";
-import { OutputCap, signalGroup, spawnDetached } from "./process.ts";
+import { OutputCap, finishAfterExit, signalGroup, spawnDetached } from "./process.ts";
 import { SandboxdError } from "./wire.ts";
 
 /** The bash API's statuses; the shell API maps them onto its own names. */
@@ -37,8 +37,6 @@ const KEPT_CLOSED = 64;
 const MAX_QUEUED = 8;
 /** After signalling a command's processes, how long the shell gets to report before it goes too. */
 const KILL_GRACE_MS = 1000;
-/** After the shell exits, how long to wait for the rest of its output. */
-const PIPE_GRACE_MS = 100;
 
 /** One output stream of one command: kept up to a cap, the rest counted and dropped. */
 class Output extends OutputCap {
@@ -194,6 +192,8 @@ export class ShellSession {
   private pending = { stdout: Buffer.alloc(0), stderr: Buffer.alloc(0) };
   private marked = { stdout: false, stderr: false };
   private markedExit = 0;
+  /** Bytes read from the shell's pipes, for the drain after it exits. */
+  private received = 0;
   private endStatus: CommandStatus | null = null;
   private closed = false;
 
@@ -321,8 +321,14 @@ export class ShellSession {
       env: executor.processEnv(),
     });
     this.child = child;
-    child.stdout.on("data", (b: Buffer) => this.onData("stdout", b));
-    child.stderr.on("data", (b: Buffer) => this.onData("stderr", b));
+    child.stdout.on("data", (b: Buffer) => {
+      this.received += b.length;
+      this.onData("stdout", b);
+    });
+    child.stderr.on("data", (b: Buffer) => {
+      this.received += b.length;
+      this.onData("stderr", b);
+    });
     child.stdin.on("error", () => undefined); // the shell died; its exit is handled below
     child.on("error", () => this.onExit(child, 127));
     child.on("exit", (code, signal) => this.onExit(child, code ?? (signal ? 137 : 1)));
@@ -338,14 +344,18 @@ export class ShellSession {
     if (this.child !== child) return;
     this.child = null;
     const cmd = this.current;
-    setTimeout(() => {
-      child.stdout.destroy();
-      child.stderr.destroy();
-      if (cmd && !cmd.finished) {
-        for (const s of ["stdout", "stderr"] as const) cmd.push(s, this.pending[s]);
-        cmd.finish(this.endStatus ?? "completed", code);
-      }
-    }, PIPE_GRACE_MS).unref();
+    // The rest of its output, as a command's (./process.ts): a job it left may hold the pipes.
+    finishAfterExit(
+      () => this.received,
+      () => {
+        child.stdout.destroy();
+        child.stderr.destroy();
+        if (cmd && !cmd.finished) {
+          for (const s of ["stdout", "stderr"] as const) cmd.push(s, this.pending[s]);
+          cmd.finish(this.endStatus ?? "completed", code);
+        }
+      },
+    );
   }
 
   /** Passes output to the running command until its end marker; output between commands is dropped. */

@@ -363,6 +363,22 @@ describe("confinement", () => {
     expect(r.stdout).toContain("tmp-writable");
   });
 
+  it("holds /tmp at half its memory: a write past it fails with ENOSPC, and the sandbox answers", async () => {
+    // 256 MiB of memory, so a tmpfs of 128 MiB (512 MiB at most); a /tmp larger than the memory
+    // limit would have the kernel kill the writer, or sandboxd, rather than refuse the write.
+    const r = await s.commands.run(
+      "df -B1 --output=size /tmp | tail -1; " +
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=200 2>&1 | grep -o 'No space left on device'; " +
+        "stat -c %s /tmp/fill; rm /tmp/fill",
+    );
+    const [size, error, written] = r.stdout.trim().split("\n");
+    expect(Number(size)).toBe(128 * 1048576);
+    expect(error).toBe("No space left on device");
+    expect(Number(written)).toBeLessThanOrEqual(128 * 1048576);
+    expect(Number(written)).toBeGreaterThan(100 * 1048576);
+    expect((await s.commands.run("echo alive")).stdout).toBe("alive\n");
+  });
+
   it("contains a fork bomb with the pids limit and stays usable", async () => {
     // The bomb forks in the background while the command spins without forking; the pids
     // limit stops it short of the machine (forks fail, and say so), and the timeout kills the

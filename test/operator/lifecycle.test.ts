@@ -141,19 +141,21 @@ describe("a sandbox's lifecycle", () => {
   );
 
   test.concurrent(
-    "a pod the kubelet evicts (its /tmp past the limit) leaves why on the Sandbox, which comes back",
+    "a pod the kubelet evicts (an emptyDir past its limit) leaves why on the Sandbox, which comes back",
     { timeout: 300_000 },
     async () => {
-      await sandboxes.create(c, ns, "hoarder", {});
+      // /tmp is a tmpfs that refuses writes past its size; a disk-backed emptyDir of spec.emptyDirs
+      // is still held to its 512Mi only by the kubelet's eviction.
+      await sandboxes.create(c, ns, "hoarder", { emptyDirs: ["/mnt/scratch"] });
       const ready = await waitForPhase(c, ns, "hoarder", "Ready");
       const oldPod = await c.core.readNamespacedPod({ name: "hoarder", namespace: ns });
       const token = await tokenOf(c, ns, "hoarder");
-      // 600 MiB into /tmp, an emptyDir of 512Mi: the kubelet's eviction manager ends the pod
-      // (the call itself may or may not answer before it does).
+      // 600 MiB into an emptyDir of 512Mi: the kubelet's eviction manager ends the pod (the
+      // call itself may or may not answer before it does).
       await runCode(
         ready.status!.endpoint!,
         token,
-        "with open('/tmp/fill', 'wb') as f:\n    for _ in range(600):\n        f.write(bytes(1 << 20))\nprint('written')",
+        "with open('/mnt/scratch/fill', 'wb') as f:\n    for _ in range(600):\n        f.write(bytes(1 << 20))\nprint('written')",
       ).catch(() => undefined);
       const failed = await waitFor(
         "the eviction on the Sandbox",
@@ -166,13 +168,13 @@ describe("a sandbox's lifecycle", () => {
       );
       const why = failed.status!.lastFailure!;
       expect(["Evicted", "TerminationByKubelet"], JSON.stringify(why)).toContain(why.reason);
-      expect(why.message).toMatch(/tmp|ephemeral/i);
+      expect(why.message).toMatch(/empty-0|ephemeral/i);
       expect(why.podUID).toBe(oldPod.metadata!.uid);
       const events = await c.core.listNamespacedEvent({
         namespace: ns,
         fieldSelector: `involvedObject.name=hoarder,involvedObject.kind=Sandbox,reason=${why.reason}`,
       });
-      expect(events.items.map((e) => e.message).join("\n")).toMatch(/tmp|ephemeral/i);
+      expect(events.items.map((e) => e.message).join("\n")).toMatch(/empty-0|ephemeral/i);
       // Then it is back on a new pod, and says why the last one died still.
       const back = await waitFor("Ready on a new pod", 120_000, async () => {
         const s = await sandboxes.get(c, ns, "hoarder");

@@ -242,6 +242,24 @@ export function serveApiSuite(backend: string, target: ServeTarget): void {
       expect((await api("DELETE", `/v1/sandboxes/${third.json.id}`, KEYS.small)).status).toBe(204);
     });
 
+    test("concurrent creates cannot pass a key's quota together: each counts from its start", async () => {
+      // Eight at once under a quota of one, none of them running yet when the others arrive.
+      const all = await Promise.all(
+        Array.from({ length: 8 }, () => api("POST", "/v1/sandboxes", KEYS.small, { wait: false })),
+      );
+      const made = all.filter((r) => r.status === 201);
+      expect(made).toHaveLength(1);
+      for (const r of all.filter((x) => x.status !== 201)) {
+        expect(r.status).toBe(429);
+        expect(r.json.error.code).toBe("RATE_LIMITED");
+      }
+      const listed = await api("GET", "/v1/sandboxes", KEYS.small);
+      expect(listed.json.sandboxes).toHaveLength(1);
+      expect((await api("DELETE", `/v1/sandboxes/${made[0]!.json.id}`, KEYS.small)).status).toBe(
+        204,
+      );
+    });
+
     test(
       "pause keeps the files; a proxied request wakes the sandbox; resume answers Ready",
       { timeout: 120_000 },

@@ -98,7 +98,7 @@ export const Resources = z
     cpu: quantity("CPU limit").optional(),
     memory: quantity("Memory limit").optional(),
     ephemeralStorage: quantity(
-      "Ephemeral storage limit (root filesystem, /tmp and logs)",
+      "Ephemeral storage limit (root filesystem, logs and the directories of emptyDirs; /tmp is a tmpfs counted against memory)",
     ).optional(),
   })
   .describe(

@@ -20,6 +20,31 @@ export { BLOCKED_CIDRS } from "./egress.ts";
 
 const smaller = (a: string, b: string) => (quantityValue(a) <= quantityValue(b) ? a : b);
 
+const MiB = 1024 ** 2;
+
+/**
+ * The size of a sandbox's /tmp: 512Mi, or half its memory limit when that is smaller.
+ *
+ * /tmp is a memory-backed emptyDir (a tmpfs). A disk-backed one's sizeLimit is enforced only
+ * by eviction: the kubelet measures emptyDirs on its housekeeping pass, so 700 MiB written to
+ * a 512Mi /tmp all landed on the node's disk and the pod was evicted 50 to 77 s later. For a
+ * memory-backed emptyDir the kubelet mounts a tmpfs of size min(sizeLimit, the pod's memory
+ * limit) (SizeMemoryBackedVolumes, GA and always on since Kubernetes 1.32), so the write itself
+ * fails with ENOSPC at the size. Its pages are charged to the pod's memory cgroup: the node's
+ * memory is bounded by the pod's limit, as its disk was not. Half the memory limit at most,
+ * because those pages stay charged while /tmp is full: a /tmp as large as the limit would
+ * leave sandboxd no memory, and each of its restarts would be killed again.
+ *
+ * Not a directory of the data volume: that volume is held at its size only where its storage
+ * class enforces sizes, outlives the pod (suspend, resume), and may be a directory of a claim
+ * shared with other sandboxes. /tmp, like the pod, starts empty on every (re)start.
+ */
+export function tmpSize(e: Effective): string {
+  const half = Math.floor(quantityValue(e.limits.memory) / 2);
+  if (half >= 512 * MiB) return "512Mi";
+  return half % MiB === 0 ? `${half / MiB}Mi` : String(half);
+}
+
 export const newToken = () => randomBytes(32).toString("hex");
 
 export function controllerRef(owner: KObject): OwnerReference {
@@ -369,7 +394,7 @@ export function pod(
       ],
       volumes: [
         ...claims.volumes,
-        { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
+        { name: "tmp", emptyDir: { medium: "Memory", sizeLimit: tmpSize(e) } },
         ...e.emptyDirs.map((_, i) => ({ name: `empty-${i}`, emptyDir: { sizeLimit: "512Mi" } })),
       ],
     },

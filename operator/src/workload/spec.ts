@@ -152,6 +152,9 @@ export function podShape(e: Effective) {
     limits: e.limits,
     storage: e.storage,
     runtimeClassName: e.runtimeClassName ?? null,
+    // /tmp is memory-backed (workload/manifests.ts tmpSize): warm pods made before, whose /tmp
+    // is on the node's disk, no longer match, and their pools replace them.
+    tmp: "memory",
     // A pod's volumes cannot change once it exists. Each joins the shape only when present,
     // so the shapes of pods without them stay what they were.
     ...(e.mounts.length > 0 ? { mounts: e.mounts } : {}),

@@ -83,7 +83,7 @@ export class DockerRuntime implements ContainerRuntime {
             SecurityOpt: ["no-new-privileges"],
             CapDrop: ["ALL"],
             ReadonlyRootfs: spec.readOnlyRoot,
-            Tmpfs: { "/tmp": "rw,nosuid,nodev,size=512m,mode=1777" },
+            Tmpfs: { "/tmp": `rw,nosuid,nodev,size=${tmpSizeMb(spec.memoryBytes)}m,mode=1777` },
             NetworkMode: spec.socketDir ? "none" : "bridge",
             RestartPolicy: { Name: "no" },
           },
@@ -232,4 +232,14 @@ function toInfo(c: Docker.ContainerInspectInfo): ContainerInfo {
     ...(c.HostConfig.NanoCpus ? { cpus: c.HostConfig.NanoCpus / 1e9 } : {}),
     ...(c.HostConfig.Memory ? { memoryBytes: c.HostConfig.Memory } : {}),
   };
+}
+
+/**
+ * The size of a container's /tmp tmpfs in MiB: 512, or half its memory limit when that is
+ * smaller, as on Kubernetes (operator/src/workload/manifests.ts tmpSize). A write past it fails
+ * with ENOSPC; its pages count against the container's memory limit, so a /tmp as large as the
+ * limit, once full, would leave sandboxd none.
+ */
+export function tmpSizeMb(memoryBytes: number): number {
+  return Math.max(1, Math.min(512, Math.floor(memoryBytes / 2 / 1048576)));
 }
