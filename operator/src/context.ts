@@ -15,7 +15,6 @@ export interface Caches {
   pools: Informer<SandboxPool>;
   pods: Informer<Pod>;
   claims: Informer<Claim>;
-  services: Informer<KObject>;
   secrets: Informer<Secret>;
   networkPolicies: Informer<KObject>;
   /** Every Node, cluster-wide: their addresses are excluded from Internet egress. */

@@ -27,7 +27,6 @@ import {
   PVCS,
   type Pod,
   SECRETS,
-  SERVICES,
   STORAGE_CLASSES,
   type Secret,
   type StorageClass,
@@ -124,7 +123,6 @@ export class Manager {
       pools: informer<SandboxPool>(POOLS, transforms.specAndStatus),
       pods: informer<Pod>(PODS, transforms.pod, owned),
       claims: informer<Claim>(PVCS, transforms.claim, owned),
-      services: informer(SERVICES, transforms.metadataOnly, owned),
       secrets: informer<Secret>(SECRETS, transforms.secret, owned),
       networkPolicies: informer(NETWORK_POLICIES, transforms.metadataOnly, owned),
       // Whatever namespace is watched, the cluster's own addresses are the cluster's.
@@ -307,7 +305,6 @@ export class Manager {
     for (const informer of [
       c.pods,
       c.claims,
-      c.services,
       c.secrets,
       c.networkPolicies,
     ] as Informer<KObject>[]) {
@@ -316,7 +313,6 @@ export class Manager {
       informer.on("delete", onChild);
     }
     c.pods.on("add", (p) => this.ctx.podExpectations.observed(keyOf(p)));
-    c.services.on("add", (o) => this.ctx.writeExpectations.observed(`services/${keyOf(o)}`));
     c.claims.on("add", (o) =>
       this.ctx.writeExpectations.observed(`persistentvolumeclaims/${keyOf(o)}`),
     );

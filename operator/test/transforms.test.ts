@@ -24,7 +24,6 @@ import {
   networkPolicy,
   newToken,
   pod as podManifest,
-  service,
   tokenSecret,
 } from "../src/workload/manifests.ts";
 import { effectiveSpec } from "../src/workload/spec.ts";
@@ -146,7 +145,6 @@ function children(sbx: Sandbox, podStatus: Pod["status"], podExtra: Partial<Pod[
   return {
     pods: [pod],
     secrets: [served(tokenSecret(m(tokenSecretName(name)), newToken()))],
-    services: [served(service(m(name), { [LABEL.sandbox]: name }), { status: {} })],
     networkPolicies: [
       served(
         networkPolicy(
@@ -235,7 +233,6 @@ async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolea
       pools: t<SandboxPool>(objects.pools, transforms.specAndStatus),
       pods: t(objects.pods, transforms.pod),
       claims: t(objects.claims, transforms.claim),
-      services: t(objects.services, transforms.metadataOnly),
       secrets: t(objects.secrets, transforms.secret),
       networkPolicies: t(objects.networkPolicies, transforms.metadataOnly),
       nodes: t<Node>(objects.nodes ?? [NODE], transforms.node),
@@ -286,7 +283,6 @@ describe("a reconcile from transformed caches", () => {
     expect(writes.map((w) => (w as string[]).slice(0, 2))).toEqual(
       expect.arrayContaining([
         ["create", "secrets"],
-        ["apply", "services"],
         ["apply", "networkpolicies"],
         ["create", "persistentvolumeclaims"],
       ]),
@@ -532,7 +528,8 @@ describe("a reconcile from transformed caches", () => {
       for (const o of list) o.metadata.ownerReferences![0]!.uid = "uid-of-the-deleted-one";
     }
     const { writes } = await same(sbx, old);
-    expect(writes.filter((w) => (w as string[])[0] === "delete")).toHaveLength(3);
+    // The token Secret and the NetworkPolicy (a sandbox has no Service of its own).
+    expect(writes.filter((w) => (w as string[])[0] === "delete")).toHaveLength(2);
   });
 });
 

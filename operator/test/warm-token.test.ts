@@ -104,7 +104,6 @@ function fakeCtx(pods: Pod[], secrets: KObject[]) {
       pools: new FakeInformer([pool]),
       pods: new FakeInformer(pods),
       claims: new FakeInformer(),
-      services: new FakeInformer(),
       secrets: new FakeInformer(secrets),
       networkPolicies: new FakeInformer(),
       nodes: new FakeInformer(),

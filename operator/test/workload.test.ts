@@ -11,7 +11,6 @@ import {
   legacyTokenSecret,
   networkPolicy,
   pod,
-  service,
   tokenSecret,
 } from "../src/workload/manifests.ts";
 import { podMounts } from "../src/workload/mounts.ts";
@@ -371,16 +370,7 @@ describe("pod", () => {
   });
 });
 
-describe("service, claim and secret", () => {
-  it("makes a ClusterIP Service to sandboxd, never a NodePort", () => {
-    const s = service(meta, { [LABEL.sandbox]: "sbx-1" });
-    expect(at(s, "spec", "type")).toBe("ClusterIP");
-    expect(at(s, "spec", "ports")).toEqual([
-      { name: "sandboxd", port: 8080, targetPort: 8080, protocol: "TCP" },
-    ]);
-    expect(at(s, "spec", "ports", 0)).not.toHaveProperty("nodePort");
-  });
-
+describe("claim and secret", () => {
   it("makes the PVC with the effective size and class", () => {
     const e = effectiveSpec(
       sandbox({ storage: { size: "5Gi", storageClassName: "x" } }),

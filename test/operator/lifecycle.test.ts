@@ -1,6 +1,6 @@
 /**
  * A Sandbox's life on the real cluster, driven by the real operator: apply → Ready → code runs
- * through the Service → suspend (pod gone, data kept) → resume → the file is still there →
+ * at its endpoint → suspend (pod gone, data kept) → resume → the file is still there →
  * delete → every child gone; plus TTL expiry, idle timeout, a pod killed from outside, and
  * invalid specs rejected with messages a user understands.
  */
@@ -46,7 +46,7 @@ afterAll(async () => {
 
 describe("a sandbox's lifecycle", () => {
   test(
-    "apply → Ready → run code through the Service → suspend → resume keeps files → delete removes every child",
+    "apply → Ready → run code at its endpoint → suspend → resume keeps files → delete removes every child",
     { timeout: 300_000 },
     async () => {
       await sandboxes.create(c, ns, "life", {
@@ -58,17 +58,14 @@ describe("a sandbox's lifecycle", () => {
       expect(ready.status?.conditions?.find((x) => x.type === "Ready")?.status).toBe("True");
 
       const token = await tokenOf(c, ns, "life");
-      const svc = await c.core.readNamespacedService({ name: "life", namespace: ns });
-      expect(svc.spec?.type).toBe("ClusterIP");
-      const viaService = `${svc.spec!.clusterIP}:8080`;
-      // The Service's endpoints follow the kubelet's readiness probe, a moment after Ready.
-      const first = await waitFor("code through the Service", 30_000, () =>
-        runCode(
-          viaService,
-          token,
-          "import os\nopen('/mnt/user-data/keep.txt','w').write('kept')\nprint(os.environ['GREETING'], 6*7)",
-        ),
+      // The status's endpoint is how the provisioner and the operator reach sandboxd: a sandbox
+      // has no Service of its own.
+      const first = await runCode(
+        ready.status!.endpoint!,
+        token,
+        "import os\nopen('/mnt/user-data/keep.txt','w').write('kept')\nprint(os.environ['GREETING'], 6*7)",
       );
+      expect((await childrenOf(c, ns, "life")).services).toEqual([]);
       expect(first.stdout).toBe("hello 42\n");
 
       // The pod runs hardened.
@@ -94,7 +91,6 @@ describe("a sandbox's lifecycle", () => {
       );
       const whileSuspended = await childrenOf(c, ns, "life");
       expect(whileSuspended.claims.map((x) => x.metadata?.name)).toEqual(["life-data"]);
-      expect(whileSuspended.services).toHaveLength(1);
       expect(whileSuspended.secrets).toHaveLength(1);
 
       await sandboxes.patchSpec(c, ns, "life", { lifecycle: { suspended: false } });

@@ -74,7 +74,6 @@ describe("API writes of a cold sandbox", () => {
     const { "sandboxes/status PATCH": status = 0, ...children } = counted;
     expect(children).toEqual({
       "secrets POST": 1,
-      "services PATCH": 1,
       "networkpolicies PATCH": 1,
       "persistentvolumeclaims POST": 1,
       "pods PATCH": 1,

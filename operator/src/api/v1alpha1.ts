@@ -458,7 +458,12 @@ export const SandboxStatus = z
     conditions: Conditions,
     observedGeneration,
     podName: z.string().optional().describe("The sandbox's Pod."),
-    serviceName: z.string().optional().describe("The sandbox's ClusterIP Service."),
+    serviceName: z
+      .string()
+      .optional()
+      .describe(
+        "No longer set: sandboxes have no Service of their own (sandboxd is reached at endpoint). Kept on sandboxes made before.",
+      ),
     endpoint: z.string().optional().describe("In-cluster address of sandboxd (host:port)."),
     tokenSecretRef: z.string().optional().describe("Secret holding the sandbox's bearer token."),
     startedAt: timestamp("When the current Pod started."),

@@ -1,6 +1,7 @@
 /**
- * The writes that make a sandbox's children exist: its token Secret, Service, NetworkPolicy,
- * volume and Pod. Each writes only when the cache shows the child missing or changed, and
+ * The writes that make a sandbox's children exist: its token Secret, NetworkPolicy, volume and
+ * Pod. No Service: nothing reaches sandboxd by one (the provisioner and the operator, the only
+ * clients its NetworkPolicy admits, use the pod's address from the status). Each writes only when the cache shows the child missing or changed, and
  * remembers what it wrote until the cache catches up, so a reconcile on a lagging cache never
  * writes the same child twice.
  */
@@ -8,7 +9,7 @@ import { ANNOTATION, LABEL } from "../api/labels.ts";
 import { dataClaimName, tokenSecretName } from "../api/names.ts";
 import type { Sandbox } from "../api/v1alpha1.ts";
 import { type Ctx, keyOf } from "../context.ts";
-import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../kube/resources.ts";
+import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
 import { type KObject, type Resource, isAlreadyExists, isConflict } from "../kube/rest.ts";
 import {
   controlledByAnother,
@@ -18,7 +19,6 @@ import {
   networkPolicy,
   newToken,
   pod as podManifest,
-  service,
   tokenSecret,
 } from "../workload/manifests.ts";
 import { reservedSandboxToken } from "../pool/warm.ts";
@@ -62,16 +62,6 @@ export async function ensureTokenSecret(ctx: Ctx, sbx: Sandbox): Promise<string>
     }
     return Buffer.from(secret.data?.token ?? "", "base64").toString();
   }
-}
-
-export async function ensureService(ctx: Ctx, sbx: Sandbox): Promise<void> {
-  if (ctx.caches.services.get(sbx.metadata.name, sbx.metadata.namespace)) return;
-  await expected(ctx, `services/${keyOf(sbx)}`, () =>
-    ctx.kube.apply(
-      SERVICES,
-      service(meta(sbx, sbx.metadata.name), { [LABEL.sandbox]: sbx.metadata.name }),
-    ),
-  );
 }
 
 export async function ensureNetworkPolicy(ctx: Ctx, sbx: Sandbox, eff: Effective): Promise<void> {

@@ -14,7 +14,7 @@ import { packageSpec } from "../api/packages.ts";
 import { SANDBOXES, type Sandbox, type SandboxPool } from "../api/v1alpha1.ts";
 import type { ReconcileResult } from "../controller/controller.ts";
 import { type Ctx, splitKey } from "../context.ts";
-import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS, SERVICES } from "../kube/resources.ts";
+import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
 import { isNotFound } from "../kube/rest.ts";
 import { sandboxTransitions } from "../metrics.ts";
 import { controlledByAnother } from "../workload/manifests.ts";
@@ -34,7 +34,6 @@ import {
   ensureAdoptedClaim,
   ensureClaim,
   ensureNetworkPolicy,
-  ensureService,
   ensureTokenSecret,
   stopPod,
 } from "./children.ts";
@@ -148,7 +147,6 @@ export async function reconcileSandbox(
   let result: ReconcileResult | void;
   const previous = await clearPrevious(ctx, sbx, [
     [SECRETS, ctx.caches.secrets.get(tokenSecretName(name), ns)],
-    [SERVICES, ctx.caches.services.get(name, ns)],
     [NETWORK_POLICIES, ctx.caches.networkPolicies.get(name, ns)],
   ]);
   if (previous.length > 0) {
@@ -156,14 +154,13 @@ export async function reconcileSandbox(
     result = recordPreviousGoing(st, previous, Date.parse(st.now) - created);
   } else {
     const podName = st.current.podName ?? pools.adoptedPod(sbx) ?? name;
-    st.set({ serviceName: name, tokenSecretRef: tokenSecretName(name), podName });
+    st.set({ tokenSecretRef: tokenSecretName(name), podName });
     // The children every state has are made alongside the run state's work (a warm adoption
     // needs none of them to finish first); whatever waits on the token awaits it.
     const token = ensureTokenSecret(ctx, sbx);
     const isolated = ensureNetworkPolicy(ctx, sbx, eff);
     const children = Promise.all([
       token,
-      ensureService(ctx, sbx),
       isolated,
       // A cold sandbox's own volume is made with its pod (an adopted one brings its own).
       podName === name ? undefined : ensureAdoptedClaim(ctx, sbx, podName),

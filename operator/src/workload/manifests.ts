@@ -130,21 +130,6 @@ export function dataClaim(m: Meta, e: Effective): KObject {
   };
 }
 
-export function service(m: Meta, selector: Record<string, string>): KObject {
-  return {
-    apiVersion: "v1",
-    kind: "Service",
-    metadata: metadata(m),
-    spec: {
-      type: "ClusterIP",
-      selector,
-      ports: [
-        { name: "sandboxd", port: SANDBOXD_PORT, targetPort: SANDBOXD_PORT, protocol: "TCP" },
-      ],
-    },
-  };
-}
-
 /**
  * Ingress only from the provisioner and operator pods of the system namespace, to sandboxd;
  * egress per spec.network, and nothing else implied:

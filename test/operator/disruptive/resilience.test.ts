@@ -158,7 +158,7 @@ describe("operator resilience", () => {
           n,
           pods: [n],
           claims: 1,
-          services: 1,
+          services: 0,
           secrets: 1,
           policies: 1,
         });
