@@ -290,7 +290,12 @@ describe("invalid specs are refused by the API server, with a message", () => {
     [
       "Allowlist without destinations",
       { network: { egress: "Allowlist" } },
-      /network.allow lists destinations exactly when network.egress is Allowlist/,
+      /network.allow or network.allowDomains lists destinations exactly when network.egress is Allowlist/,
+    ],
+    [
+      "domains outside an Allowlist",
+      { network: { egress: "Internet", allowDomains: ["pypi.org"] } },
+      /network.allow or network.allowDomains lists destinations exactly when network.egress is Allowlist/,
     ],
     [
       "DNS asked for outside Allowlist (Deny has none, Internet has it already)",
