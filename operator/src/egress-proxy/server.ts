@@ -111,9 +111,12 @@ export function createProxyServer(o: ProxyOptions) {
     });
   }
 
-  const server = createServer({ requestTimeout: 60_000 }, (req, res) => {
+  // No limit on a whole request (an upload may take long), but a connection with no traffic
+  // for IDLE_MS is closed; the headers must come within Node's default minute.
+  const server = createServer({ requestTimeout: 0 }, (req, res) => {
     void forward(req, res);
   });
+  server.setTimeout(IDLE_MS);
 
   server.on("connect", (req: IncomingMessage, client: Socket, head: Buffer) => {
     void tunnel(req, client, head);
