@@ -33,6 +33,12 @@ const commaList = () =>
 const OCTET = "(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])";
 /** An IPv4 range a NetworkPolicy may except from 0.0.0.0/0: a prefix of 1 to 32 bits. */
 const IPV4_CIDR = new RegExp(`^${OCTET}(\\.${OCTET}){3}/([1-9]|[12][0-9]|3[0-2])$`);
+/** A comma-separated list of IPv4 ranges (SANDPIT_EGRESS_EXCLUDE_CIDRS, here and in the proxy). */
+export const cidrList = () =>
+  commaList().refine((list) => list.every((c) => IPV4_CIDR.test(c)), {
+    message: "each is an IPv4 range such as 192.0.2.0/24",
+  });
+
 /** host:port, an IPv6 host in brackets (what sandboxd's SANDBOXD_ISOLATION_PROBE takes). */
 const HOST_PORT = /^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/;
 
@@ -72,9 +78,7 @@ const Env = z.object({
    * server's addresses the cluster reports: what it does not (a node's other interfaces, a load
    * balancer in front of the API server, an on-premises metadata service).
    */
-  SANDPIT_EGRESS_EXCLUDE_CIDRS: commaList().refine((list) => list.every((c) => IPV4_CIDR.test(c)), {
-    message: "each is an IPv4 range such as 192.0.2.0/24",
-  }),
+  SANDPIT_EGRESS_EXCLUDE_CIDRS: cidrList(),
   /**
    * A server every sandbox's network policy refuses, which answers when reachable: sandboxd
    * connects to it until it no longer can, and a sandbox is Ready only then, so no code runs

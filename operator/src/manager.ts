@@ -5,12 +5,13 @@
  * drains the work in flight and hands the lease back.
  */
 import { lookup } from "node:dns/promises";
-import { createServer, type Server } from "node:http";
+import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { ANNOTATION, LABEL, MANAGED_BY } from "./api/labels.ts";
 import { POOLS, SANDBOXES, type Sandbox, type SandboxPool } from "./api/v1alpha1.ts";
 import type { OperatorConfig } from "./config.ts";
 import { Census } from "./census.ts";
+import { listen, probeServer } from "./probes.ts";
 import { type Caches, type Ctx, Expectations, keyOf } from "./context.ts";
 import { Controller } from "./controller/controller.ts";
 import { EventRecorder } from "./kube/events.ts";
@@ -394,39 +395,12 @@ export class Manager {
   }
 
   #serveProbes(): Promise<Server> {
-    const [host, port] = splitAddress(this.#cfg.probeAddress);
-    const server = createServer((req, res) => {
-      const reply = (code: number, body: string, type = "text/plain") => {
-        res.writeHead(code, { "content-type": type }).end(body);
-      };
-      if (req.url === "/healthz") {
-        return this.#elector && !this.#elector.healthy()
-          ? reply(500, "leader lease not renewed\n")
-          : reply(200, "ok\n");
-      }
-      if (req.url === "/readyz") {
-        const waiting = this.#informers.filter((i) => !i.isSynced).map((i) => i.resource.plural);
-        return waiting.length
-          ? reply(503, `caches not synced: ${waiting.join(", ")}\n`)
-          : reply(200, "ok\n");
-      }
-      if (req.url === "/metrics") {
-        registry.metrics().then(
-          (text) => reply(200, text, registry.contentType),
-          (err: unknown) => reply(500, String(err)),
-        );
-        return;
-      }
-      reply(404, "not found\n");
+    const server = probeServer({
+      unhealthy: () =>
+        this.#elector && !this.#elector.healthy() ? "leader lease not renewed" : undefined,
+      informers: this.#informers,
+      registry,
     });
-    return new Promise((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(port, host, () => resolve(server));
-    });
+    return listen(server, this.#cfg.probeAddress);
   }
-}
-
-function splitAddress(address: string): [string, number] {
-  const i = address.lastIndexOf(":");
-  return [address.slice(0, i) || "0.0.0.0", Number(address.slice(i + 1))];
 }

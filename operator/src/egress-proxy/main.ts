@@ -6,10 +6,11 @@
  * own addresses (Nodes, the API server's EndpointSlices), which it refuses like the Internet
  * policy does. Out of cluster: SANDPIT_KUBECONFIG or KUBECONFIG.
  */
-import { createServer } from "node:http";
 import { pino } from "pino";
 import { Counter, Registry, collectDefaultMetrics } from "prom-client";
 import { z } from "zod";
+import { HOST_PORT_PATTERN, HOST_PORT_RULE } from "../api/rules.ts";
+import { cidrList } from "../config.ts";
 import { LABEL } from "../api/labels.ts";
 import { POOLS, SANDBOXES, type Sandbox, type SandboxPool } from "../api/v1alpha1.ts";
 import { Informer } from "../kube/informer.ts";
@@ -24,29 +25,24 @@ import {
 import { Kube, type KObject, loadKubeConfig } from "../kube/rest.ts";
 import * as transforms from "../kube/transforms.ts";
 import { BLOCKED_CIDRS, inCidr, ipv4, nodeAddresses, sliceAddresses } from "../workload/egress.ts";
+import { listen, probeServer } from "../probes.ts";
 import { allowanceOf } from "./allowances.ts";
 import { type Decision, createProxyServer } from "./server.ts";
-
-const HOST_PORT = /^(\[[0-9a-fA-F:.]+\]|[^:\s]+):[0-9]{1,5}$/;
-const IPV4_CIDR = /^[0-9]{1,3}(\.[0-9]{1,3}){3}\/[0-9]{1,2}$/;
 
 const Env = z.object({
   SANDPIT_KUBECONFIG: z.string().optional(),
   /** The sandboxes' namespace; every namespace when unset (as the operator's). */
   SANDPIT_WATCH_NAMESPACE: z.string().optional(),
-  SANDPIT_EGRESS_LISTEN: z.string().regex(HOST_PORT).default("0.0.0.0:3128"),
-  SANDPIT_PROBE_ADDRESS: z.string().regex(HOST_PORT).default("0.0.0.0:8081"),
-  /** What the cluster does not report and no sandbox may reach (the operator's setting). */
-  SANDPIT_EGRESS_EXCLUDE_CIDRS: z
+  SANDPIT_EGRESS_LISTEN: z
     .string()
-    .default("")
-    .transform((s) =>
-      s
-        .split(",")
-        .map((x) => x.trim())
-        .filter(Boolean),
-    )
-    .refine((l) => l.every((c) => IPV4_CIDR.test(c)), "each is an IPv4 range such as 192.0.2.0/24"),
+    .regex(HOST_PORT_PATTERN, HOST_PORT_RULE)
+    .default("0.0.0.0:3128"),
+  SANDPIT_PROBE_ADDRESS: z
+    .string()
+    .regex(HOST_PORT_PATTERN, HOST_PORT_RULE)
+    .default("0.0.0.0:8081"),
+  /** What the cluster does not report and no sandbox may reach (the operator's setting). */
+  SANDPIT_EGRESS_EXCLUDE_CIDRS: cidrList(),
   SANDPIT_LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
 });
 
@@ -114,34 +110,7 @@ const proxy = createProxyServer({
   onDecision: (d: Decision) => decisions.inc({ decision: d }),
 });
 
-const probes = createServer((req, res) => {
-  const reply = (code: number, body: string, type = "text/plain") =>
-    res.writeHead(code, { "content-type": type }).end(body);
-  if (req.url === "/healthz") return reply(200, "ok\n");
-  if (req.url === "/readyz") {
-    const waiting = all.filter((i) => !i.isSynced).map((i) => i.resource.plural);
-    return waiting.length
-      ? reply(503, `caches not synced: ${waiting.join(", ")}\n`)
-      : reply(200, "ok\n");
-  }
-  if (req.url === "/metrics") {
-    registry.metrics().then(
-      (text) => reply(200, text, registry.contentType),
-      (err: unknown) => reply(500, String(err)),
-    );
-    return;
-  }
-  reply(404, "not found\n");
-});
-
-const listen = (server: ReturnType<typeof createServer>, address: string) => {
-  const i = address.lastIndexOf(":");
-  const host = address.slice(0, i).replace(/^\[|\]$/g, "");
-  return new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(Number(address.slice(i + 1)), host, resolve);
-  });
-};
+const probes = probeServer({ informers: all, registry });
 
 for (const i of all) i.start();
 await listen(probes, cfg.SANDPIT_PROBE_ADDRESS);
