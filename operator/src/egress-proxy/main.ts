@@ -11,7 +11,7 @@ import { Counter, Registry, collectDefaultMetrics } from "prom-client";
 import { z } from "zod";
 import { HOST_PORT_PATTERN, HOST_PORT_RULE } from "../api/rules.ts";
 import { cidrList } from "../config.ts";
-import { LABEL } from "../api/labels.ts";
+import { LABEL, MANAGED_BY } from "../api/labels.ts";
 import { POOLS, SANDBOXES, type Sandbox, type SandboxPool } from "../api/v1alpha1.ts";
 import { Informer } from "../kube/informer.ts";
 import {
@@ -69,7 +69,11 @@ const informer = <T extends KObject>(
     ...(opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
   });
 const caches = {
-  pods: informer<Pod>(PODS, transforms.pod, { labelSelector: LABEL.sandbox, namespace: ns }),
+  // Every pod the operator made: sandboxes' and pools' warm pods (allowances.ts).
+  pods: informer<Pod>(PODS, transforms.pod, {
+    labelSelector: `${LABEL.managedBy}=${MANAGED_BY.operator}`,
+    namespace: ns,
+  }),
   sandboxes: informer<Sandbox>(SANDBOXES, transforms.specAndStatus, { namespace: ns }),
   pools: informer<SandboxPool>(POOLS, transforms.specAndStatus, { namespace: ns }),
   nodes: informer<Node>(NODES, transforms.node),
