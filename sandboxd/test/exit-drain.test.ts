@@ -7,7 +7,7 @@
  * Here the loop is held busy on purpose right after the exit was seen, while output still
  * arrives on the pipe within the grace: the command's or the cell's answer must carry it.
  */
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, expect, test } from "vitest";
@@ -15,16 +15,14 @@ import { CodeContexts } from "../src/contexts.ts";
 import { discoverInterpreters, installShims, scrubEnv } from "../src/environment.ts";
 import { Executor } from "../src/executor.ts";
 import { PathJail } from "../src/jail.ts";
-import { PIPE_GRACE_MS } from "../src/process.ts";
 import type { CellEvent } from "../src/protocol.ts";
 import { ShellSessions } from "../src/shell-sessions.ts";
 import { VIRTUAL_DIRS } from "../src/wire.ts";
-
-const cp = process.getBuiltinModule("node:child_process");
-const spawn = cp.spawn;
+import { holdLoopAfterExits } from "./busy-loop.ts";
 
 let root: string;
 let marker: string;
+let restore = () => {};
 
 beforeEach(() => {
   root = mkdtempSync(join(tmpdir(), "sandboxd-exit-drain-"));
@@ -32,26 +30,9 @@ beforeEach(() => {
 });
 
 afterEach(() => {
-  cp.spawn = spawn;
+  restore();
   rmSync(root, { recursive: true, force: true });
 });
-
-/** Every child spawned from now on: once its exit is seen, the loop is held until `marker`
- * exists (its late output is in the pipe) and the grace is long over. */
-function holdLoopAfterExits(): void {
-  cp.spawn = ((...args: Parameters<typeof spawn>) => {
-    const child = spawn(...args);
-    child.once("exit", () =>
-      process.nextTick(() => {
-        const until = performance.now() + PIPE_GRACE_MS * 3;
-        while (!existsSync(marker) || performance.now() < until) {
-          // busy, as a CPU-starved sandboxd is
-        }
-      }),
-    );
-    return child;
-  }) as typeof spawn;
-}
 
 /** What sandboxd's start (../src/start.ts) gives sessions and contexts, over `root`. */
 async function host() {
@@ -75,7 +56,7 @@ test("a shell session's command that ends its shell keeps what its jobs wrote du
   const sessions = new ShellSessions({ ...h, maxSessions: 1 });
   try {
     const session = sessions.open("s", { combined: false, cwd: h.jail.realRoot });
-    holdLoopAfterExits(); // the session's shell starts with the command
+    restore = holdLoopAfterExits(marker); // the session's shell starts with the command
     // The shell exits at once; what it left behind writes 20 ms later, within the grace.
     const cmd = session.run(
       `(sleep 0.02; echo late; echo also >&2; touch ${marker}) & echo first; exit 3`,
@@ -94,7 +75,7 @@ test("a shell session's command that ends its shell keeps what its jobs wrote du
 
 test("a cell whose kernel exits keeps what was written to it during the grace", async () => {
   const contexts = new CodeContexts({ ...(await host()), maxContexts: 1 });
-  holdLoopAfterExits(); // the context's kernel starts with it
+  restore = holdLoopAfterExits(marker); // the context's kernel starts with it
   try {
     const ctx = await contexts.create("python", undefined);
     const events: CellEvent[] = [];

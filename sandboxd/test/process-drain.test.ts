@@ -9,36 +9,21 @@
  * Here the loop is held busy on purpose right after the exit was seen, while output still
  * arrives on the pipe within the grace: the answer must carry it.
  */
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, expect, test } from "vitest";
-import { PIPE_GRACE_MS, runProcess } from "../src/process.ts";
+import { runProcess } from "../src/process.ts";
+import { holdLoopAfterExits } from "./busy-loop.ts";
 
-const cp = process.getBuiltinModule("node:child_process");
-const spawn = cp.spawn;
-afterEach(() => {
-  cp.spawn = spawn;
-});
+let restore = () => {};
+afterEach(() => restore());
 
 test("output that reaches the pipe during the grace is kept, however late the loop gets to it", async () => {
   const dir = mkdtempSync(join(tmpdir(), "sandboxd-drain-"));
   const marker = join(dir, "written");
   try {
-    // Every spawned child: once its exit has been seen (and the grace started), the loop is
-    // held until its late output is in the pipe and the grace is long over.
-    cp.spawn = ((...args: Parameters<typeof spawn>) => {
-      const child = spawn(...args);
-      child.once("exit", () =>
-        process.nextTick(() => {
-          const until = performance.now() + PIPE_GRACE_MS * 3;
-          while (!existsSync(marker) || performance.now() < until) {
-            // busy, as a CPU-starved sandboxd is
-          }
-        }),
-      );
-      return child;
-    }) as typeof spawn;
+    restore = holdLoopAfterExits(marker);
     const r = await runProcess({
       file: "/bin/sh",
       // The shell exits at once; what it left behind writes 20 ms later, within the grace.
