@@ -1,0 +1,488 @@
+/**
+ * Issue 18, chaos on the node's own components: containerd, the kubelet and etcd are each killed
+ * with SIGKILL in the middle of a burst of creates, commands (plain and streamed) and uploads
+ * through a provisioner and an operator, and started again the way `test/cluster/up` starts
+ * them (`up` on a running cluster starts what is missing and leaves the rest alone: each test
+ * checks that it restarted exactly the component killed). Then the node is rebooted
+ * (`test/cluster/down`, `test/cluster/up`) with one sandbox running a command and one suspended.
+ *
+ * After each fault:
+ *  - one Sandbox per (tenant, user, thread) and no other; each with exactly one pod and one
+ *    claim, and nothing the operator manages that no Sandbox owns (no orphan);
+ *  - every file written before the fault is still there, byte for byte;
+ *  - every command in flight answered exactly its full output and exit code, or failed: never a
+ *    success with wrong or partial output; an upload is whole, or failed and left the whole file
+ *    or none;
+ *  - every sandbox serves commands again.
+ *
+ * What the reboot here is and is not (test/cluster/down then up, the machine itself stays up):
+ *  - like a clean reboot: every component stops (SIGTERM, as a shutdown sends it), every pod's
+ *    processes are killed, the volumes are unmounted and the pod network namespaces, bridge and
+ *    iptables chains go; etcd's data, the images and the volumes' filesystems stay on disk, and
+ *    `up` mounts the volumes again before the kubelet starts. The kubelet then finds pods bound
+ *    to its node with no containers and makes them again, with new addresses.
+ *  - unlike one: `down` also deletes the dead pod containers from containerd's records and the
+ *    CNI address records, which a reboot would leave on disk (the kubelet makes new pod sandboxes
+ *    either way, and `up` reclaims stale addresses); the kernel keeps its page cache, so this is
+ *    a clean reboot, not a power cut (a write not yet synced is not lost here).
+ *  - the operator and provisioner are host processes outside the node here and keep running
+ *    through it, as they would on another node of a larger cluster: they must ride out the API
+ *    server going away for the length of the reboot. Their own SIGKILL is test/chaos/
+ *    provisioner-kill.test.ts and test/operator/disruptive/resilience.test.ts.
+ * The API server's own SIGKILL and restart is in resilience.test.ts.
+ *
+ * These tests kill the shared cluster's components: they run in the cluster-disruptive project,
+ * alone, and by hand only under the exclusive cluster lock.
+ */
+import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { promisify } from "node:util";
+import { afterEach, beforeAll, describe, expect, inject, test } from "vitest";
+import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
+import type { SandboxInstance } from "@sandpit/sdk";
+import {
+  type Clients,
+  type SandboxObject,
+  type Stack,
+  childrenOf,
+  clients,
+  ensureCrds,
+  sandboxes,
+  startStack,
+  waitFor,
+} from "../cluster/harness.ts";
+
+const run = promisify(execFile);
+const UP = new URL("../cluster/up", import.meta.url).pathname;
+const DOWN = new URL("../cluster/down", import.meta.url).pathname;
+const KEY = "chaos-node-key-0123456789abcdefg";
+const TENANT = "chaos";
+const USER = "chaos-user";
+const BEFORE = 3; // sandboxes made and written to before the fault
+const DURING = 2; // sandboxes created during the burst
+const UPLOAD_BYTES = 1024 * 1024;
+/** What `up` starts and records a PID for. */
+const COMPONENTS = [
+  "etcd",
+  "kube-apiserver",
+  "kube-controller-manager",
+  "kube-scheduler",
+  "hostpath-provisioner",
+  "containerd",
+  "coredns",
+  "kubelet",
+  "kube-proxy",
+  "kube-router",
+] as const;
+type Component = (typeof COMPONENTS)[number];
+
+let c: Clients;
+let state: string;
+/** What the running test started, stopped after it whatever happened. */
+let stack: Stack | undefined;
+let sdk: KubernetesProvider | undefined;
+
+beforeAll(async () => {
+  c = clients(inject("kubeconfig"));
+  await ensureCrds(c);
+  state = dirname(inject("kubeconfig"));
+});
+
+afterEach(async () => {
+  await sdk?.close().catch(() => undefined);
+  await stack?.stop();
+  sdk = undefined;
+  stack = undefined;
+});
+
+async function start(prefix: string) {
+  stack = await startStack({
+    kubeconfig: inject("kubeconfig"),
+    image: inject("clusterSandboxImage"),
+    prefix,
+    keys: [{ key: KEY, tenant: TENANT, maxSandboxes: 50 }],
+  });
+  sdk = new KubernetesProvider({
+    provisionerUrl: stack.prov.url,
+    apiKey: KEY,
+    readyTimeoutMs: 180_000,
+    requestTimeoutMs: 60_000,
+  });
+  return { stack, sdk };
+}
+
+// --- the cluster's components, as `up` records them ------------------------------------------
+
+const pidOf = (name: Component): number | undefined => {
+  try {
+    return Number(readFileSync(join(state, "pids", name), "utf8"));
+  } catch {
+    return undefined;
+  }
+};
+const alive = (pid: number | undefined) => {
+  if (!pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+const pids = () => Object.fromEntries(COMPONENTS.map((n) => [n, pidOf(n)]));
+
+/** SIGKILL to the PID `up` recorded for `name`, and the wait until it is gone. */
+async function kill9(name: Component): Promise<number> {
+  const pid = pidOf(name);
+  expect(alive(pid), `${name} running before the fault`).toBe(true);
+  process.kill(pid!, "SIGKILL");
+  await waitFor(`${name} (pid ${pid}) to die`, 30_000, async () => !alive(pid), 100);
+  return pid!;
+}
+
+const up = async () =>
+  run(UP, [], { timeout: 300_000, maxBuffer: 16 * 1024 * 1024 }).catch((err: unknown) => {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`test/cluster/up failed: ${e.message}\n${e.stderr ?? ""}`);
+  });
+const down = async () =>
+  run(DOWN, [], { timeout: 180_000, maxBuffer: 16 * 1024 * 1024 }).catch((err: unknown) => {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`test/cluster/down failed: ${e.message}\n${e.stderr ?? ""}`);
+  });
+
+// --- what the sandboxes are given and must answer ---------------------------------------------
+
+const labelsOf = (s: SandboxObject) =>
+  (s.metadata as { labels?: Record<string, string> }).labels ?? {};
+const create = (sdk: KubernetesProvider, thread: string) =>
+  sdk.create({ language: "python", threadId: thread, userId: USER });
+/** Deterministic content, different per sandbox and purpose. */
+const content = (thread: string, what: string, bytes = 64 * 1024) =>
+  Buffer.alloc(bytes, `${what} of ${thread} `).toString();
+
+type Outcome<T> = { ok: true; value: T } | { ok: false; error: string };
+const settle = <T>(p: Promise<T>): Promise<Outcome<T>> =>
+  p.then(
+    (value) => ({ ok: true as const, value }),
+    (err: unknown) => ({ ok: false as const, error: String(err) }),
+  );
+
+/** A command that records its start, takes a while, and answers on both streams. */
+const command = (i: number, n: number, sleep: number) =>
+  `echo start ${i}/${n}; echo ${i}/${n} >> /mnt/user-data/started; sleep ${sleep}; ` +
+  `echo end ${i}/${n}; echo err ${i}/${n} >&2; exit ${10 + n}`;
+const answer = (i: number, n: number) => ({
+  exitCode: 10 + n,
+  stdout: `start ${i}/${n}\nend ${i}/${n}\n`,
+  stderr: `err ${i}/${n}\n`,
+});
+
+/** Streamed in 16 pieces over about 5 s, so the fault finds it under way. */
+async function* slowly(text: string) {
+  const bytes = Buffer.from(text);
+  const piece = bytes.length / 16;
+  for (let k = 0; k < 16; k++) {
+    yield bytes.subarray(k * piece, (k + 1) * piece);
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
+/** How many commands have recorded their start in a sandbox. */
+const started = async (s: SandboxInstance) =>
+  (await s.filesystem.exists("/mnt/user-data/started"))
+    ? (await s.filesystem.read("/mnt/user-data/started")).split("\n").filter(Boolean).length
+    : 0;
+
+interface CommandResult {
+  i: number;
+  n: number;
+  stream: boolean;
+  streamed: () => string;
+  outcome: Outcome<{ exitCode: number; stdout: string; stderr: string }>;
+}
+
+/** Commands in `boxes`, the even ones streamed: `sleeps[n]` seconds for the n-th of each. */
+const commands = (boxes: SandboxInstance[], sleeps: number[]) =>
+  boxes.flatMap((s, i) =>
+    sleeps.map((sleep, n) => {
+      let streamed = "";
+      const stream = n % 2 === 0;
+      return settle(
+        s.commands.run(command(i, n, sleep), {
+          timeoutMs: 120_000,
+          ...(stream ? { onStdout: (d: string) => (streamed += d) } : {}),
+        }),
+      ).then((outcome): CommandResult => ({ i, n, stream, streamed: () => streamed, outcome }));
+    }),
+  );
+
+/** Each command answered exactly its own full output, or failed: the wrong ones, described. */
+function wrongAnswers(results: CommandResult[]): string[] {
+  const wrong: string[] = [];
+  for (const r of results) {
+    if (!r.outcome.ok) continue;
+    const got = r.outcome.value;
+    const w = answer(r.i, r.n);
+    if (got.exitCode !== w.exitCode || got.stdout !== w.stdout || got.stderr !== w.stderr)
+      wrong.push(`${r.i}/${r.n} answered ${JSON.stringify(got)} as a success`);
+    if (r.stream && r.streamed() !== w.stdout)
+      wrong.push(`${r.i}/${r.n} streamed ${JSON.stringify(r.streamed())}`);
+  }
+  return wrong;
+}
+
+/**
+ * The invariants after a fault, once every Sandbox is Ready again: one Sandbox per thread, the
+ * ones in `ids`; each with one pod and one claim; nothing managed that no Sandbox owns.
+ */
+async function noOrphanNoDuplicate(ns: string, ids: Map<string, string>) {
+  await waitFor(
+    "every Sandbox Ready",
+    180_000,
+    async () => {
+      const all = await sandboxes.list(c, ns);
+      return all.length === ids.size && all.every((s) => s.status?.phase === "Ready");
+    },
+    500,
+  );
+  const objects = await sandboxes.list(c, ns);
+  const byThread = new Map<string, string[]>();
+  for (const s of objects) {
+    const l = labelsOf(s);
+    const key = `${l["sandpit.dev/tenant"]}/${l["sandpit.dev/user"]}/${l["sandpit.dev/thread"]}`;
+    byThread.set(key, [...(byThread.get(key) ?? []), s.metadata.name]);
+  }
+  expect(Object.fromEntries(byThread)).toEqual(
+    Object.fromEntries([...ids].map(([t, id]) => [`${TENANT}/${USER}/${t}`, [id]])),
+  );
+  for (const id of ids.values()) {
+    const ch = await childrenOf(c, ns, id);
+    expect({ id, pods: ch.pods.length, claims: ch.claims.length }).toEqual({
+      id,
+      pods: 1,
+      claims: 1,
+    });
+  }
+  const owned = new Set(objects.map((s) => s.metadata.uid));
+  const managed = "app.kubernetes.io/managed-by=sandpit-operator";
+  const [pods, claims, secrets] = await Promise.all([
+    c.core.listNamespacedPod({ namespace: ns, labelSelector: managed }),
+    c.core.listNamespacedPersistentVolumeClaim({ namespace: ns, labelSelector: managed }),
+    c.core.listNamespacedSecret({ namespace: ns, labelSelector: managed }),
+  ]);
+  const orphans = [...pods.items, ...claims.items, ...secrets.items]
+    .filter((o) => !owned.has(o.metadata?.ownerReferences?.[0]?.uid))
+    .map((o) => `${o.kind ?? "object"} ${o.metadata?.name}`);
+  expect(orphans).toEqual([]);
+}
+
+/**
+ * One component killed with SIGKILL in the middle of a burst and restarted by `up`; `outage` ms
+ * between the kill and the restart.
+ */
+async function burstThrough(component: Component, outage: number) {
+  const t0 = performance.now();
+  const { stack, sdk } = await start(`chaos-${component}`);
+  const thread = (i: number) => `${component}-${i}`;
+
+  const before = await Promise.all(
+    Array.from({ length: BEFORE }, (_, i) => create(sdk, thread(i))),
+  );
+  await Promise.all(
+    before.map((s, i) =>
+      s.filesystem.write("/mnt/user-data/before.txt", content(thread(i), "before")),
+    ),
+  );
+
+  // The burst: commands of 2 s and 10 s (the long ones outlive the restart), uploads, creates.
+  const running = commands(before, [2, 10]);
+  const uploads = before.map((s, i) =>
+    settle(
+      s.filesystem.writeStream(
+        "/mnt/user-data/upload.txt",
+        slowly(content(thread(i), "upload", UPLOAD_BYTES)),
+      ),
+    ).then((outcome) => ({ i, outcome })),
+  );
+  const creates = Array.from({ length: DURING }, (_, k) => {
+    const i = BEFORE + k;
+    return settle(create(sdk, thread(i))).then((outcome) => ({ i, outcome }));
+  });
+  await waitFor(
+    "the commands to start in every sandbox",
+    60_000,
+    async () => (await Promise.all(before.map(started))).every((n) => n >= 2),
+    200,
+  );
+
+  const pidsBefore = pids();
+  const killed = await kill9(component);
+  await new Promise((r) => setTimeout(r, outage));
+  const tUp = performance.now();
+  await up();
+  const upSeconds = (performance.now() - tUp) / 1000;
+  // up started the one that was missing, and left every other component alone.
+  const pidsAfter = pids();
+  expect(alive(pidsAfter[component]), `${component} running again`).toBe(true);
+  expect(pidsAfter[component]).not.toBe(killed);
+  expect({ ...pidsAfter, [component]: 0 }).toEqual({ ...pidsBefore, [component]: 0 });
+
+  const commandResults = await Promise.all(running);
+  const uploadResults = await Promise.all(uploads);
+  const createResults = await Promise.all(creates);
+
+  expect(wrongAnswers(commandResults)).toEqual([]);
+  for (const u of uploadResults) {
+    const s = before[u.i]!;
+    const full = content(thread(u.i), "upload", UPLOAD_BYTES);
+    if (u.outcome.ok) expect(await s.filesystem.read("/mnt/user-data/upload.txt")).toBe(full);
+    else if (await s.filesystem.exists("/mnt/user-data/upload.txt"))
+      expect(await s.filesystem.read("/mnt/user-data/upload.txt")).toBe(full);
+  }
+
+  // A create the fault cut is retried, as a client would: the same thread, so the same Sandbox.
+  const ids = new Map<string, string>();
+  before.forEach((s, i) => ids.set(thread(i), s.sandboxId));
+  const after: SandboxInstance[] = [];
+  for (const r of createResults) {
+    const s = r.outcome.ok ? r.outcome.value : await create(sdk, thread(r.i));
+    ids.set(thread(r.i), s.sandboxId);
+    after.push(s);
+  }
+  await noOrphanNoDuplicate(stack.ns, ids);
+
+  for (const [i, s] of before.entries())
+    expect(await s.filesystem.read("/mnt/user-data/before.txt")).toBe(content(thread(i), "before"));
+  // Every sandbox, old and new, runs a command again.
+  for (const s of [...before, ...after]) {
+    const r = await s.commands.run("echo alive", { timeoutMs: 60_000 });
+    expect({ exitCode: r.exitCode, stdout: r.stdout }).toEqual({ exitCode: 0, stdout: "alive\n" });
+  }
+  const failed = (xs: { outcome: Outcome<unknown> }[]) => xs.filter((x) => !x.outcome.ok);
+  console.log(
+    `${component} SIGKILLed: up in ${upSeconds.toFixed(1)} s; ` +
+      `${failed(commandResults).length} of ${commandResults.length} commands, ` +
+      `${failed(uploadResults).length} of ${uploadResults.length} uploads, ` +
+      `${failed(createResults).length} of ${createResults.length} creates failed ` +
+      `(${failed([...commandResults, ...uploadResults, ...createResults])
+        .map((x) => (x.outcome as { error: string }).error.slice(0, 160))
+        .join(" | ")}); ` +
+      `${((performance.now() - t0) / 1000).toFixed(1)} s in all`,
+  );
+  return { commandResults, uploadResults, createResults };
+}
+
+describe("the node's components killed with SIGKILL in a burst", () => {
+  test("containerd", { timeout: 300_000 }, async () => {
+    await burstThrough("containerd", 3_000);
+  });
+
+  test("the kubelet", { timeout: 300_000 }, async () => {
+    await burstThrough("kubelet", 3_000);
+  });
+
+  test("etcd", { timeout: 300_000 }, async () => {
+    await burstThrough("etcd", 3_000);
+  });
+});
+
+describe("a node reboot: test/cluster/down, then up", () => {
+  test(
+    "a running and a suspended sandbox come back with their files; the cut command is an error",
+    { timeout: 420_000 },
+    async () => {
+      const t0 = performance.now();
+      const { stack, sdk } = await start("chaos-reboot");
+      const [running, suspended] = await Promise.all([
+        create(sdk, "reboot-running"),
+        create(sdk, "reboot-suspended"),
+      ]);
+      const file = (s: SandboxInstance) => content(s.sandboxId, "before", 512 * 1024);
+      for (const s of [running, suspended]) {
+        await s.filesystem.write("/mnt/user-data/before.txt", file(s));
+        await s.filesystem.write("/mnt/user-data/bytes.bin", new Uint8Array([0, 1, 2]));
+      }
+      const claimUid = async (id: string) =>
+        (await childrenOf(c, stack.ns, id)).claims.map((p) => p.metadata?.uid);
+      const claimsBefore = {
+        running: await claimUid(running.sandboxId),
+        suspended: await claimUid(suspended.sandboxId),
+      };
+      await suspended.pause();
+      await waitFor(
+        "the suspended sandbox's pod to go",
+        60_000,
+        async () => (await childrenOf(c, stack.ns, suspended.sandboxId)).pods.length === 0,
+        200,
+      );
+
+      // In flight across the reboot: a command that would take 60 s (one streamed).
+      const cut = commands([running], [60, 60]);
+      await waitFor("the commands to start", 30_000, async () => (await started(running)) >= 2);
+
+      const tDown = performance.now();
+      await down();
+      const downSeconds = (performance.now() - tDown) / 1000;
+      const tUp = performance.now();
+      await up();
+      const upSeconds = (performance.now() - tUp) / 1000;
+      for (const name of COMPONENTS) expect(alive(pidOf(name)), `${name} after up`).toBe(true);
+
+      // The commands the reboot cut: each an error, never a success.
+      const results = await Promise.all(cut);
+      expect(wrongAnswers(results)).toEqual([]);
+      expect(
+        results.map((r) => r.outcome.ok),
+        "commands cut by the reboot",
+      ).toEqual([false, false]);
+
+      // The running one comes back by itself, on a new pod sandbox, with its files.
+      await waitFor(
+        "the running sandbox Ready again",
+        180_000,
+        async () => {
+          const s = await sandboxes.get(c, stack.ns, running.sandboxId);
+          return s.status?.phase === "Ready";
+        },
+        500,
+      );
+      expect(await running.filesystem.read("/mnt/user-data/before.txt")).toBe(file(running));
+      // The suspended one stayed suspended, and resumes with its files.
+      expect((await sandboxes.get(c, stack.ns, suspended.sandboxId)).status?.phase).toBe(
+        "Suspended",
+      );
+      const resumed = await sdk.resume(suspended.sandboxId);
+      for (const s of [running, resumed]) {
+        expect(await s.filesystem.read("/mnt/user-data/before.txt")).toBe(file(s));
+        expect([...(await s.filesystem.readBytes("/mnt/user-data/bytes.bin"))]).toEqual([0, 1, 2]);
+        const r = await s.commands.run("echo alive", { timeoutMs: 60_000 });
+        expect({ exitCode: r.exitCode, stdout: r.stdout }).toEqual({
+          exitCode: 0,
+          stdout: "alive\n",
+        });
+      }
+      // The same volumes (not new, empty ones), and no orphan or duplicate.
+      expect({
+        running: await claimUid(running.sandboxId),
+        suspended: await claimUid(suspended.sandboxId),
+      }).toEqual(claimsBefore);
+      await noOrphanNoDuplicate(
+        stack.ns,
+        new Map([
+          ["reboot-running", running.sandboxId],
+          ["reboot-suspended", suspended.sandboxId],
+        ]),
+      );
+      // A create after the reboot works too.
+      const fresh = await create(sdk, "reboot-after");
+      expect((await fresh.commands.run("echo new", { timeoutMs: 60_000 })).stdout).toBe("new\n");
+      console.log(
+        `reboot: down in ${downSeconds.toFixed(1)} s, up in ${upSeconds.toFixed(1)} s; ` +
+          `commands cut: ${results.map((r) => (r.outcome as { error?: string }).error?.slice(0, 160)).join(" | ")}; ` +
+          `${((performance.now() - t0) / 1000).toFixed(1)} s in all`,
+      );
+    },
+  );
+});
