@@ -4,7 +4,8 @@
  * through a provisioner and an operator, and started again the way `test/cluster/up` starts
  * them (`up` on a running cluster starts what is missing and leaves the rest alone: each test
  * checks that it restarted exactly the component killed). Then the node is rebooted
- * (`test/cluster/down`, `test/cluster/up`) with one sandbox running a command and one suspended.
+ * (`test/cluster/down`, `test/cluster/up`) with one sandbox running commands and an upload, and
+ * one suspended.
  *
  * After each fault:
  *  - one Sandbox per (tenant, user, thread) and no other; each with exactly one pod and one
@@ -25,10 +26,13 @@
  *    CNI address records, which a reboot would leave on disk (the kubelet makes new pod sandboxes
  *    either way, and `up` reclaims stale addresses); the kernel keeps its page cache, so this is
  *    a clean reboot, not a power cut (a write not yet synced is not lost here).
- *  - the operator and provisioner are host processes outside the node here and keep running
- *    through it, as they would on another node of a larger cluster: they must ride out the API
- *    server going away for the length of the reboot. Their own SIGKILL is test/chaos/
- *    provisioner-kill.test.ts and test/operator/disruptive/resilience.test.ts.
+ *  - the operator and the provisioner, host processes here, would be pods on this node in a
+ *    single-node cluster: they are ended with it (SIGKILL, after `down`, so that what the reboot
+ *    cut in a sandbox failed because the sandbox went, not the provisioner) and started again
+ *    once it is up, as their Deployments would be. The operator does not wait for that: it
+ *    exits by itself while the API server is gone, having lost its Lease (by design: another
+ *    replica may lead). Their SIGKILL on a running node is test/chaos/provisioner-kill.test.ts
+ *    and test/operator/disruptive/resilience.test.ts.
  * The API server's own SIGKILL and restart is in resilience.test.ts.
  *
  * These tests kill the shared cluster's components: they run in the cluster-disruptive project,
@@ -49,6 +53,8 @@ import {
   clients,
   ensureCrds,
   sandboxes,
+  startOperator,
+  startProvisioner,
   startStack,
   waitFor,
 } from "../cluster/harness.ts";
@@ -82,6 +88,8 @@ let state: string;
 /** What the running test started, stopped after it whatever happened. */
 let stack: Stack | undefined;
 let sdk: KubernetesProvider | undefined;
+/** Started again after a reboot, stopped after the test before the rest. */
+const restarted: { stop: () => Promise<void> }[] = [];
 
 beforeAll(async () => {
   c = clients(inject("kubeconfig"));
@@ -90,6 +98,7 @@ beforeAll(async () => {
 });
 
 afterEach(async () => {
+  for (const p of restarted.splice(0).reverse()) await p.stop().catch(() => undefined);
   await sdk?.close().catch(() => undefined);
   await stack?.stop();
   sdk = undefined;
@@ -179,13 +188,13 @@ const answer = (i: number, n: number) => ({
   stderr: `err ${i}/${n}\n`,
 });
 
-/** Streamed in 16 pieces over about 5 s, so the fault finds it under way. */
-async function* slowly(text: string) {
+/** Streamed in 16 pieces `everyMs` apart, so the fault finds it under way. */
+async function* slowly(text: string, everyMs = 300) {
   const bytes = Buffer.from(text);
   const piece = bytes.length / 16;
   for (let k = 0; k < 16; k++) {
     yield bytes.subarray(k * piece, (k + 1) * piece);
-    await new Promise((r) => setTimeout(r, 300));
+    await new Promise((r) => setTimeout(r, everyMs));
   }
 }
 
@@ -196,6 +205,8 @@ const started = async (s: SandboxInstance) =>
     : 0;
 
 interface CommandResult {
+  /** When it ended (performance.now()). */
+  endedAt: number;
   i: number;
   n: number;
   stream: boolean;
@@ -203,10 +214,14 @@ interface CommandResult {
   outcome: Outcome<{ exitCode: number; stdout: string; stderr: string }>;
 }
 
-/** Commands in `boxes`, the even ones streamed: `sleeps[n]` seconds for the n-th of each. */
-const commands = (boxes: SandboxInstance[], sleeps: number[]) =>
+/**
+ * Commands in `boxes`, the even ones streamed: the k-th of each, numbered `first + k`, sleeps
+ * `sleeps[k]` seconds.
+ */
+const commands = (boxes: SandboxInstance[], sleeps: number[], first = 0) =>
   boxes.flatMap((s, i) =>
-    sleeps.map((sleep, n) => {
+    sleeps.map((sleep, k) => {
+      const n = first + k;
       let streamed = "";
       const stream = n % 2 === 0;
       return settle(
@@ -214,7 +229,14 @@ const commands = (boxes: SandboxInstance[], sleeps: number[]) =>
           timeoutMs: 120_000,
           ...(stream ? { onStdout: (d: string) => (streamed += d) } : {}),
         }),
-      ).then((outcome): CommandResult => ({ i, n, stream, streamed: () => streamed, outcome }));
+      ).then((outcome): CommandResult => ({
+        endedAt: performance.now(),
+        i,
+        n,
+        stream,
+        streamed: () => streamed,
+        outcome,
+      }));
     }),
   );
 
@@ -279,8 +301,12 @@ async function noOrphanNoDuplicate(ns: string, ids: Map<string, string>) {
 }
 
 /**
- * One component killed with SIGKILL in the middle of a burst and restarted by `up`; `outage` ms
- * between the kill and the restart.
+ * One component killed with SIGKILL in the middle of a burst and restarted by `up` `outage` ms
+ * later. Some calls are in flight at the kill (commands of 2 s and 10 s, the long ones
+ * outliving the restart; slow uploads; creates), others are made while the component is down.
+ * The sandboxes' processes and the data plane (provisioner to sandboxd) go through none of
+ * these components, so every command and upload must succeed; a create may fail while the
+ * component is down (a client retries it: the same thread, so the same Sandbox).
  */
 async function burstThrough(component: Component, outage: number) {
   const t0 = performance.now();
@@ -296,16 +322,15 @@ async function burstThrough(component: Component, outage: number) {
     ),
   );
 
-  // The burst: commands of 2 s and 10 s (the long ones outlive the restart), uploads, creates.
-  const running = commands(before, [2, 10]);
-  const uploads = before.map((s, i) =>
-    settle(
-      s.filesystem.writeStream(
-        "/mnt/user-data/upload.txt",
-        slowly(content(thread(i), "upload", UPLOAD_BYTES)),
+  // In flight at the kill.
+  const inFlight = commands(before, [2, 10]);
+  const upload = (path: string, what: string, body: (text: string) => AsyncIterable<Uint8Array>) =>
+    before.map((s, i) =>
+      settle(s.filesystem.writeStream(path, body(content(thread(i), what, UPLOAD_BYTES)))).then(
+        (outcome) => ({ i, path, what, outcome }),
       ),
-    ).then((outcome) => ({ i, outcome })),
-  );
+    );
+  const uploads = upload("/mnt/user-data/upload.txt", "upload", (text) => slowly(text));
   const creates = Array.from({ length: DURING }, (_, k) => {
     const i = BEFORE + k;
     return settle(create(sdk, thread(i))).then((outcome) => ({ i, outcome }));
@@ -318,7 +343,19 @@ async function burstThrough(component: Component, outage: number) {
   );
 
   const pidsBefore = pids();
+  const killedAt = performance.now();
   const killed = await kill9(component);
+  // Made while it is down: a command in each sandbox, an upload in each, one create.
+  const whileDown = commands(before, [1], 2);
+  const uploadsWhileDown = upload(
+    "/mnt/user-data/upload-down.txt",
+    "upload down",
+    async function* (text) {
+      yield Buffer.from(text);
+    },
+  );
+  const i = BEFORE + DURING;
+  creates.push(settle(create(sdk, thread(i))).then((outcome) => ({ i, outcome })));
   await new Promise((r) => setTimeout(r, outage));
   const tUp = performance.now();
   await up();
@@ -329,17 +366,27 @@ async function burstThrough(component: Component, outage: number) {
   expect(pidsAfter[component]).not.toBe(killed);
   expect({ ...pidsAfter, [component]: 0 }).toEqual({ ...pidsBefore, [component]: 0 });
 
-  const commandResults = await Promise.all(running);
-  const uploadResults = await Promise.all(uploads);
+  const commandResults = [...(await Promise.all(inFlight)), ...(await Promise.all(whileDown))];
+  const uploadResults = [...(await Promise.all(uploads)), ...(await Promise.all(uploadsWhileDown))];
   const createResults = await Promise.all(creates);
 
+  // The fault found commands under way (the 10 s ones), or this test proves nothing.
+  expect(
+    commandResults.filter((r) => r.n === 1).every((r) => r.endedAt > killedAt),
+    "the 10 s commands still running at the kill",
+  ).toBe(true);
+  // Every command answered exactly its own full output (none failed), every upload is whole.
   expect(wrongAnswers(commandResults)).toEqual([]);
+  expect(
+    commandResults
+      .filter((r) => !r.outcome.ok)
+      .map((r) => `${r.i}/${r.n}: ${r.outcome.ok || r.outcome.error}`),
+  ).toEqual([]);
   for (const u of uploadResults) {
-    const s = before[u.i]!;
-    const full = content(thread(u.i), "upload", UPLOAD_BYTES);
-    if (u.outcome.ok) expect(await s.filesystem.read("/mnt/user-data/upload.txt")).toBe(full);
-    else if (await s.filesystem.exists("/mnt/user-data/upload.txt"))
-      expect(await s.filesystem.read("/mnt/user-data/upload.txt")).toBe(full);
+    expect(u.outcome, `upload to ${u.i} ${u.path}`).toEqual({ ok: true });
+    expect(await before[u.i]!.filesystem.read(u.path)).toBe(
+      content(thread(u.i), u.what, UPLOAD_BYTES),
+    );
   }
 
   // A create the fault cut is retried, as a client would: the same thread, so the same Sandbox.
@@ -360,37 +407,33 @@ async function burstThrough(component: Component, outage: number) {
     const r = await s.commands.run("echo alive", { timeoutMs: 60_000 });
     expect({ exitCode: r.exitCode, stdout: r.stdout }).toEqual({ exitCode: 0, stdout: "alive\n" });
   }
-  const failed = (xs: { outcome: Outcome<unknown> }[]) => xs.filter((x) => !x.outcome.ok);
+  const failed = createResults.filter((x) => !x.outcome.ok);
   console.log(
-    `${component} SIGKILLed: up in ${upSeconds.toFixed(1)} s; ` +
-      `${failed(commandResults).length} of ${commandResults.length} commands, ` +
-      `${failed(uploadResults).length} of ${uploadResults.length} uploads, ` +
-      `${failed(createResults).length} of ${createResults.length} creates failed ` +
-      `(${failed([...commandResults, ...uploadResults, ...createResults])
-        .map((x) => (x.outcome as { error: string }).error.slice(0, 160))
-        .join(" | ")}); ` +
+    `${component} SIGKILLed: up in ${upSeconds.toFixed(1)} s; ${commandResults.length} commands ` +
+      `and ${uploadResults.length} uploads all answered; ${failed.length} of ` +
+      `${createResults.length} creates failed and were retried ` +
+      `(${failed.map((x) => (x.outcome as { error: string }).error.slice(0, 160)).join(" | ")}); ` +
       `${((performance.now() - t0) / 1000).toFixed(1)} s in all`,
   );
-  return { commandResults, uploadResults, createResults };
 }
 
 describe("the node's components killed with SIGKILL in a burst", () => {
   test("containerd", { timeout: 300_000 }, async () => {
-    await burstThrough("containerd", 3_000);
+    await burstThrough("containerd", 5_000);
   });
 
   test("the kubelet", { timeout: 300_000 }, async () => {
-    await burstThrough("kubelet", 3_000);
+    await burstThrough("kubelet", 5_000);
   });
 
   test("etcd", { timeout: 300_000 }, async () => {
-    await burstThrough("etcd", 3_000);
+    await burstThrough("etcd", 5_000);
   });
 });
 
 describe("a node reboot: test/cluster/down, then up", () => {
   test(
-    "a running and a suspended sandbox come back with their files; the cut command is an error",
+    "a running and a suspended sandbox come back with their files; what the reboot cut is an error",
     { timeout: 420_000 },
     async () => {
       const t0 = performance.now();
@@ -399,9 +442,9 @@ describe("a node reboot: test/cluster/down, then up", () => {
         create(sdk, "reboot-running"),
         create(sdk, "reboot-suspended"),
       ]);
-      const file = (s: SandboxInstance) => content(s.sandboxId, "before", 512 * 1024);
+      const file = (id: string) => content(id, "before", 512 * 1024);
       for (const s of [running, suspended]) {
-        await s.filesystem.write("/mnt/user-data/before.txt", file(s));
+        await s.filesystem.write("/mnt/user-data/before.txt", file(s.sandboxId));
         await s.filesystem.write("/mnt/user-data/bytes.bin", new Uint8Array([0, 1, 2]));
       }
       const claimUid = async (id: string) =>
@@ -418,44 +461,103 @@ describe("a node reboot: test/cluster/down, then up", () => {
         200,
       );
 
-      // In flight across the reboot: a command that would take 60 s (one streamed).
+      // In flight across the reboot: two commands that would take 60 s (one streamed), and an
+      // upload that would take 32 s.
       const cut = commands([running], [60, 60]);
+      const uploadText = content(running.sandboxId, "upload", UPLOAD_BYTES);
+      const upload = settle(
+        running.filesystem.writeStream("/mnt/user-data/upload.txt", slowly(uploadText, 2_000)),
+      );
       await waitFor("the commands to start", 30_000, async () => (await started(running)) >= 2);
 
+      const rebootAt = new Date(Date.now() - 1000);
       const tDown = performance.now();
       await down();
       const downSeconds = (performance.now() - tDown) / 1000;
+      // In a single-node cluster the operator and the provisioner are pods on this node too:
+      // ended with it (last, so that what the reboot cut in the sandbox failed because the
+      // sandbox went, not the provisioner), and started again once it is up, as their
+      // Deployments would be. (The operator has exited by itself already: it lost its Lease
+      // while the API server was gone, and exits then by design.)
+      await stack.prov.kill9();
+      await stack.operator.kill9();
       const tUp = performance.now();
       await up();
       const upSeconds = (performance.now() - tUp) / 1000;
       for (const name of COMPONENTS) expect(alive(pidOf(name)), `${name} after up`).toBe(true);
 
-      // The commands the reboot cut: each an error, never a success.
+      // What the reboot cut: each an error, never a success; the upload left all or nothing.
       const results = await Promise.all(cut);
       expect(wrongAnswers(results)).toEqual([]);
       expect(
         results.map((r) => r.outcome.ok),
         "commands cut by the reboot",
       ).toEqual([false, false]);
+      const uploaded = await upload;
+      expect(uploaded.ok, "the upload cut by the reboot").toBe(false);
 
-      // The running one comes back by itself, on a new pod sandbox, with its files.
-      await waitFor(
-        "the running sandbox Ready again",
+      const operator = await startOperator({
+        kubeconfig: inject("kubeconfig"),
+        namespace: stack.ns,
+        image: inject("clusterSandboxImage"),
+      });
+      restarted.push(operator);
+      const prov = await startProvisioner({
+        kubeconfig: inject("kubeconfig"),
+        namespace: stack.ns,
+        keys: [{ key: KEY, tenant: TENANT, maxSandboxes: 50 }],
+      });
+      restarted.push(prov);
+      const sdk2 = new KubernetesProvider({
+        provisionerUrl: prov.url,
+        apiKey: KEY,
+        readyTimeoutMs: 180_000,
+        requestTimeoutMs: 60_000,
+      });
+      restarted.push({ stop: () => sdk2.close() });
+
+      // The running one comes back by itself, on a pod sandbox the kubelet made again. Until
+      // the kubelet has reported that, the API still shows the pod as it was before the reboot
+      // (Ready, at its old address), and calls to it fail: an error, never a wrong answer.
+      let refused = 0;
+      const back = await waitFor(
+        "the running sandbox's pod made again, Ready, and answering",
         180_000,
         async () => {
-          const s = await sandboxes.get(c, stack.ns, running.sandboxId);
-          return s.status?.phase === "Ready";
+          const pods = (await childrenOf(c, stack.ns, running.sandboxId)).pods;
+          const startedAt = pods[0]?.status?.containerStatuses?.map(
+            (s) => s.state?.running?.startedAt,
+          );
+          if (
+            pods.length !== 1 ||
+            !startedAt?.length ||
+            !startedAt.every((t) => t && new Date(t) >= rebootAt)
+          )
+            return false;
+          if ((await sandboxes.get(c, stack.ns, running.sandboxId)).status?.phase !== "Ready")
+            return false;
+          const s = await sdk2.resume(running.sandboxId);
+          const r = await settle(s.commands.run("echo back", { timeoutMs: 30_000 }));
+          if (!r.ok) {
+            refused++;
+            return false;
+          }
+          expect({ exitCode: r.value.exitCode, stdout: r.value.stdout }).toEqual({
+            exitCode: 0,
+            stdout: "back\n",
+          });
+          return s;
         },
         500,
       );
-      expect(await running.filesystem.read("/mnt/user-data/before.txt")).toBe(file(running));
+      const backSeconds = (performance.now() - tUp) / 1000;
       // The suspended one stayed suspended, and resumes with its files.
       expect((await sandboxes.get(c, stack.ns, suspended.sandboxId)).status?.phase).toBe(
         "Suspended",
       );
-      const resumed = await sdk.resume(suspended.sandboxId);
-      for (const s of [running, resumed]) {
-        expect(await s.filesystem.read("/mnt/user-data/before.txt")).toBe(file(s));
+      const resumed = await sdk2.resume(suspended.sandboxId);
+      for (const s of [back, resumed]) {
+        expect(await s.filesystem.read("/mnt/user-data/before.txt")).toBe(file(s.sandboxId));
         expect([...(await s.filesystem.readBytes("/mnt/user-data/bytes.bin"))]).toEqual([0, 1, 2]);
         const r = await s.commands.run("echo alive", { timeoutMs: 60_000 });
         expect({ exitCode: r.exitCode, stdout: r.stdout }).toEqual({
@@ -463,6 +565,8 @@ describe("a node reboot: test/cluster/down, then up", () => {
           stdout: "alive\n",
         });
       }
+      if (await back.filesystem.exists("/mnt/user-data/upload.txt"))
+        expect(await back.filesystem.read("/mnt/user-data/upload.txt")).toBe(uploadText);
       // The same volumes (not new, empty ones), and no orphan or duplicate.
       expect({
         running: await claimUid(running.sandboxId),
@@ -476,12 +580,16 @@ describe("a node reboot: test/cluster/down, then up", () => {
         ]),
       );
       // A create after the reboot works too.
-      const fresh = await create(sdk, "reboot-after");
+      const fresh = await create(sdk2, "reboot-after");
       expect((await fresh.commands.run("echo new", { timeoutMs: 60_000 })).stdout).toBe("new\n");
       console.log(
-        `reboot: down in ${downSeconds.toFixed(1)} s, up in ${upSeconds.toFixed(1)} s; ` +
-          `commands cut: ${results.map((r) => (r.outcome as { error?: string }).error?.slice(0, 160)).join(" | ")}; ` +
-          `${((performance.now() - t0) / 1000).toFixed(1)} s in all`,
+        `reboot: down in ${downSeconds.toFixed(1)} s, up in ${upSeconds.toFixed(1)} s, the ` +
+          `running sandbox answering ${backSeconds.toFixed(1)} s after up began ` +
+          `(${refused} calls refused before); cut: ` +
+          [...results.map((r) => r.outcome), uploaded]
+            .map((o) => (o as { error?: string }).error?.slice(0, 160))
+            .join(" | ") +
+          `; ${((performance.now() - t0) / 1000).toFixed(1)} s in all`,
       );
     },
   );
