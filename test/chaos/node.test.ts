@@ -35,8 +35,8 @@
  *    and test/operator/disruptive/resilience.test.ts.
  * The API server's own SIGKILL and restart is in resilience.test.ts.
  *
- * These tests kill the shared cluster's components: they run in the cluster-disruptive project,
- * alone, and by hand only under the exclusive cluster lock.
+ * These tests kill the cluster's components: they run in the cluster-disruptive project, alone
+ * (never by hand on a cluster others are testing on).
  */
 import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
