@@ -47,6 +47,7 @@ import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
 import type { SandboxInstance } from "@sandpit/sdk";
 import {
   type Clients,
+  type OperatorProcess,
   type SandboxObject,
   type Stack,
   childrenOf,
@@ -90,6 +91,38 @@ let stack: Stack | undefined;
 let sdk: KubernetesProvider | undefined;
 /** Started again after a reboot, stopped after the test before the rest. */
 const restarted: { stop: () => Promise<void> }[] = [];
+/** Whether an operator that exits is started again (see supervise). */
+let supervised = false;
+let operatorRestarts = 0;
+let supervisorFailed: string | undefined;
+
+/**
+ * What the operator's Deployment does: an operator that exits is started again. It exits by
+ * design when it could not renew its Lease within its renew deadline (10 s), which an API
+ * server without etcd for that long refuses it: another replica may lead by then.
+ */
+function supervise(o: OperatorProcess, ns: string) {
+  supervised = true;
+  operatorRestarts = 0;
+  supervisorFailed = undefined;
+  const keep = (p: OperatorProcess) =>
+    p.proc.once("exit", () => {
+      if (!supervised) return;
+      operatorRestarts++;
+      void startOperator({
+        kubeconfig: inject("kubeconfig"),
+        namespace: ns,
+        image: inject("clusterSandboxImage"),
+      }).then(
+        (next) => {
+          restarted.push(next);
+          keep(next);
+        },
+        (err: unknown) => (supervisorFailed = String(err)),
+      );
+    });
+  keep(o);
+}
 
 beforeAll(async () => {
   c = clients(inject("kubeconfig"));
@@ -98,6 +131,7 @@ beforeAll(async () => {
 });
 
 afterEach(async () => {
+  supervised = false;
   for (const p of restarted.splice(0).reverse()) await p.stop().catch(() => undefined);
   await sdk?.close().catch(() => undefined);
   await stack?.stop();
@@ -311,6 +345,7 @@ async function noOrphanNoDuplicate(ns: string, ids: Map<string, string>) {
 async function burstThrough(component: Component, outage: number) {
   const t0 = performance.now();
   const { stack, sdk } = await start(`chaos-${component}`);
+  supervise(stack.operator, stack.ns);
   const thread = (i: number) => `${component}-${i}`;
 
   const before = await Promise.all(
@@ -407,12 +442,14 @@ async function burstThrough(component: Component, outage: number) {
     const r = await s.commands.run("echo alive", { timeoutMs: 60_000 });
     expect({ exitCode: r.exitCode, stdout: r.stdout }).toEqual({ exitCode: 0, stdout: "alive\n" });
   }
+  expect(supervisorFailed, "the operator started again").toBeUndefined();
   const failed = createResults.filter((x) => !x.outcome.ok);
   console.log(
     `${component} SIGKILLed: up in ${upSeconds.toFixed(1)} s; ${commandResults.length} commands ` +
       `and ${uploadResults.length} uploads all answered; ${failed.length} of ` +
       `${createResults.length} creates failed and were retried ` +
       `(${failed.map((x) => (x.outcome as { error: string }).error.slice(0, 160)).join(" | ")}); ` +
+      `the operator started again ${operatorRestarts} times; ` +
       `${((performance.now() - t0) / 1000).toFixed(1)} s in all`,
   );
 }
