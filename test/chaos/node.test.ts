@@ -1,7 +1,7 @@
 /**
  * Issue 18, chaos on the node's own components: containerd, the kubelet and etcd are each killed
- * with SIGKILL in the middle of a burst of creates, commands (plain and streamed) and uploads
- * through a provisioner and an operator, and started again the way `test/cluster/up` starts
+ * with SIGKILL in the middle of a burst of creates, commands (plain and streamed), uploads and a
+ * suspension through a provisioner and an operator, and started again the way `test/cluster/up` starts
  * them (`up` on a running cluster starts what is missing and leaves the rest alone: each test
  * checks that it restarted exactly the component killed). Then the node is rebooted
  * (`test/cluster/down`, `test/cluster/up`) with one sandbox running commands and an upload, and
@@ -14,6 +14,8 @@
  *  - every command in flight answered exactly its full output and exit code, or failed: never a
  *    success with wrong or partial output; an upload is whole, or failed and left the whole file
  *    or none;
+ *  - a suspension under way completes (or fails and is asked again), and the sandbox resumes
+ *    with its files;
  *  - every sandbox serves commands again.
  *
  * What the reboot here is and is not (test/cluster/down then up, the machine itself stays up):
@@ -337,7 +339,8 @@ async function noOrphanNoDuplicate(ns: string, ids: Map<string, string>) {
 /**
  * One component killed with SIGKILL in the middle of a burst and restarted by `up` `outage` ms
  * later. Some calls are in flight at the kill (commands of 2 s and 10 s, the long ones
- * outliving the restart; slow uploads; creates), others are made while the component is down.
+ * outliving the restart; slow uploads; creates; a suspension, its pod being deleted), others
+ * are made while the component is down.
  * The sandboxes' processes and the data plane (provisioner to sandboxd) go through none of
  * these components, so every command and upload must succeed; a create may fail while the
  * component is down (a client retries it: the same thread, so the same Sandbox).
@@ -348,12 +351,15 @@ async function burstThrough(component: Component, outage: number) {
   supervise(stack.operator, stack.ns);
   const thread = (i: number) => `${component}-${i}`;
 
-  const before = await Promise.all(
-    Array.from({ length: BEFORE }, (_, i) => create(sdk, thread(i))),
+  const [paused, ...before] = await Promise.all(
+    Array.from({ length: BEFORE + 1 }, (_, i) => create(sdk, i === 0 ? "paused" : thread(i - 1))),
   );
   await Promise.all(
-    before.map((s, i) =>
-      s.filesystem.write("/mnt/user-data/before.txt", content(thread(i), "before")),
+    [...before, paused!].map((s, i) =>
+      s.filesystem.write(
+        "/mnt/user-data/before.txt",
+        content(i < BEFORE ? thread(i) : "paused", "before"),
+      ),
     ),
   );
 
@@ -375,6 +381,20 @@ async function burstThrough(component: Component, outage: number) {
     60_000,
     async () => (await Promise.all(before.map(started))).every((n) => n >= 2),
     200,
+  );
+
+  // And a sandbox being suspended: its pod is deleted as the component goes.
+  const pausing = settle(paused!.pause());
+  await waitFor(
+    "the suspension to begin",
+    30_000,
+    async () =>
+      (
+        (await sandboxes.get(c, stack.ns, paused!.sandboxId)).spec.lifecycle as {
+          suspended?: boolean;
+        }
+      )?.suspended === true,
+    100,
   );
 
   const pidsBefore = pids();
@@ -433,6 +453,17 @@ async function burstThrough(component: Component, outage: number) {
     ids.set(thread(r.i), s.sandboxId);
     after.push(s);
   }
+  // The suspension the fault found under way completes (a failed one is asked again), and
+  // the sandbox resumes with its files.
+  const pauseOutcome = await pausing;
+  if (!pauseOutcome.ok) await paused!.pause();
+  expect((await sandboxes.get(c, stack.ns, paused!.sandboxId)).status?.phase).toBe("Suspended");
+  expect((await childrenOf(c, stack.ns, paused!.sandboxId)).pods).toEqual([]);
+  const resumed = await sdk.resume(paused!.sandboxId);
+  expect(await resumed.filesystem.read("/mnt/user-data/before.txt")).toBe(
+    content("paused", "before"),
+  );
+  ids.set("paused", paused!.sandboxId);
   await noOrphanNoDuplicate(stack.ns, ids);
 
   for (const [i, s] of before.entries())
@@ -449,6 +480,7 @@ async function burstThrough(component: Component, outage: number) {
       `and ${uploadResults.length} uploads all answered; ${failed.length} of ` +
       `${createResults.length} creates failed and were retried ` +
       `(${failed.map((x) => (x.outcome as { error: string }).error.slice(0, 160)).join(" | ")}); ` +
+      `the suspension under way ${pauseOutcome.ok ? "completed" : `failed (${pauseOutcome.error.slice(0, 160)}) and was asked again`}; ` +
       `the operator started again ${operatorRestarts} times; ` +
       `${((performance.now() - t0) / 1000).toFixed(1)} s in all`,
   );
@@ -483,6 +515,7 @@ describe("a node reboot: test/cluster/down, then up", () => {
       for (const s of [running, suspended]) {
         await s.filesystem.write("/mnt/user-data/before.txt", file(s.sandboxId));
         await s.filesystem.write("/mnt/user-data/bytes.bin", new Uint8Array([0, 1, 2]));
+        await s.filesystem.write("/mnt/user-data/id.txt", s.sandboxId);
       }
       const claimUid = async (id: string) =>
         (await childrenOf(c, stack.ns, id)).claims.map((p) => p.metadata?.uid);
@@ -555,8 +588,10 @@ describe("a node reboot: test/cluster/down, then up", () => {
 
       // The running one comes back by itself, on a pod sandbox the kubelet made again. Until
       // the kubelet has reported that, the API still shows the pod as it was before the reboot
-      // (Ready, at its old address), and calls to it fail: an error, never a wrong answer.
-      let refused = 0;
+      // (Ready, at its old address), and calls to it fail: an error, never a wrong answer (nor
+      // one from another sandbox that the old address might be given to now).
+      const refusals: string[] = [];
+      const wrong: string[] = [];
       const back = await waitFor(
         "the running sandbox's pod made again, Ready, and answering",
         180_000,
@@ -574,19 +609,23 @@ describe("a node reboot: test/cluster/down, then up", () => {
           if ((await sandboxes.get(c, stack.ns, running.sandboxId)).status?.phase !== "Ready")
             return false;
           const s = await sdk2.resume(running.sandboxId);
-          const r = await settle(s.commands.run("echo back", { timeoutMs: 30_000 }));
+          const r = await settle(
+            s.commands.run("cat /mnt/user-data/id.txt", { timeoutMs: 30_000 }),
+          );
           if (!r.ok) {
-            refused++;
+            refusals.push(r.error.slice(0, 120));
             return false;
           }
-          expect({ exitCode: r.value.exitCode, stdout: r.value.stdout }).toEqual({
-            exitCode: 0,
-            stdout: "back\n",
-          });
+          // (waitFor takes a throw for "not yet": a wrong answer is kept and asserted after.)
+          if (r.value.exitCode !== 0 || r.value.stdout !== running.sandboxId) {
+            wrong.push(JSON.stringify(r.value));
+            return false;
+          }
           return s;
         },
         500,
       );
+      expect(wrong, "answers while the running sandbox came back").toEqual([]);
       const backSeconds = (performance.now() - tUp) / 1000;
       // The suspended one stayed suspended, and resumes with its files.
       expect((await sandboxes.get(c, stack.ns, suspended.sandboxId)).status?.phase).toBe(
@@ -622,7 +661,7 @@ describe("a node reboot: test/cluster/down, then up", () => {
       console.log(
         `reboot: down in ${downSeconds.toFixed(1)} s, up in ${upSeconds.toFixed(1)} s, the ` +
           `running sandbox answering ${backSeconds.toFixed(1)} s after up began ` +
-          `(${refused} calls refused before); cut: ` +
+          `(refused before: ${refusals.join(" | ") || "none"}); cut: ` +
           [...results.map((r) => r.outcome), uploaded]
             .map((o) => (o as { error?: string }).error?.slice(0, 160))
             .join(" | ") +
