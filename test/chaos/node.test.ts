@@ -4,8 +4,9 @@
  * suspension through a provisioner and an operator, and started again the way `test/cluster/up` starts
  * them (`up` on a running cluster starts what is missing and leaves the rest alone: each test
  * checks that it restarted exactly the component killed). Then the node is rebooted
- * (`test/cluster/down`, `test/cluster/up`) with one sandbox running commands and an upload, and
- * one suspended.
+ * (`test/cluster/down`, `test/cluster/up`) with one sandbox running commands and an upload, one
+ * suspended, and one made from a pool's warm pod (whose sandboxd, restarted by the reboot, the
+ * operator must hand the sandbox's token again).
  *
  * After each fault:
  *  - one Sandbox per (tenant, user, thread) and no other; each with exactly one pod and one
@@ -45,6 +46,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { afterEach, beforeAll, describe, expect, inject, test } from "vitest";
+import { GROUP, TOKEN_KEY_SECRET, VERSION } from "@sandpit/operator/api";
 import { KubernetesProvider } from "@sandpit/sdk/kubernetes";
 import type { SandboxInstance } from "@sandpit/sdk";
 import {
@@ -54,6 +56,7 @@ import {
   type Stack,
   childrenOf,
   clients,
+  pools,
   ensureCrds,
   sandboxes,
   startOperator,
@@ -71,6 +74,12 @@ const USER = "chaos-user";
 const BEFORE = 3; // sandboxes made and written to before the fault
 const DURING = 2; // sandboxes created during the burst
 const UPLOAD_BYTES = 1024 * 1024;
+const POOL = "chaos-pool";
+/**
+ * The provisioner reserves none of the pool's warm pods for its fast path (it would take the
+ * one warm pod for itself on the first create naming the pool): the operator adopts it.
+ */
+const NO_RESERVATION = { SANDPIT_WARM_RESERVATION: "0" };
 /** What `up` starts and records a PID for. */
 const COMPONENTS = [
   "etcd",
@@ -141,12 +150,16 @@ afterEach(async () => {
   stack = undefined;
 });
 
-async function start(prefix: string) {
+async function start(
+  prefix: string,
+  beforeProvisioner?: (c: Clients, ns: string) => Promise<void>,
+) {
   stack = await startStack({
     kubeconfig: inject("kubeconfig"),
     image: inject("clusterSandboxImage"),
     prefix,
     keys: [{ key: KEY, tenant: TENANT, maxSandboxes: 50 }],
+    ...(beforeProvisioner ? { beforeProvisioner, env: NO_RESERVATION } : {}),
   });
   sdk = new KubernetesProvider({
     provisionerUrl: stack.prov.url,
@@ -323,16 +336,32 @@ async function noOrphanNoDuplicate(ns: string, ids: Map<string, string>) {
       claims: 1,
     });
   }
-  const owned = new Set(objects.map((s) => s.metadata.uid));
+  // Warm pods (and their claims) belong to their pool.
+  const poolUids = (
+    (await c.custom.listNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: "sandboxpools",
+    })) as { items: { metadata: { uid: string } }[] }
+  ).items.map((p) => p.metadata.uid);
+  const owned = new Set([...objects.map((s) => s.metadata.uid), ...poolUids]);
   const managed = "app.kubernetes.io/managed-by=sandpit-operator";
   const [pods, claims, secrets] = await Promise.all([
     c.core.listNamespacedPod({ namespace: ns, labelSelector: managed }),
     c.core.listNamespacedPersistentVolumeClaim({ namespace: ns, labelSelector: managed }),
     c.core.listNamespacedSecret({ namespace: ns, labelSelector: managed }),
   ]);
-  const orphans = [...pods.items, ...claims.items, ...secrets.items]
-    .filter((o) => !owned.has(o.metadata?.ownerReferences?.[0]?.uid))
-    .map((o) => `${o.kind ?? "object"} ${o.metadata?.name}`);
+  const orphans = [
+    ...pods.items.map((o) => ["pod", o] as const),
+    ...claims.items.map((o) => ["claim", o] as const),
+    // The namespace's token key is the operator's own, no sandbox's.
+    ...secrets.items
+      .filter((o) => o.metadata?.name !== TOKEN_KEY_SECRET)
+      .map((o) => ["secret", o] as const),
+  ]
+    .filter(([, o]) => !owned.has(o.metadata?.ownerReferences?.[0]?.uid))
+    .map(([kind, o]) => `${kind} ${o.metadata?.name}`);
   expect(orphans).toEqual([]);
 }
 
@@ -506,13 +535,26 @@ describe("a node reboot: test/cluster/down, then up", () => {
     { timeout: 420_000 },
     async () => {
       const t0 = performance.now();
-      const { stack, sdk } = await start("chaos-reboot");
-      const [running, suspended] = await Promise.all([
+      // A pool with one warm pod: a third sandbox, running too, is made from it (an adopted pod,
+      // whose sandboxd the operator must hand its token again once the reboot restarted it).
+      const { stack, sdk } = await start("chaos-reboot", async (c, ns) => {
+        await pools.create(c, ns, POOL, { warm: 1, maxActive: 10, template: {} });
+        await waitFor(
+          "the warm pod",
+          120_000,
+          async () => ((await pools.get(c, ns, POOL)).status?.warmReady ?? 0) >= 1,
+          500,
+        );
+      });
+      const [running, suspended, warm] = await Promise.all([
         create(sdk, "reboot-running"),
         create(sdk, "reboot-suspended"),
+        sdk.create({ language: "python", threadId: "reboot-warm", userId: USER, template: POOL }),
       ]);
+      const warmPod = (await sandboxes.get(c, stack.ns, warm.sandboxId)).status?.podName;
+      expect(warmPod, "the pooled sandbox adopted a warm pod").not.toBe(warm.sandboxId);
       const file = (id: string) => content(id, "before", 512 * 1024);
-      for (const s of [running, suspended]) {
+      for (const s of [running, suspended, warm]) {
         await s.filesystem.write("/mnt/user-data/before.txt", file(s.sandboxId));
         await s.filesystem.write("/mnt/user-data/bytes.bin", new Uint8Array([0, 1, 2]));
         await s.filesystem.write("/mnt/user-data/id.txt", s.sandboxId);
@@ -522,6 +564,7 @@ describe("a node reboot: test/cluster/down, then up", () => {
       const claimsBefore = {
         running: await claimUid(running.sandboxId),
         suspended: await claimUid(suspended.sandboxId),
+        warm: await claimUid(warm.sandboxId),
       };
       await suspended.pause();
       await waitFor(
@@ -576,6 +619,7 @@ describe("a node reboot: test/cluster/down, then up", () => {
         kubeconfig: inject("kubeconfig"),
         namespace: stack.ns,
         keys: [{ key: KEY, tenant: TENANT, maxSandboxes: 50 }],
+        env: NO_RESERVATION,
       });
       restarted.push(prov);
       const sdk2 = new KubernetesProvider({
@@ -632,7 +676,27 @@ describe("a node reboot: test/cluster/down, then up", () => {
         "Suspended",
       );
       const resumed = await sdk2.resume(suspended.sandboxId);
-      for (const s of [back, resumed]) {
+      // The pooled one comes back by itself too, on the pod it adopted.
+      const warmBack = await waitFor(
+        "the pooled sandbox answering again",
+        120_000,
+        async () => {
+          const s = await sdk2.resume(warm.sandboxId);
+          const r = await settle(
+            s.commands.run("cat /mnt/user-data/id.txt", { timeoutMs: 30_000 }),
+          );
+          if (!r.ok) return false;
+          if (r.value.exitCode !== 0 || r.value.stdout !== warm.sandboxId) {
+            wrong.push(JSON.stringify(r.value));
+            return false;
+          }
+          return s;
+        },
+        500,
+      );
+      expect(wrong, "answers while the pooled sandbox came back").toEqual([]);
+      expect((await sandboxes.get(c, stack.ns, warm.sandboxId)).status?.podName).toBe(warmPod);
+      for (const s of [back, resumed, warmBack]) {
         expect(await s.filesystem.read("/mnt/user-data/before.txt")).toBe(file(s.sandboxId));
         expect([...(await s.filesystem.readBytes("/mnt/user-data/bytes.bin"))]).toEqual([0, 1, 2]);
         const r = await s.commands.run("echo alive", { timeoutMs: 60_000 });
@@ -647,12 +711,14 @@ describe("a node reboot: test/cluster/down, then up", () => {
       expect({
         running: await claimUid(running.sandboxId),
         suspended: await claimUid(suspended.sandboxId),
+        warm: await claimUid(warm.sandboxId),
       }).toEqual(claimsBefore);
       await noOrphanNoDuplicate(
         stack.ns,
         new Map([
           ["reboot-running", running.sandboxId],
           ["reboot-suspended", suspended.sandboxId],
+          ["reboot-warm", warm.sandboxId],
         ]),
       );
       // A create after the reboot works too.
