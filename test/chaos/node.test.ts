@@ -126,6 +126,7 @@ function supervise(o: OperatorProcess, ns: string) {
         image: inject("clusterSandboxImage"),
       }).then(
         (next) => {
+          if (!supervised) return void next.stop(); // the test ended meanwhile
           restarted.push(next);
           keep(next);
         },
