@@ -532,7 +532,7 @@ describe("the node's components killed with SIGKILL in a burst", () => {
 
 describe("a node reboot: test/cluster/down, then up", () => {
   test(
-    "a running and a suspended sandbox come back with their files; what the reboot cut is an error",
+    "running, suspended and pooled sandboxes come back with their files; what the reboot cut is an error",
     { timeout: 420_000 },
     async () => {
       const t0 = performance.now();
