@@ -60,13 +60,15 @@ export default defineConfig({
             "test/contract/e2b-sandpit.test.ts",
             "test/deerflow/**/*.test.ts",
             "test/security/**/*.test.ts",
-            // Kills and restarts only the provisioner replicas it starts itself.
+            // Those that kill and restart only the processes they start themselves (the node's
+            // own components are node.test.ts's, excluded below).
             "test/chaos/**/*.test.ts",
           ],
           exclude: [
             "**/node_modules/**",
             "test/operator/disruptive/**",
             "test/security/load.test.ts",
+            "test/chaos/node.test.ts",
           ],
           globalSetup: ["test/cluster/global-setup.ts"],
           hookTimeout: 900_000,
@@ -74,13 +76,18 @@ export default defineConfig({
         },
       },
       {
-        // Restarts the API server and kills operators, or takes the whole node (1,000 commands in
-        // 50 sandboxes): runs alone, after every other project, so that it neither disturbs
+        // Restarts the API server and kills operators, kills the node's own components (etcd,
+        // containerd, the kubelet) and reboots the node, or takes the whole node (1,000 commands
+        // in 50 sandboxes): runs alone, after every other project, so that it neither disturbs
         // the suites that time their waits nor is disturbed by them.
         extends: true,
         test: {
           name: "cluster-disruptive",
-          include: ["test/operator/disruptive/**/*.test.ts", "test/security/load.test.ts"],
+          include: [
+            "test/operator/disruptive/**/*.test.ts",
+            "test/security/load.test.ts",
+            "test/chaos/node.test.ts",
+          ],
           globalSetup: ["test/cluster/global-setup.ts"],
           hookTimeout: 900_000,
           fileParallelism: false,
