@@ -9,7 +9,8 @@
  *   it makes, on addresses of 198.51.100.0/24 routed from the node.
  * - `Deny`: CoreDNS (on the node address here) is not reachable at all, so no name resolves,
  *   external or not: no channel out through the resolver.
- * - `Allowlist`: only the listed destination; DNS only with `dns: true`.
+ * - `Allowlist`: only the listed destination; DNS only with `dns: true`; an allowlisted
+ *   in-cluster pod on its listed port, and not its other port nor another sandbox.
  */
 import { execFileSync } from "node:child_process";
 import { DiscoveryV1Api, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
@@ -417,6 +418,79 @@ describe("Allowlist egress", () => {
       expect(got[`internet ${INTERNET}`]).toBe(`body ${NONCE}`);
       expect(got[`internet ${NODE_ADDRESS}`]).toMatch(/^failed/);
       expect(got.CoreDNS).toBe("answered rcode 0");
+    },
+  );
+});
+
+describe("Allowlist egress to the cluster", () => {
+  /** A plain pod serving HTTP on two ports, which no policy selects (its ingress is open). */
+  const TARGET_SERVER = [
+    "import http.server, threading",
+    "class H(http.server.BaseHTTPRequestHandler):",
+    "    def do_GET(self):",
+    "        self.send_response(200); self.end_headers(); self.wfile.write(b'in-cluster')",
+    "    def log_message(self, *a): pass",
+    "for p in (8000, 8001):",
+    "    s = http.server.ThreadingHTTPServer(('0.0.0.0', p), H)",
+    "    threading.Thread(target=s.serve_forever, daemon=True).start()",
+    "threading.Event().wait()",
+  ].join("\n");
+
+  test(
+    "reaches an allowlisted in-cluster pod on its allowed port only, and no other pod",
+    { timeout: 300_000 },
+    async () => {
+      await c.core.createNamespacedPod({
+        namespace: ns,
+        body: {
+          metadata: { name: "in-cluster-target" },
+          spec: {
+            securityContext: {
+              runAsNonRoot: true,
+              runAsUser: 1000,
+              seccompProfile: { type: "RuntimeDefault" },
+            },
+            containers: [
+              {
+                name: "server",
+                image: inject("clusterSandboxImage"),
+                imagePullPolicy: "IfNotPresent",
+                command: ["python3", "-c", TARGET_SERVER],
+                readinessProbe: { tcpSocket: { port: 8001 }, periodSeconds: 1 },
+                securityContext: {
+                  allowPrivilegeEscalation: false,
+                  readOnlyRootFilesystem: true,
+                  capabilities: { drop: ["ALL"] },
+                },
+              },
+            ],
+          },
+        },
+      });
+      const targetIP = await waitFor("the in-cluster target ready", 120_000, async () => {
+        const p = await c.core.readNamespacedPod({ name: "in-cluster-target", namespace: ns });
+        const ready = p.status?.conditions?.some((x) => x.type === "Ready" && x.status === "True");
+        return ready ? p.status!.podIP : undefined;
+      });
+      // The control: from the node both ports answer, so a refusal below is the policy's.
+      for (const port of [8000, 8001]) expect(await reachableFromNode(targetIP, port)).toBe(true);
+      await sandboxes.create(c, ns, "allow-pod", {
+        language: "python",
+        network: { egress: "Allowlist", allow: [{ cidr: `${targetIP}/32`, ports: [8000] }] },
+      });
+      await readyNow("allow-pod", 180_000);
+      const other = await sandboxes.get(c, ns, "internet");
+      const [otherIP, otherPort] = other.status!.endpoint!.split(":");
+      const got = await probe("allow-pod", [
+        { key: "allowed", kind: "http", a: targetIP, b: 8000 },
+        { key: "other port", kind: "tcp", a: targetIP, b: 8001 },
+        { key: "another sandbox", kind: "tcp", a: otherIP!, b: Number(otherPort) },
+        internetProbe(),
+      ]);
+      expect(got.allowed).toBe("body in-cluster");
+      expect(got["other port"]).not.toBe("connected");
+      expect(got["another sandbox"]).not.toBe("connected");
+      expect(got[`internet ${INTERNET}`]).toMatch(/^failed/);
     },
   );
 });
