@@ -52,13 +52,13 @@ import type { SandboxInstance } from "@sandpit/sdk";
 import {
   type Clients,
   type OperatorProcess,
-  type SandboxObject,
   type Stack,
   childrenOf,
   clients,
   pools,
   ensureCrds,
   sandboxes,
+  sandboxesByThread,
   startOperator,
   startProvisioner,
   startStack,
@@ -213,8 +213,6 @@ const down = async () =>
 
 // --- what the sandboxes are given and must answer ---------------------------------------------
 
-const labelsOf = (s: SandboxObject) =>
-  (s.metadata as { labels?: Record<string, string> }).labels ?? {};
 const create = (sdk: KubernetesProvider, thread: string) =>
   sdk.create({ language: "python", threadId: thread, userId: USER });
 /** Deterministic content, different per sandbox and purpose. */
@@ -319,14 +317,7 @@ async function noOrphanNoDuplicate(ns: string, ids: Map<string, string>) {
     },
     500,
   );
-  const objects = await sandboxes.list(c, ns);
-  const byThread = new Map<string, string[]>();
-  for (const s of objects) {
-    const l = labelsOf(s);
-    const key = `${l["sandpit.dev/tenant"]}/${l["sandpit.dev/user"]}/${l["sandpit.dev/thread"]}`;
-    byThread.set(key, [...(byThread.get(key) ?? []), s.metadata.name]);
-  }
-  expect(Object.fromEntries(byThread)).toEqual(
+  expect(await sandboxesByThread(c, ns)).toEqual(
     Object.fromEntries([...ids].map(([t, id]) => [`${TENANT}/${USER}/${t}`, [id]])),
   );
   for (const id of ids.values()) {
@@ -346,6 +337,7 @@ async function noOrphanNoDuplicate(ns: string, ids: Map<string, string>) {
       plural: "sandboxpools",
     })) as { items: { metadata: { uid: string } }[] }
   ).items.map((p) => p.metadata.uid);
+  const objects = await sandboxes.list(c, ns);
   const owned = new Set([...objects.map((s) => s.metadata.uid), ...poolUids]);
   const managed = "app.kubernetes.io/managed-by=sandpit-operator";
   const [pods, claims, secrets] = await Promise.all([

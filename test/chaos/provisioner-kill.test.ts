@@ -19,12 +19,11 @@ import {
   type Clients,
   type OperatorProcess,
   type ProvisionerProcess,
-  type SandboxObject,
   clients,
   createNamespace,
   deleteNamespace,
   ensureCrds,
-  sandboxes,
+  sandboxesByThread,
   startOperator,
   startProvisioner,
   waitFor,
@@ -78,8 +77,6 @@ afterAll(async () => {
   if (ns) await deleteNamespace(c, ns);
 });
 
-const labelsOf = (s: SandboxObject) =>
-  (s.metadata as { labels?: Record<string, string> }).labels ?? {};
 const thread = (i: number) => `chaos-${String(i).padStart(2, "0")}`;
 const create = (sdk: KubernetesProvider, i: number) =>
   sdk.create({ language: "python", threadId: thread(i), userId: USER });
@@ -237,14 +234,7 @@ describe("a provisioner replica killed and restarted in a burst", () => {
       before.forEach((s, i) => ids.set(thread(i), s.sandboxId));
 
       // One Sandbox per (tenant, user, thread), and no other.
-      const objects = await sandboxes.list(c, ns);
-      const byThread = new Map<string, string[]>();
-      for (const s of objects) {
-        const l = labelsOf(s);
-        const key = `${l["sandpit.dev/tenant"]}/${l["sandpit.dev/user"]}/${l["sandpit.dev/thread"]}`;
-        byThread.set(key, [...(byThread.get(key) ?? []), s.metadata.name]);
-      }
-      expect(Object.fromEntries(byThread)).toEqual(
+      expect(await sandboxesByThread(c, ns)).toEqual(
         Object.fromEntries([...ids].map(([t, id]) => [`chaos/${USER}/${t}`, [id]])),
       );
 

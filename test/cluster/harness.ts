@@ -308,6 +308,20 @@ export const sandboxes = {
     }),
 };
 
+/**
+ * The cluster's Sandboxes in `ns` by (tenant, user, thread) label, each with the names holding
+ * it: what "one sandbox per thread" is checked against.
+ */
+export async function sandboxesByThread(c: Clients, ns: string): Promise<Record<string, string[]>> {
+  const byThread = new Map<string, string[]>();
+  for (const s of await sandboxes.list(c, ns)) {
+    const l = (s.metadata as { labels?: Record<string, string> }).labels ?? {};
+    const key = `${l["sandpit.dev/tenant"]}/${l["sandpit.dev/user"]}/${l["sandpit.dev/thread"]}`;
+    byThread.set(key, [...(byThread.get(key) ?? []), s.metadata.name]);
+  }
+  return Object.fromEntries(byThread);
+}
+
 export const pools = {
   create: (c: Clients, namespace: string, name: string, spec: Record<string, unknown>) =>
     c.custom.createNamespacedCustomObject({
