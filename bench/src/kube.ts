@@ -7,6 +7,7 @@
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { readFile, writeFile } from "node:fs/promises";
+import os from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import * as prettier from "prettier";
@@ -30,6 +31,30 @@ export const log = (line: string) =>
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export const now = () => performance.now();
 
+async function cpuTimes(): Promise<{ busy: number; total: number }> {
+  const line = (await readFile("/proc/stat", "utf8")).split("\n")[0]!;
+  const f = line.trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - f[3]! - f[4]!, total }; // idle, iowait
+}
+
+/**
+ * Waits (at most `maxMs`) until the machine's CPUs were less than 25% busy over 5 s, so a part
+ * does not start in the wake of the previous one; returns what it found.
+ */
+export async function settleCpu(maxMs: number) {
+  const t0 = now();
+  let busy: number;
+  for (;;) {
+    const a = await cpuTimes();
+    await sleep(5_000);
+    const b = await cpuTimes();
+    busy = (b.busy - a.busy) / (b.total - a.total || 1);
+    if (busy < 0.25 || now() - t0 > maxMs) break;
+  }
+  return { cpuBusy: busy, settleS: (now() - t0) / 1000, loadAvg1: os.loadavg()[0]! };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Watch-based timing: the first moment each object was seen in a given state.
 
@@ -39,6 +64,7 @@ export interface Obj {
     resourceVersion?: string;
     deletionTimestamp?: string;
     labels?: Record<string, string>;
+    annotations?: Record<string, string>;
   };
   status?: Record<string, unknown> & {
     phase?: string;

@@ -26,7 +26,7 @@ import { StorageV1Api } from "@kubernetes/client-node";
 import { readConfig } from "@sandpit/operator";
 import { LABEL, dataClaimName } from "@sandpit/operator/api";
 import { Kube, type KObject, PODS, SECRETS } from "@sandpit/operator/kube/client";
-import { pod as podManifest } from "@sandpit/operator/workload/manifests";
+import { pod as podManifest, tokenSecret } from "@sandpit/operator/workload/manifests";
 import { effectiveSpec } from "@sandpit/operator/workload/spec";
 import {
   type Clients,
@@ -56,6 +56,7 @@ import {
   podRunning,
   podsOnNode,
   sandboxPath,
+  settleCpu,
   sleep,
   stopOperator,
   updateResultsMd,
@@ -75,6 +76,8 @@ const WARM_ATTEMPTS = WARM + 15; // samples that turn out not to be adoptions ar
 const BURST = SMOKE ? 5 : 200;
 const SCALE = SMOKE ? 30 : 1000;
 const SCALE_CONCURRENCY = 20;
+/** How long a burst waits for the machine to be quiet before it starts. */
+const SETTLE_MS = 180_000;
 /** Fake nodes hand out pod addresses from a /21 each and take 2,000 pods: one per 1,800. */
 const PODS_PER_FAKE_NODE = 1800;
 /**
@@ -262,46 +265,61 @@ interface Main {
   image: string;
 }
 
-async function floor(m: Main) {
+/** Bare objects are built by the operator's own functions, then stripped of owner and labels. */
+const NO_OWNER = { apiVersion: "v1", kind: "Namespace", metadata: { name: "none", uid: "0" } };
+
+/**
+ * The operator's pod for a Sandbox of `spec`, exactly, but for its volume (an emptyDir for the
+ * PVC) and its labels and owner (so the operator, which watches its own pods only, never sees it).
+ */
+function barePod(
+  m: Main,
+  name: string,
+  secret: string,
+  sandboxSpec: Parameters<typeof effectiveSpec>[0],
+): KObject {
   const cfg = readConfig({ ...OPERATOR_ENV, SANDPIT_SANDBOX_IMAGE: m.image });
-  const eff = effectiveSpec({}, undefined, cfg);
+  const p = podManifest(
+    {
+      name,
+      namespace: m.ns,
+      owner: NO_OWNER,
+      labels: {},
+    },
+    effectiveSpec(sandboxSpec, undefined, cfg),
+    {
+      token: { secret },
+      mounts: [{ claimName: "none", mountPath: "/mnt/user-data", readOnly: false }],
+    },
+    cfg,
+  );
+  p.metadata = { name, namespace: m.ns, labels: { app: "sandpit-bench-floor" } };
+  const spec = p.spec as { volumes: { name: string }[] };
+  spec.volumes = spec.volumes.map((v) => (v.name === "data" ? { name: "data", emptyDir: {} } : v));
+  return p as KObject;
+}
+
+/** The token Secret bare pods read (the operator's pods take their token's digest from one). */
+async function floorSecret(m: Main, secret: string): Promise<void> {
+  const s = tokenSecret(
+    { name: secret, namespace: m.ns, owner: NO_OWNER, labels: {} },
+    "f".repeat(64),
+  );
+  s.metadata = { name: secret, namespace: m.ns };
+  await m.kube.create(SECRETS, s);
+}
+
+async function floor(m: Main) {
   const secret = "floor-token";
-  await m.kube.create(SECRETS, {
-    apiVersion: "v1",
-    kind: "Secret",
-    metadata: { name: secret, namespace: m.ns },
-    type: "Opaque",
-    data: { token: Buffer.from("f".repeat(64)).toString("base64") },
-  });
+  await floorSecret(m, secret);
   const running: number[] = [];
   const serving: number[] = [];
   const ready: number[] = [];
   const cost = await costOf(m.op, FLOOR_PODS, async () => {
     for (let i = 0; i < FLOOR_PODS; i++) {
       const name = `floor-${i}`;
-      // The operator's pod, exactly, but for its volume (an emptyDir for the PVC) and its
-      // labels and owner (so the operator, which watches its own pods only, never sees it).
-      const p = podManifest(
-        {
-          name,
-          namespace: m.ns,
-          owner: { apiVersion: "v1", kind: "Namespace", metadata: { name: m.ns, uid: "0" } },
-          labels: {},
-        },
-        eff,
-        {
-          token: { secret },
-          mounts: [{ claimName: "none", mountPath: "/mnt/user-data", readOnly: false }],
-        },
-        cfg,
-      );
-      p.metadata = { name, namespace: m.ns, labels: { app: "sandpit-bench-floor" } };
-      const spec = p.spec as { volumes: { name: string }[] };
-      spec.volumes = spec.volumes.map((v) =>
-        v.name === "data" ? { name: "data", emptyDir: {} } : v,
-      );
       const t0 = now();
-      await m.kube.create(PODS, p as KObject);
+      await m.kube.create(PODS, barePod(m, name, secret, {}));
       running.push((await m.pods.waitMark(name, "running", 120_000)) - t0);
       // Reference: when sandboxd in it answers, polled from the node every 10 ms.
       const ip = m.pods.objects.get(name)?.status?.podIP as string | undefined;
@@ -444,22 +462,77 @@ async function warm(m: Main) {
   };
 }
 
-async function burst(m: Main) {
-  const names = Array.from({ length: BURST }, (_, i) => `burst-${String(i).padStart(3, "0")}`);
+/**
+ * The burst's floor: `count` bare pods of the burst's sandbox shape (barePod) created at once, and
+ * the time from the first create until the kubelet reports the last one Ready.
+ */
+async function bareBurst(m: Main, count: number) {
+  const secret = "bare-burst-token";
+  await floorSecret(m, secret);
+  const names = Array.from({ length: count }, (_, i) => `bare-${String(i).padStart(3, "0")}`);
+  const issued = new Map<string, number>();
+  let readyCount = 0;
+  const t0 = now();
+  await Promise.all(
+    names.map(async (name) => {
+      issued.set(name, now());
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await m.kube.create(PODS, barePod(m, name, secret, BURST_SPEC));
+          return;
+        } catch (err) {
+          if (attempt >= 5) throw err;
+          await sleep(500 * attempt);
+        }
+      }
+    }),
+  );
+  log(`bare burst: ${count} creates accepted in ${(now() - t0).toFixed(0)} ms`);
+  try {
+    await m.pods.until(`all ${count} bare pods Ready`, 15 * 60_000, () => {
+      readyCount = names.filter((n) => m.pods.at(n, "ready") !== undefined).length;
+      return readyCount === count;
+    });
+  } catch (err) {
+    log(`bare burst: ${(err as Error).message} (${readyCount} Ready)`);
+  }
+  const readyAt = names.map((n) => m.pods.at(n, "ready") ?? NaN).filter(Number.isFinite);
+  const wallMs = Math.max(...readyAt) - t0;
+  const per = names.flatMap((n) => {
+    const at = m.pods.at(n, "ready");
+    return at === undefined ? [] : [at - issued.get(n)!];
+  });
+  const t1 = now();
+  let next = 0;
+  const remove = async () => {
+    while (next < names.length)
+      await m.kube.delete(PODS, m.ns, names[next++]!).catch(() => undefined);
+  };
+  await Promise.all(Array.from({ length: 20 }, remove));
+  await m.pods.until("the bare pods gone", 5 * 60_000, () =>
+    names.every((n) => !m.pods.objects.has(n)),
+  );
+  for (const n of names) m.pods.forget(n);
+  await m.kube.delete(SECRETS, m.ns, secret);
+  return { ready: readyCount, wallMs, perPod: summarize(per), cleanupS: (now() - t1) / 1000 };
+}
+
+async function burst(m: Main, count = BURST) {
+  const names = Array.from({ length: count }, (_, i) => `burst-${String(i).padStart(3, "0")}`);
   const otherPods = await podsOnNode(m.c, "sandpit-node");
   log(`burst: ${otherPods} other pods on the node before it`);
   let wallMs = 0;
   let issued = new Map<string, number>();
   let readyCount = 0;
-  const cost = await costOf(m.op, BURST, async () => {
+  const cost = await costOf(m.op, count, async () => {
     const t0 = now();
-    issued = await createAll(m.c, m.ns, names, BURST_SPEC, BURST);
+    issued = await createAll(m.c, m.ns, names, BURST_SPEC, count);
     const createdMs = now() - t0;
-    log(`burst: ${BURST} creates accepted in ${createdMs.toFixed(0)} ms`);
+    log(`burst: ${count} creates accepted in ${createdMs.toFixed(0)} ms`);
     try {
-      await m.sbx.until(`all ${BURST} Ready`, 15 * 60_000, () => {
+      await m.sbx.until(`all ${count} Ready`, 15 * 60_000, () => {
         readyCount = names.filter((n) => m.sbx.at(n, "ready") !== undefined).length;
-        return readyCount === BURST;
+        return readyCount === count;
       });
     } catch (err) {
       log(`burst: ${(err as Error).message} (${readyCount} Ready)`);
@@ -487,6 +560,23 @@ async function burst(m: Main) {
     cleanupS,
     cost,
   };
+}
+
+/**
+ * Issue 17's burst: `count` bare pods of the sandboxes' shape at once (the floor), then `count`
+ * cold Sandboxes at once, each after the machine has quietened; the ratio of the two times until
+ * the last is Ready.
+ */
+async function burstAndFloor(m: Main, count: number) {
+  const floorStart = await settleCpu(SETTLE_MS);
+  log(`bare burst: ${count} pods at once (CPU ${(floorStart.cpuBusy * 100).toFixed(0)}% busy)`);
+  const floor = await bareBurst(m, count);
+  log(`bare burst: ${floor.ready} Ready, the last after ${(floor.wallMs / 1000).toFixed(1)} s`);
+  const sandboxStart = await settleCpu(SETTLE_MS);
+  log(`burst: ${count} Sandboxes at once (CPU ${(sandboxStart.cpuBusy * 100).toFixed(0)}% busy)`);
+  const sandboxes = await burst(m, count);
+  log(`burst: ${sandboxes.ready} Ready, the last after ${(sandboxes.wallMs / 1000).toFixed(1)} s`);
+  return { count, floor, floorStart, sandboxes, sandboxStart };
 }
 
 /** The API server's PID and start time, to tell whether something restarted it meanwhile. */
@@ -707,6 +797,7 @@ type Floor = Awaited<ReturnType<typeof floor>>;
 type Cold = Awaited<ReturnType<typeof cold>>;
 type Warm = Awaited<ReturnType<typeof warm>>;
 type Burst = Awaited<ReturnType<typeof burst>>;
+type BurstAndFloor = Awaited<ReturnType<typeof burstAndFloor>>;
 type Scale = Awaited<ReturnType<typeof scale>>;
 
 const ms = (n: number) => (Number.isFinite(n) ? n.toFixed(0) : "n/a");
@@ -956,7 +1047,7 @@ async function main(): Promise<void> {
   log(`namespace ${ns}, image ${image}`);
   let op: OperatorProcess | undefined;
   const trackers: Tracker[] = [];
-  let parts: { floor: Floor; cold: Cold; warm: Warm; burst: Burst };
+  let parts: { floor: Floor; cold: Cold; warm: Warm; burst: Burst; burstAndFloor: BurstAndFloor };
   const cleanup = async () => {
     for (const t of trackers) t.stop();
     if (op) await stopOperator(op);
@@ -988,10 +1079,9 @@ async function main(): Promise<void> {
     log("warm adoptions");
     const wa = await warm(m);
     log(`warm: created → Ready p50 ${ms(wa.ready.p50)} ms`);
-    log(`${BURST} at once`);
-    const bu = await burst(m);
-    log(`burst: ${bu.ready} Ready, last after ${(bu.wallMs / 1000).toFixed(1)} s`);
-    parts = { floor: fl, cold: co, warm: wa, burst: bu };
+    log(`${BURST} at once, and as many bare pods`);
+    const bf = await burstAndFloor(m, BURST);
+    parts = { floor: fl, cold: co, warm: wa, burst: bf.sandboxes, burstAndFloor: bf };
   } catch (err) {
     if (op) process.stderr.write(`operator log tail:\n${op.logs().slice(-5000)}\n`);
     throw err;
@@ -1034,6 +1124,11 @@ async function main(): Promise<void> {
         ? {}
         : { [sc.count]: { ...sc, ...run, loadStart: parts.floor.cost.loadAvg1 } }),
     },
+    burstRun: {
+      ...run,
+      loadStart: parts.burstAndFloor.floorStart.loadAvg1,
+      ...parts.burstAndFloor,
+    },
     writesRun: {
       ...run,
       loadStart: parts.cold.cost.loadAvg1,
@@ -1060,6 +1155,8 @@ const SCALE_HEADING = "## Operator at scale";
 const GOAL_SANDBOXES = 10_000;
 const GOAL_RSS_MIB = 300;
 const GOAL_COLD_WRITES = 4;
+const GOAL_BURST = 200;
+const GOAL_BURST_RATIO = 1.1;
 
 function argument(name: string): string | undefined {
   const i = process.argv.indexOf(name);
@@ -1095,9 +1192,11 @@ interface WritesRun extends RunInfo {
   readyP50Ms: number;
   writes: Counts;
 }
+type BurstRun = RunInfo & BurstAndFloor;
 interface Record_ {
   scaleRuns?: Record<string, ScaleRun>;
   writesRun?: WritesRun;
+  burstRun?: BurstRun;
   headline?: HeadlineRow[];
   [k: string]: unknown;
 }
@@ -1131,6 +1230,19 @@ function headlineOf(r: Record_): HeadlineRow[] {
       met: own <= GOAL_COLD_WRITES,
     });
   }
+  const b = r.burstRun;
+  if (b) {
+    const ratio = b.sandboxes.wallMs / b.floor.wallMs;
+    const all = b.sandboxes.ready === b.count && b.floor.ready === b.count;
+    out.push({
+      metric: `${b.count} cold Sandboxes at once → all Ready / ${b.count} bare pods → all Ready`,
+      value: `${(b.sandboxes.wallMs / 1000).toFixed(1)} s (${b.sandboxes.ready}/${b.count} Ready)`,
+      floor: `${(b.floor.wallMs / 1000).toFixed(1)} s (${b.floor.ready}/${b.count} Ready)`,
+      ratio: Number(ratio.toFixed(2)),
+      goal: `≤ ${GOAL_BURST_RATIO}x, ${GOAL_BURST} at once`,
+      met: all && b.count >= GOAL_BURST && ratio <= GOAL_BURST_RATIO,
+    });
+  }
   return out;
 }
 
@@ -1149,6 +1261,7 @@ function scaleSection(r: Record_): string {
         .join(", ");
       return `| ${s.count.toLocaleString("en")} (${s.pods} pods, ${s.podsRunning} Running) | ${s.empty.rssMiB.toFixed(0)} | ${s.full.rssMiB.toFixed(0)} (peak ${s.full.hwmMiB.toFixed(0)}) | ${s.full.heapUsedMiB.toFixed(0)} / ${s.full.heapTotalMiB.toFixed(0)} | ${s.full.externalMiB?.toFixed(0) ?? "n/a"} | ${spaces} | ${s.operatorCpuS.toFixed(0)} | \`${s.entry ?? "operator/src/main.ts"}\`${envNote(s.operatorEnv)} | \`${s.commit}\`, ${s.date.slice(0, 16).replace("T", " ")} UTC, load ${s.loadStart.toFixed(1)} → ${s.loadEnd.toFixed(1)} |`;
     });
+  const b = r.burstRun;
   const w = r.writesRun;
   const writeRows = w
     ? Object.entries(w.writes)
@@ -1179,17 +1292,41 @@ ${head.join("\n")}
 | Sandboxes | RSS, 0 objects (MiB) | RSS, all (MiB) | heap used / total (MiB) | external (MiB) | heap spaces used (MiB) | operator CPU (s) | operator run from | run |
 | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |
 ${rows.join("\n")}
-${
-  w
-    ? `
+${b ? burstText(b) : ""}${
+    w
+      ? `
 Writes per cold sandbox (${w.samples} created one after another and awaited Ready, p50 ${ms(w.readyP50Ms)} ms; \`${w.commit}\`, ${w.date.slice(0, 16).replace("T", " ")} UTC, load ${w.loadStart.toFixed(1)} → ${w.loadEnd.toFixed(1)}):
 
 | Resource and verb | per sandbox |
 | --- | ---: |
 ${writeRows.join("\n")}
 `
-    : ""
-}`;
+      : ""
+  }`;
+}
+
+function burstText(b: BurstRun): string {
+  const side = (
+    what: string,
+    x: { ready: number; wallMs: number; cleanupS: number },
+    per: Summary,
+  ) =>
+    `| ${what} | ${x.ready}/${b.count} | ${(x.wallMs / 1000).toFixed(1)} | ${ms(per.p50)} / ${ms(per.p99)} | ${x.cleanupS.toFixed(0)} |`;
+  const start = (x: { cpuBusy: number; settleS: number; loadAvg1: number }) =>
+    `${(x.cpuBusy * 100).toFixed(0)}% busy after ${x.settleS.toFixed(0)} s, load ${x.loadAvg1.toFixed(1)}`;
+  return `
+${b.count} at once (\`${b.command}\`; \`${b.commit}\`, ${b.date.slice(0, 16).replace("T", " ")} UTC): first ${b.count} bare pods of the sandboxes' shape (the operator's own pod manifest with \`resources.ephemeralStorage: ${BURST_EPHEMERAL}\`, an emptyDir for the volume, created straight through the API, no operator involved) all at once, deleted and gone; then ${b.count} cold Sandboxes of that shape all at once. Each side starts once the CPUs were under 25% busy over 5 s (floor: ${start(b.floorStart)}; Sandboxes: ${start(b.sandboxStart)}). Ready is the kubelet's Ready condition for a bare pod and status.phase Ready for a Sandbox.
+
+| ${b.count} at once | Ready | first create → last Ready (s) | each create → Ready, p50 / p99 (ms) | cleanup (s) |
+| --- | ---: | ---: | ---: | ---: |
+${side("bare pods (floor)", b.floor, b.floor.perPod)}
+${side("Sandboxes", b.sandboxes, b.sandboxes.perSandbox)}
+
+Sandboxes / floor: ${(b.sandboxes.wallMs / b.floor.wallMs).toFixed(2)}x; the operator's CPU over the Sandboxes' part ${b.sandboxes.cost.operatorCpuS.toFixed(1)} s, its API writes per sandbox ${per(
+    sum(b.sandboxes.cost.writes, (k) => !isEvent(k) && !isLease(k)),
+    b.count,
+  )}.
+`;
 }
 
 async function readRecord(): Promise<Record_> {
@@ -1200,8 +1337,11 @@ async function readRecord(): Promise<Record_> {
   }
 }
 
-async function partial(memoryOnly: boolean): Promise<void> {
-  const count = Number(argument("--sandboxes") ?? (memoryOnly ? SCALE : COLD));
+async function partial(mode: "memory" | "writes" | "burst"): Promise<void> {
+  const memoryOnly = mode === "memory";
+  const count = Number(
+    argument("--sandboxes") ?? { memory: SCALE, writes: COLD, burst: BURST }[mode],
+  );
   const maxMinutes = Number(argument("--max-minutes") ?? 25);
   if (!Number.isInteger(count) || count < 1) throw new Error(`--sandboxes: a count, not ${count}`);
   const kubeconfig = await clusterUp();
@@ -1225,8 +1365,8 @@ async function partial(memoryOnly: boolean): Promise<void> {
     const key = `${count}${envNote(sc.operatorEnv)} ${commitMeasured()}`;
     record.scaleRuns = { ...record.scaleRuns, [key]: { ...sc, ...info(), command } };
   } else {
-    const command = `${COMMAND} --writes-only --sandboxes ${count}`;
-    const ns = await benchNamespace(c, "bench-writes");
+    const command = `${COMMAND} --${mode}-only --sandboxes ${count}`;
+    const ns = await benchNamespace(c, `bench-${mode}`);
     const kube = new Kube(c.kc, { fieldManager: "sandpit-bench" });
     let op: OperatorProcess | undefined;
     const trackers: Tracker[] = [];
@@ -1245,15 +1385,20 @@ async function partial(memoryOnly: boolean): Promise<void> {
       });
       trackers.push(pods, sbx, claims);
       await Promise.all(trackers.map((t) => t.start()));
-      const co = await cold({ c, kube, ns, op, pods, sbx, claims, image }, count);
-      log(`writes: ${JSON.stringify(co.cost.writes)} over ${count} cold sandboxes`);
-      record.writesRun = {
-        ...info(),
-        command,
-        samples: count,
-        readyP50Ms: co.ready.p50,
-        writes: co.cost.writes,
-      };
+      const m: Main = { c, kube, ns, op, pods, sbx, claims, image };
+      if (mode === "burst") {
+        record.burstRun = { ...info(), command, ...(await burstAndFloor(m, count)) };
+      } else {
+        const co = await cold(m, count);
+        log(`writes: ${JSON.stringify(co.cost.writes)} over ${count} cold sandboxes`);
+        record.writesRun = {
+          ...info(),
+          command,
+          samples: count,
+          readyP50Ms: co.ready.p50,
+          writes: co.cost.writes,
+        };
+      }
     } catch (err) {
       if (op) process.stderr.write(`operator log tail:\n${op.logs().slice(-5000)}\n`);
       throw err;
@@ -1283,8 +1428,12 @@ if (process.argv.includes("--report")) {
   await updateResultsMd("## Kubernetes operator", section);
   if (record.scaleRuns || record.writesRun)
     await updateResultsMd(SCALE_HEADING, scaleSection(record));
-} else if (process.argv.includes("--memory-only") || process.argv.includes("--writes-only")) {
-  await partial(process.argv.includes("--memory-only"));
+} else if (process.argv.includes("--memory-only")) {
+  await partial("memory");
+} else if (process.argv.includes("--writes-only")) {
+  await partial("writes");
+} else if (process.argv.includes("--burst-only")) {
+  await partial("burst");
 } else {
   await main();
 }

@@ -33,6 +33,7 @@ import {
   sliceAddresses,
   sliceEndpoint,
 } from "../src/workload/egress.ts";
+import { FakeInformer } from "./fake-ctx.ts";
 
 const NS = "t";
 const cfg = readConfig({});
@@ -168,19 +169,6 @@ function children(sbx: Sandbox, podStatus: Pod["status"], podExtra: Partial<Pod[
       }),
     ],
   };
-}
-
-class FakeInformer<T extends KObject> {
-  readonly #objects = new Map<string, T>();
-  constructor(objects: T[]) {
-    for (const o of objects) this.#objects.set(o.metadata.name, o);
-  }
-  get(name: string): T | undefined {
-    return this.#objects.get(name);
-  }
-  list(): T[] {
-    return [...this.#objects.values()];
-  }
 }
 
 type Objects = { [K in keyof Caches]?: KObject[] };

@@ -6,7 +6,6 @@
  * plain value: no Secret and no API write per pod.
  */
 import { createHash, createHmac } from "node:crypto";
-import { pino } from "pino";
 import { describe, expect, test } from "vitest";
 import { ANNOTATION, LABEL } from "../src/api/labels.ts";
 import {
@@ -16,13 +15,12 @@ import {
   warmPodToken,
 } from "../src/api/reservations.ts";
 import type { SandboxPool } from "../src/api/v1alpha1.ts";
-import { readConfig } from "../src/config.ts";
-import { type Ctx, Expectations } from "../src/context.ts";
 import type { Pod } from "../src/kube/resources.ts";
-import type { KObject, Resource } from "../src/kube/rest.ts";
+import type { KObject } from "../src/kube/rest.ts";
 import { Pools } from "../src/pool/pools.ts";
 import { reconcilePool } from "../src/pool/reconciler.ts";
 import { warmTokenOf } from "../src/pool/warm.ts";
+import { fakeCtx as fakeContext } from "./fake-ctx.ts";
 
 const NS = "sbx-ns";
 const KEY = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -49,19 +47,6 @@ describe("a warm pod's token", () => {
   });
 });
 
-class FakeInformer<T extends KObject> {
-  readonly objects = new Map<string, T>();
-  constructor(objects: T[] = []) {
-    for (const o of objects) this.objects.set(o.metadata.name, o);
-  }
-  get(name: string): T | undefined {
-    return this.objects.get(name);
-  }
-  list(): T[] {
-    return [...this.objects.values()];
-  }
-}
-
 const pool: SandboxPool = {
   apiVersion: "sandpit.dev/v1alpha1",
   kind: "SandboxPool",
@@ -78,46 +63,7 @@ const secret = (name: string, data: Record<string, string>): KObject =>
   }) as KObject;
 
 /** A context whose caches hold `pods` and `secrets`; every write is recorded, none is made. */
-function fakeCtx(pods: Pod[], secrets: KObject[]) {
-  const writes: [string, string, ...unknown[]][] = [];
-  const record =
-    (verb: string) =>
-    async (r: Resource, ...args: unknown[]): Promise<KObject> => {
-      writes.push([verb, r.plural, ...args]);
-      const o = args.find((a) => typeof a === "object" && a && "metadata" in a) as KObject;
-      return o ?? { metadata: { name: "x" } };
-    };
-  const ctx = {
-    kube: {
-      create: record("create"),
-      apply: record("apply"),
-      patch: record("patch"),
-      delete: record("delete"),
-      get: record("get"),
-      list: async () => ({ items: [], metadata: {} }),
-    } as unknown as Ctx["kube"],
-    cfg: readConfig({}),
-    log: pino({ level: "silent" }),
-    events: { record: () => undefined } as unknown as Ctx["events"],
-    caches: {
-      sandboxes: new FakeInformer(),
-      pools: new FakeInformer([pool]),
-      pods: new FakeInformer(pods),
-      claims: new FakeInformer(),
-      secrets: new FakeInformer(secrets),
-      networkPolicies: new FakeInformer(),
-      nodes: new FakeInformer(),
-      apiServerEndpoints: new FakeInformer(),
-    } as unknown as Ctx["caches"],
-    podExpectations: new Expectations(),
-    writeExpectations: new Expectations(),
-    clusterAddresses: () => [],
-    policyProbe: () => undefined,
-    enqueueSandbox: () => undefined,
-    enqueuePool: () => undefined,
-  } as unknown as Ctx;
-  return { ctx, writes };
-}
+const fakeCtx = (pods: Pod[], secrets: KObject[]) => fakeContext({ pools: [pool], pods, secrets });
 
 const keySecret = secret(TOKEN_KEY_SECRET, { key: b64(KEY) });
 

@@ -71,6 +71,11 @@ export class Reservations {
   readonly #pods: Informer<Pod>;
   /** Reserved and not yet handed out, by pod name. */
   readonly #held = new Map<string, Reserved>();
+  /**
+   * Pods handed to a create, until they leave the warm pods (claimed or deleted). One of them is
+   * never reserved again, whatever its annotations say: it may hold a sandbox's token already.
+   */
+  readonly #handedOut = new Set<string>();
   /** Pods a reservation patch is on its way for (no other take picks them meanwhile). */
   readonly #reserving = new Set<string>();
   /** The pools served, with what a pod of theirs needs to be claimable. */
@@ -101,6 +106,7 @@ export class Reservations {
     this.#pods.on("update", changed);
     this.#pods.on("delete", (p) => {
       this.#held.delete(p.metadata.name);
+      this.#handedOut.delete(p.metadata.name);
       this.#topUp(p.metadata.labels?.[LABEL.pool]);
     });
   }
@@ -164,12 +170,15 @@ export class Reservations {
     for (const [name, r] of this.#held) {
       if (r.pool !== pool) continue;
       this.#held.delete(name);
+      this.#handedOut.add(name);
       this.#topUp(pool);
       return r;
     }
     for (let attempt = 0; attempt < 3; attempt++) {
       const r = await this.#reserveOne(pool);
-      if (r !== "conflict") return r;
+      if (r === "conflict") continue;
+      if (r) this.#handedOut.add(r.podName);
+      return r;
     }
     return undefined;
   }
@@ -180,6 +189,7 @@ export class Reservations {
    */
   giveBack(r: Reserved): void {
     const pod = this.#pods.get(r.podName, this.#ns);
+    this.#handedOut.delete(r.podName); // never initialised: its create was refused
     if (pod && this.#mine(pod)) this.#held.set(r.podName, r);
   }
 
@@ -199,8 +209,11 @@ export class Reservations {
     const timer = setTimeout(() => {
       const pod = this.#pods.get(r.podName, this.#ns);
       if (!pod || !this.#mine(pod) || named(r.podName)) return;
-      void this.#mark(r.podName, null, pod.metadata.resourceVersion).catch((err: unknown) =>
-        this.#log.warn({ err, pod: r.podName }, "could not release a warm pod's reservation"),
+      // No Sandbox names it, so no create initialised it: it may serve another create.
+      void this.#mark(r.podName, null, pod.metadata.resourceVersion).then(
+        (released) => released && this.#handedOut.delete(r.podName),
+        (err: unknown) =>
+          this.#log.warn({ err, pod: r.podName }, "could not release a warm pod's reservation"),
       );
     }, settleMs);
     timer.unref();
@@ -287,8 +300,9 @@ export class Reservations {
   /** Ready, unreserved, and with the template's packages installed when it has any. */
   #claimable(p: Pod, pool: string): boolean {
     if (p.metadata.labels?.[LABEL.pool] !== pool || p.metadata.deletionTimestamp) return false;
-    if (p.metadata.annotations?.[RESERVATION.holder] || this.#reserving.has(p.metadata.name))
-      return false;
+    const name = p.metadata.name;
+    if (p.metadata.annotations?.[RESERVATION.holder] || this.#reserving.has(name)) return false;
+    if (this.#handedOut.has(name)) return false;
     const ready = p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");
     if (!ready || !p.status?.podIP) return false;
     if (!this.#pools.get(pool)?.packages) return true;

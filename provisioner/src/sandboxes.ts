@@ -505,6 +505,10 @@ export class SandboxStore implements SandboxBackend {
           { sandbox: made.metadata.name, pod: reserved.podName },
           "the operator initialised the reserved warm pod first",
         );
+      this.#log.debug(
+        { sandbox: made.metadata.name, pod: reserved.podName, operatorFirst: fast.operatorFirst },
+        "initialised the reserved warm pod",
+      );
       this.#tokens.set(fast.uid, fast.token);
       this.#fastReady.set(made.metadata.name, fast);
       // Being created is activity: the first command needs no activity write of its own.

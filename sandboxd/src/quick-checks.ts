@@ -1,6 +1,6 @@
 /**
  * Checks by hand for the bodies of a warm claim's first requests, `/v1/init` and then a command
- * (`/v1/commands/run`), so that a claim does not wait for zod and its schemas to load
+ * (`/v1/commands/run`) or a code cell (`/v1/code/execute`), so that a claim does not wait for zod and its schemas to load
  * (./request-input.ts). They only ever accept: a body one of them accepts, the route's zod schema
  * (./request-schemas.ts) accepts too, with the same value; anything else, valid or not, goes to
  * the schema, which says what is wrong in its own words. sandboxd/test/quick-checks.test.ts holds
@@ -13,7 +13,7 @@ import {
   MAX_TIMEOUT_MS,
   PACKAGE_SPEC_PATTERN,
 } from "./wire.ts";
-import type { InitRequest, RunCommandRequest } from "./protocol.ts";
+import type { ExecuteCodeRequest, InitRequest, RunCommandRequest } from "./protocol.ts";
 
 type Fields = Record<string, unknown>;
 
@@ -83,4 +83,16 @@ export function quickRunCommand(body: unknown): RunCommandRequest | undefined {
   if (!optional(body, out, "timeoutMs", timeout)) return;
   if (!optional(body, out, "stdin", text)) return;
   return out as RunCommandRequest;
+}
+
+/** `POST /v1/code/execute`'s body, or undefined for the schema to judge. */
+export function quickExecuteCode(body: unknown): ExecuteCodeRequest | undefined {
+  if (!isFields(body) || !onlyKeys(body, ["language", "code", "cwd", "env", "timeoutMs"])) return;
+  const lang = language(body.language);
+  if (lang === undefined || !isText(body.code, 0, MAX_SOURCE_BYTES)) return;
+  const out: Fields = { language: lang, code: body.code };
+  if (!optional(body, out, "cwd", text)) return;
+  if (!optional(body, out, "env", envMap)) return;
+  if (!optional(body, out, "timeoutMs", timeout)) return;
+  return out as ExecuteCodeRequest;
 }

@@ -5,7 +5,7 @@
 import type { IncomingMessage } from "node:http";
 import type * as z from "zod";
 import { SandboxdError } from "./wire.ts";
-import { quickInit, quickRunCommand } from "./quick-checks.ts";
+import { quickExecuteCode, quickInit, quickRunCommand } from "./quick-checks.ts";
 
 export type RequestSchemas = typeof import("./request-schemas.ts");
 /** The name of a request body's schema in ./request-schemas.ts. */
@@ -29,6 +29,7 @@ export function requestSchemas(): Promise<RequestSchemas> {
 const QUICK: { [K in RequestSchema]?: (body: unknown) => Parsed<K> | undefined } = {
   init: quickInit,
   runCommand: quickRunCommand,
+  executeCode: quickExecuteCode,
 };
 
 /** `body` through the schema named `schema`. */

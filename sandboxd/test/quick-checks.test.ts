@@ -5,8 +5,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type * as z from "zod";
-import { quickInit, quickRunCommand } from "../src/quick-checks.ts";
-import { init, runCommand } from "../src/request-schemas.ts";
+import { quickExecuteCode, quickInit, quickRunCommand } from "../src/quick-checks.ts";
+import { executeCode, init, runCommand } from "../src/request-schemas.ts";
 
 /** Values near each field's rules, and wrong types. */
 const anyValue = fc.oneof(
@@ -105,6 +105,29 @@ const cases: Case[] = [
         env: { A: "1" },
         timeoutMs: 30_000,
         stdin: "in",
+      },
+    ],
+  },
+  {
+    name: "executeCode",
+    quick: quickExecuteCode,
+    schema: executeCode(),
+    fields: {
+      language,
+      code: fc.oneof(text, sized([0, 1])),
+      cwd: text,
+      env,
+      timeoutMs,
+    },
+    typical: [
+      { language: "python", code: "print(1)" },
+      { language: "python", code: "" },
+      {
+        language: "typescript",
+        code: "console.log(process.env.A)",
+        cwd: "/mnt/user-data/workspace",
+        env: { A: "1" },
+        timeoutMs: 30_000,
       },
     ],
   },

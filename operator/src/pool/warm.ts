@@ -174,17 +174,24 @@ export async function tryAdopt(
   const shape = shapeHash(eff);
   if (shape !== shapeHash(template)) return undefined; // the sandbox overrides the pod's shape
   const ns = sbx.metadata.namespace!;
-  const reserved = await reservedPod(ctx, sbx, pool);
+  const handed = !!sbx.metadata.annotations?.[RESERVATION.pod];
+  // Pods other Sandboxes name were handed to them, reserved or not by now.
+  const named = namedPods(ctx, ns);
   for (let attempt = 0; attempt < 3; attempt++) {
+    // The pod its create was handed, while it can be adopted, and no other: the provisioner
+    // answered the create with it and may have initialised it already. After a failed claim
+    // (a status update moves its resourceVersion too) it is read again from the API.
+    const reserved = handed ? await reservedPod(ctx, sbx, pool, attempt > 0) : undefined;
     // The pod as it is now, reservation and resourceVersion together: the claim below is
     // conditional on that version, so a reservation made after this look makes it fail.
     const candidate =
-      attempt === 0 && reserved && !claims.claiming.has(reserved.metadata.uid!)
+      reserved && !claims.claiming.has(reserved.metadata.uid!)
         ? reserved
         : firstFree(
             warmPods(ctx, pool).filter(
               (p) =>
                 !claims.claiming.has(p.metadata.uid!) &&
+                !named.has(p.metadata.name) &&
                 claimable(pool, p, shape) &&
                 openable(ctx, pool, p),
             ),
@@ -200,6 +207,11 @@ export async function tryAdopt(
       if (!warm) continue; // an old pod whose pool Secret is gone: the pool replaces it
       const claimed = await claim(ctx, sbx, candidate);
       if (!claimed) continue;
+      const named = sbx.metadata.annotations?.[RESERVATION.pod];
+      ctx.log.debug(
+        { sandbox: sbx.metadata.name, pod: candidate.metadata.name, reservedPod: named, attempt },
+        "claimed a warm pod",
+      );
       faultPoint("operator-adopt-claimed");
       // Remembered at once: if what follows fails, the retry must find this pod, not claim another.
       claims.adopted.set(sbx.metadata.uid!, candidate.metadata.name);
@@ -271,9 +283,14 @@ async function claim(ctx: Ctx, sbx: Sandbox, pod: Pod): Promise<Pod | undefined>
  * while it is still warm and still reserved by that holder; else undefined, and the sandbox
  * adopts like any other. Alive or not, the holder gave it to this sandbox: the Sandbox is the
  * claim. A cache that does not show the reservation yet (the provisioner wrote it a moment ago)
- * is not believed: the pod is read from the API.
+ * is not believed, nor is it with `fresh`: the pod is read from the API.
  */
-async function reservedPod(ctx: Ctx, sbx: Sandbox, pool: SandboxPool): Promise<Pod | undefined> {
+async function reservedPod(
+  ctx: Ctx,
+  sbx: Sandbox,
+  pool: SandboxPool,
+  fresh: boolean,
+): Promise<Pod | undefined> {
   const name = sbx.metadata.annotations?.[RESERVATION.pod];
   const holder = sbx.metadata.annotations?.[RESERVATION.holder];
   if (!name || !holder) return undefined;
@@ -284,7 +301,7 @@ async function reservedPod(ctx: Ctx, sbx: Sandbox, pool: SandboxPool): Promise<P
     !p.metadata.deletionTimestamp &&
     p.metadata.annotations?.[RESERVATION.holder] === holder &&
     podReady(p);
-  const cached = ctx.caches.pods.get(name, sbx.metadata.namespace);
+  const cached = fresh ? undefined : ctx.caches.pods.get(name, sbx.metadata.namespace);
   if (fits(cached)) return cached;
   try {
     const live = await ctx.kube.get<Pod>(PODS, sbx.metadata.namespace, name);
@@ -323,6 +340,13 @@ export async function reservedByLive(
  * Gives back warm pods reserved by a holder that is gone (crashed, or partitioned past its
  * Lease) and that no Sandbox names: a resourceVersion-guarded patch, so a pod claimed meanwhile
  * is left alone. A pod a Sandbox names is that sandbox's to adopt.
+ *
+ * Each pod is judged on one copy: its holder and its resourceVersion come from the same object.
+ * Asking whether a holder is alive waits on the API, and meanwhile the cache moves on: a pod
+ * judged unreserved then and read again after would be a pod a live replica has just reserved
+ * (and may have handed to a create whose Sandbox this cache does not show yet). Given back with
+ * the newer version, the patch went through, and the replica reserved the pod again for a
+ * second create: one pod for two sandboxes, seen in a burst of 100 creates.
  */
 export async function reclaimReservations(
   ctx: Ctx,
@@ -330,19 +354,13 @@ export async function reclaimReservations(
   pool: SandboxPool,
 ): Promise<number> {
   const ns = pool.metadata.namespace!;
-  const held = await reservedByLive(ctx, claims, pool);
-  const named = new Set(
-    ctx.caches.sandboxes
-      .list(ns)
-      .map((s) => s.metadata.annotations?.[RESERVATION.pod])
-      .filter((n): n is string => !!n),
-  );
-  const orphans = warmPods(ctx, pool).filter(
-    (p) =>
-      p.metadata.annotations?.[RESERVATION.holder] &&
-      !held.has(p.metadata.name) &&
-      !named.has(p.metadata.name),
-  );
+  const named = namedPods(ctx, ns);
+  const orphans: Pod[] = [];
+  for (const p of warmPods(ctx, pool)) {
+    const holder = p.metadata.annotations?.[RESERVATION.holder];
+    if (!holder || named.has(p.metadata.name)) continue;
+    if (!(await claims.holders.alive(ns, holder))) orphans.push(p);
+  }
   await Promise.all(
     orphans.map(async (p) => {
       try {
@@ -358,6 +376,16 @@ export async function reclaimReservations(
     }),
   );
   return warmPods(ctx, pool).filter((p) => p.metadata.annotations?.[RESERVATION.holder]).length;
+}
+
+/** The warm pods Sandboxes name as the one a provisioner handed them (this cache's view). */
+function namedPods(ctx: Ctx, ns: string): Set<string> {
+  return new Set(
+    ctx.caches.sandboxes
+      .list(ns)
+      .map((s) => s.metadata.annotations?.[RESERVATION.pod])
+      .filter((n): n is string => !!n),
+  );
 }
 
 /**
