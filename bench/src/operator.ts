@@ -93,6 +93,12 @@ const KWOK_SELECTOR = '{"type":"kwok"}';
 const KWOK_TOLERATIONS = '[{"key":"kwok.x-k8s.io/node","operator":"Exists","effect":"NoSchedule"}]';
 /** What the harness gives the operator, repeated so the floor pod is built from the same settings. */
 const OPERATOR_ENV = { SANDPIT_CPU_REQUEST: "10m", SANDPIT_IMAGE_PULL_POLICY: "IfNotPresent" };
+/**
+ * The burst alone (`--burst-only`) asks 5m of CPU per pod, bare or not: at 10m, 200 pods take the
+ * node's whole 2 cores of requests, and with the chart's own pods installed about 60 of them stay
+ * Pending (Insufficient cpu), as a first run showed.
+ */
+const BURST_ENV = { ...OPERATOR_ENV, SANDPIT_CPU_REQUEST: "5m" };
 
 // ---------------------------------------------------------------------------------------------
 // The operator's own numbers.
@@ -263,6 +269,8 @@ interface Main {
   sbx: Tracker;
   claims: Tracker;
   image: string;
+  /** The operator's environment, which bare pods are built with too. */
+  env: Record<string, string>;
 }
 
 /** Bare objects are built by the operator's own functions, then stripped of owner and labels. */
@@ -278,7 +286,7 @@ function barePod(
   secret: string,
   sandboxSpec: Parameters<typeof effectiveSpec>[0],
 ): KObject {
-  const cfg = readConfig({ ...OPERATOR_ENV, SANDPIT_SANDBOX_IMAGE: m.image });
+  const cfg = readConfig({ ...m.env, SANDPIT_SANDBOX_IMAGE: m.image });
   const p = podManifest(
     {
       name,
@@ -1068,7 +1076,7 @@ async function main(): Promise<void> {
     });
     trackers.push(pods, sbx, claims);
     await Promise.all(trackers.map((t) => t.start()));
-    const m: Main = { c, kube, ns, op, pods, sbx, claims, image };
+    const m: Main = { c, kube, ns, op, pods, sbx, claims, image, env: OPERATOR_ENV };
 
     log("floor: bare pods");
     const fl = await floor(m);
@@ -1315,7 +1323,7 @@ function burstText(b: BurstRun): string {
   const start = (x: { cpuBusy: number; settleS: number; loadAvg1: number }) =>
     `${(x.cpuBusy * 100).toFixed(0)}% busy after ${x.settleS.toFixed(0)} s, load ${x.loadAvg1.toFixed(1)}`;
   return `
-${b.count} at once (\`${b.command}\`; \`${b.commit}\`, ${b.date.slice(0, 16).replace("T", " ")} UTC): first ${b.count} bare pods of the sandboxes' shape (the operator's own pod manifest with \`resources.ephemeralStorage: ${BURST_EPHEMERAL}\`, an emptyDir for the volume, created straight through the API, no operator involved) all at once, deleted and gone; then ${b.count} cold Sandboxes of that shape all at once. Each side starts once the CPUs were under 25% busy over 5 s (floor: ${start(b.floorStart)}; Sandboxes: ${start(b.sandboxStart)}). Ready is the kubelet's Ready condition for a bare pod and status.phase Ready for a Sandbox.
+${b.count} at once (\`${b.command}\`; \`${b.commit}\`, ${b.date.slice(0, 16).replace("T", " ")} UTC): first ${b.count} bare pods of the sandboxes' shape (the operator's own pod manifest with \`resources.ephemeralStorage: ${BURST_EPHEMERAL}\` and, run alone, a CPU request of ${BURST_ENV.SANDPIT_CPU_REQUEST}, an emptyDir for the volume, created straight through the API, no operator involved) all at once, deleted and gone; then ${b.count} cold Sandboxes of that shape all at once. Each side starts once the CPUs were under 25% busy over 5 s (floor: ${start(b.floorStart)}; Sandboxes: ${start(b.sandboxStart)}). Ready is the kubelet's Ready condition for a bare pod and status.phase Ready for a Sandbox.
 
 | ${b.count} at once | Ready | first create → last Ready (s) | each create → Ready, p50 / p99 (ms) | cleanup (s) |
 | --- | ---: | ---: | ---: | ---: |
@@ -1377,15 +1385,19 @@ async function partial(mode: "memory" | "writes" | "burst"): Promise<void> {
     };
     onInterrupt.add(cleanup);
     try {
-      op = await startOperator({ kubeconfig, namespace: ns, image, env: OPERATOR_ENV });
-      const pods = new Tracker(c.kc, `/api/v1/namespaces/${ns}/pods`, { running: podRunning });
+      const env = mode === "burst" ? { ...BURST_ENV, ...operatorEnvArguments() } : OPERATOR_ENV;
+      op = await startOperator({ kubeconfig, namespace: ns, image, env });
+      const pods = new Tracker(c.kc, `/api/v1/namespaces/${ns}/pods`, {
+        running: podRunning,
+        ready: podReady,
+      });
       const sbx = new Tracker(c.kc, sandboxPath(ns), { ready: (o) => o.status?.phase === "Ready" });
       const claims = new Tracker(c.kc, `/api/v1/namespaces/${ns}/persistentvolumeclaims`, {
         bound: (o) => o.status?.phase === "Bound",
       });
       trackers.push(pods, sbx, claims);
       await Promise.all(trackers.map((t) => t.start()));
-      const m: Main = { c, kube, ns, op, pods, sbx, claims, image };
+      const m: Main = { c, kube, ns, op, pods, sbx, claims, image, env };
       if (mode === "burst") {
         record.burstRun = { ...info(), command, ...(await burstAndFloor(m, count)) };
       } else {
