@@ -130,6 +130,12 @@ async function invariants(): Promise<void> {
   expect(new Set(pods).size).toBe(pods.length); // never one pod for two sandboxes
   const reserved = list.items.map((s) => s.metadata.annotations?.[RESERVED_POD]).filter(Boolean);
   expect(new Set(reserved).size, JSON.stringify(reserved)).toBe(reserved.length); // nor named by two
+  // A sandbox answered from the pod it was handed lives on that pod, never on another: its
+  // caller's first commands and files went to the pod it was handed.
+  for (const s of list.items) {
+    const handed = s.metadata.annotations?.[RESERVED_POD];
+    if (handed && s.status?.podName) expect(s.status.podName, s.metadata.name).toBe(handed);
+  }
   const all = (await c.core.listNamespacedPod({ namespace: ns })).items;
   for (const s of list.items) {
     const owned = all.filter((p) =>
