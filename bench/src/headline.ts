@@ -16,6 +16,7 @@ import { spawnSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import * as prettier from "prettier";
 import type { HeadlineRow } from "./report.ts";
 
 interface Part {
@@ -147,7 +148,9 @@ async function main() {
     at >= 0
       ? md.slice(0, at) + section + md.slice(md.indexOf(END, at) + END.length)
       : md.replace(/\n## /, `\n${section}\n\n## `);
-  await writeFile(resultsMd, next);
+  // Formatted as the repository formats it (`npm run lint` checks this file too).
+  const options = (await prettier.resolveConfig(resultsMd)) ?? {};
+  await writeFile(resultsMd, await prettier.format(next, { ...options, filepath: resultsMd }));
   if (failed.length) process.exitCode = 1;
 }
 
