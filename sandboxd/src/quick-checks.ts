@@ -1,9 +1,9 @@
 /**
  * Checks by hand for the bodies of a warm claim's first requests, `/v1/init` and then a command
- * (`/v1/commands/run`) or a code cell (`/v1/code/execute`), so that a claim does not wait for zod and its schemas to load
- * (./request-input.ts). They only ever accept: a body one of them accepts, the route's zod schema
- * (./request-schemas.ts) accepts too, with the same value; anything else, valid or not, goes to
- * the schema, which says what is wrong in its own words. sandboxd/test/quick-checks.test.ts holds
+ * (`/v1/commands/run`) or a code cell (`/v1/code/execute`), so that a claim does not wait for
+ * zod and its schemas to load (./request-input.ts). They only ever accept: a body one of them
+ * accepts, the route's zod schema (./request-schemas.ts) accepts too, with the same value;
+ * anything else, valid or not, goes to the schema, which says what is wrong in its own words. sandboxd/test/quick-checks.test.ts holds
  * them to that, against the schemas.
  */
 import {

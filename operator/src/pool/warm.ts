@@ -174,7 +174,7 @@ export async function tryAdopt(
   const shape = shapeHash(eff);
   if (shape !== shapeHash(template)) return undefined; // the sandbox overrides the pod's shape
   const ns = sbx.metadata.namespace!;
-  const handed = !!sbx.metadata.annotations?.[RESERVATION.pod];
+  const handed = sbx.metadata.annotations?.[RESERVATION.pod];
   // Pods other Sandboxes name were handed to them, reserved or not by now.
   const named = namedPods(ctx, ns);
   for (let attempt = 0; attempt < 3; attempt++) {
@@ -207,9 +207,8 @@ export async function tryAdopt(
       if (!warm) continue; // an old pod whose pool Secret is gone: the pool replaces it
       const claimed = await claim(ctx, sbx, candidate);
       if (!claimed) continue;
-      const named = sbx.metadata.annotations?.[RESERVATION.pod];
       ctx.log.debug(
-        { sandbox: sbx.metadata.name, pod: candidate.metadata.name, reservedPod: named, attempt },
+        { sandbox: sbx.metadata.name, pod: candidate.metadata.name, handed, attempt },
         "claimed a warm pod",
       );
       faultPoint("operator-adopt-claimed");
