@@ -31,6 +31,7 @@ export const log = (line: string) =>
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export const now = () => performance.now();
 
+/** The machine's CPU time so far, busy and in all (from /proc/stat, every core). */
 async function cpuTimes(): Promise<{ busy: number; total: number }> {
   const line = (await readFile("/proc/stat", "utf8")).split("\n")[0]!;
   const f = line.trim().split(/\s+/).slice(1).map(Number);

@@ -217,6 +217,28 @@ async function costOf(
   };
 }
 
+/** Runs `f` on every item, at most `limit` at a time. */
+async function eachLimited<T>(items: T[], limit: number, f: (item: T) => Promise<void>) {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) await f(items[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
+
+/** `f`, tried again after 0.5, 1, 1.5 and 2 s when it fails (an API server busy in a burst). */
+async function retried(f: () => Promise<unknown>): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await f();
+      return;
+    } catch (err) {
+      if (attempt >= 5) throw err;
+      await sleep(500 * attempt);
+    }
+  }
+}
+
 /** Creates `names` at most `limit` at a time; returns when each create was issued. */
 async function createAll(
   c: Clients,
@@ -226,35 +248,51 @@ async function createAll(
   limit: number,
 ): Promise<Map<string, number>> {
   const issued = new Map<string, number>();
-  let next = 0;
-  const worker = async () => {
-    while (next < names.length) {
-      const name = names[next++]!;
-      issued.set(name, now());
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await sandboxes.create(c, ns, name, spec);
-          break;
-        } catch (err) {
-          if (attempt >= 5) throw err;
-          await sleep(500 * attempt);
-        }
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, names.length) }, worker));
+  await eachLimited(names, limit, async (name) => {
+    issued.set(name, now());
+    await retried(() => sandboxes.create(c, ns, name, spec));
+  });
   return issued;
 }
 
 async function deleteSandboxes(c: Clients, ns: string, names: string[]): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < names.length) {
-      const name = names[next++]!;
-      await sandboxes.delete(c, ns, name).catch(() => undefined);
-    }
+  await eachLimited(names, 20, (name) =>
+    sandboxes.delete(c, ns, name).then(
+      () => undefined,
+      () => undefined,
+    ),
+  );
+}
+
+/**
+ * Waits (at most 15 min) until the `ready` mark holds for every name in `tracker`; how many did,
+ * when the last did after `t0`, and each one's time from its create (`issued`).
+ */
+async function allReady(
+  tracker: Tracker,
+  names: string[],
+  issued: Map<string, number>,
+  t0: number,
+  what: string,
+) {
+  let ready = 0;
+  try {
+    await tracker.until(`all ${names.length} ${what} Ready`, 15 * 60_000, () => {
+      ready = names.filter((n) => tracker.at(n, "ready") !== undefined).length;
+      return ready === names.length;
+    });
+  } catch (err) {
+    log(`${what}: ${(err as Error).message} (${ready} Ready)`);
+  }
+  const at = names.flatMap((n) => {
+    const t = tracker.at(n, "ready");
+    return t === undefined ? [] : [{ t, sinceCreate: t - issued.get(n)! }];
+  });
+  return {
+    ready,
+    wallMs: Math.max(...at.map((x) => x.t)) - t0,
+    perItem: summarize(at.map((x) => x.sinceCreate)),
   };
-  await Promise.all(Array.from({ length: 20 }, worker));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -277,34 +315,34 @@ interface Main {
 const NO_OWNER = { apiVersion: "v1", kind: "Namespace", metadata: { name: "none", uid: "0" } };
 
 /**
- * The operator's pod for a Sandbox of `spec`, exactly, but for its volume (an emptyDir for the
- * PVC) and its labels and owner (so the operator, which watches its own pods only, never sees it).
+ * The operator's pod for a Sandbox of `spec`, by name, exactly, but for its volume (an emptyDir
+ * for the PVC) and its labels and owner (so the operator, which watches its own pods only, never
+ * sees it).
  */
-function barePod(
+function barePods(
   m: Main,
-  name: string,
   secret: string,
   sandboxSpec: Parameters<typeof effectiveSpec>[0],
-): KObject {
+): (name: string) => KObject {
   const cfg = readConfig({ ...m.env, SANDPIT_SANDBOX_IMAGE: m.image });
-  const p = podManifest(
-    {
-      name,
-      namespace: m.ns,
-      owner: NO_OWNER,
-      labels: {},
-    },
-    effectiveSpec(sandboxSpec, undefined, cfg),
-    {
-      token: { secret },
-      mounts: [{ claimName: "none", mountPath: "/mnt/user-data", readOnly: false }],
-    },
-    cfg,
-  );
-  p.metadata = { name, namespace: m.ns, labels: { app: "sandpit-bench-floor" } };
-  const spec = p.spec as { volumes: { name: string }[] };
-  spec.volumes = spec.volumes.map((v) => (v.name === "data" ? { name: "data", emptyDir: {} } : v));
-  return p as KObject;
+  const eff = effectiveSpec(sandboxSpec, undefined, cfg);
+  return (name) => {
+    const p = podManifest(
+      { name, namespace: m.ns, owner: NO_OWNER, labels: {} },
+      eff,
+      {
+        token: { secret },
+        mounts: [{ claimName: "none", mountPath: "/mnt/user-data", readOnly: false }],
+      },
+      cfg,
+    );
+    p.metadata = { name, namespace: m.ns, labels: { app: "sandpit-bench-floor" } };
+    const spec = p.spec as { volumes: { name: string }[] };
+    spec.volumes = spec.volumes.map((v) =>
+      v.name === "data" ? { name: "data", emptyDir: {} } : v,
+    );
+    return p as KObject;
+  };
 }
 
 /** The token Secret bare pods read (the operator's pods take their token's digest from one). */
@@ -320,6 +358,7 @@ async function floorSecret(m: Main, secret: string): Promise<void> {
 async function floor(m: Main) {
   const secret = "floor-token";
   await floorSecret(m, secret);
+  const manifest = barePods(m, secret, {});
   const running: number[] = [];
   const serving: number[] = [];
   const ready: number[] = [];
@@ -327,7 +366,7 @@ async function floor(m: Main) {
     for (let i = 0; i < FLOOR_PODS; i++) {
       const name = `floor-${i}`;
       const t0 = now();
-      await m.kube.create(PODS, barePod(m, name, secret, {}));
+      await m.kube.create(PODS, manifest(name));
       running.push((await m.pods.waitMark(name, "running", 120_000)) - t0);
       // Reference: when sandboxd in it answers, polled from the node every 10 ms.
       const ip = m.pods.objects.get(name)?.status?.podIP as string | undefined;
@@ -471,87 +510,46 @@ async function warm(m: Main) {
 }
 
 /**
- * The burst's floor: `count` bare pods of the burst's sandbox shape (barePod) created at once, and
+ * The burst's floor: `count` bare pods of the burst's sandbox shape (barePods) created at once, and
  * the time from the first create until the kubelet reports the last one Ready.
  */
 async function bareBurst(m: Main, count: number) {
   const secret = "bare-burst-token";
   await floorSecret(m, secret);
   const names = Array.from({ length: count }, (_, i) => `bare-${String(i).padStart(3, "0")}`);
+  const manifest = barePods(m, secret, BURST_SPEC);
   const issued = new Map<string, number>();
-  let readyCount = 0;
   const t0 = now();
-  await Promise.all(
-    names.map(async (name) => {
-      issued.set(name, now());
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await m.kube.create(PODS, barePod(m, name, secret, BURST_SPEC));
-          return;
-        } catch (err) {
-          if (attempt >= 5) throw err;
-          await sleep(500 * attempt);
-        }
-      }
-    }),
-  );
-  log(`bare burst: ${count} creates accepted in ${(now() - t0).toFixed(0)} ms`);
-  try {
-    await m.pods.until(`all ${count} bare pods Ready`, 15 * 60_000, () => {
-      readyCount = names.filter((n) => m.pods.at(n, "ready") !== undefined).length;
-      return readyCount === count;
-    });
-  } catch (err) {
-    log(`bare burst: ${(err as Error).message} (${readyCount} Ready)`);
-  }
-  const readyAt = names.map((n) => m.pods.at(n, "ready") ?? NaN).filter(Number.isFinite);
-  const wallMs = Math.max(...readyAt) - t0;
-  const per = names.flatMap((n) => {
-    const at = m.pods.at(n, "ready");
-    return at === undefined ? [] : [at - issued.get(n)!];
+  await eachLimited(names, count, async (name) => {
+    issued.set(name, now());
+    await retried(() => m.kube.create(PODS, manifest(name)));
   });
+  log(`bare burst: ${count} creates accepted in ${(now() - t0).toFixed(0)} ms`);
+  const { ready, wallMs, perItem } = await allReady(m.pods, names, issued, t0, "bare pods");
   const t1 = now();
-  let next = 0;
-  const remove = async () => {
-    while (next < names.length)
-      await m.kube.delete(PODS, m.ns, names[next++]!).catch(() => undefined);
-  };
-  await Promise.all(Array.from({ length: 20 }, remove));
+  await eachLimited(names, 20, (name) => m.kube.delete(PODS, m.ns, name).catch(() => undefined));
   await m.pods.until("the bare pods gone", 5 * 60_000, () =>
     names.every((n) => !m.pods.objects.has(n)),
   );
   for (const n of names) m.pods.forget(n);
   await m.kube.delete(SECRETS, m.ns, secret);
-  return { ready: readyCount, wallMs, perPod: summarize(per), cleanupS: (now() - t1) / 1000 };
+  return { ready, wallMs, perPod: perItem, cleanupS: (now() - t1) / 1000 };
 }
 
 async function burst(m: Main, count = BURST) {
   const names = Array.from({ length: count }, (_, i) => `burst-${String(i).padStart(3, "0")}`);
   const otherPods = await podsOnNode(m.c, "sandpit-node");
   log(`burst: ${otherPods} other pods on the node before it`);
-  let wallMs = 0;
   let issued = new Map<string, number>();
-  let readyCount = 0;
+  let done: Awaited<ReturnType<typeof allReady>> | undefined;
   const cost = await costOf(m.op, count, async () => {
     const t0 = now();
     issued = await createAll(m.c, m.ns, names, BURST_SPEC, count);
     const createdMs = now() - t0;
     log(`burst: ${count} creates accepted in ${createdMs.toFixed(0)} ms`);
-    try {
-      await m.sbx.until(`all ${count} Ready`, 15 * 60_000, () => {
-        readyCount = names.filter((n) => m.sbx.at(n, "ready") !== undefined).length;
-        return readyCount === count;
-      });
-    } catch (err) {
-      log(`burst: ${(err as Error).message} (${readyCount} Ready)`);
-    }
-    wallMs =
-      Math.max(...names.map((n) => m.sbx.at(n, "ready") ?? NaN).filter(Number.isFinite)) - t0;
+    done = await allReady(m.sbx, names, issued, t0, "Sandboxes");
   });
-  const per = names.flatMap((n) => {
-    const at = m.sbx.at(n, "ready");
-    return at === undefined ? [] : [at - issued.get(n)!];
-  });
+  const { ready, wallMs, perItem } = done!;
   const running = names.flatMap((n) => {
     const at = m.pods.at(n, "running");
     return at === undefined ? [] : [at - issued.get(n)!];
@@ -560,9 +558,9 @@ async function burst(m: Main, count = BURST) {
   await removeAll(m, names);
   const cleanupS = (now() - t0) / 1000;
   return {
-    ready: readyCount,
+    ready,
     wallMs,
-    perSandbox: summarize(per),
+    perSandbox: perItem,
     podRunning: summarize(running),
     otherPodsOnNode: otherPods,
     cleanupS,

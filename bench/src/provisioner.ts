@@ -300,7 +300,6 @@ async function remove(m: Main, s: Sample): Promise<void> {
     .catch((err: unknown) => log(`warning: ${(err as Error).message}`));
 }
 
-/** The machine's CPU time so far, busy and in all (from /proc/stat, every core). */
 function breakdown(samples: Sample[]) {
   const of = (k: keyof Sample) =>
     stats(
@@ -647,7 +646,7 @@ async function burst(m: Main) {
   const failures = answers
     .filter((a) => !ok.includes(a))
     .map((a) => {
-      const e = (a as { error?: { code: string; message: string } }).error;
+      const e = "error" in a ? a.error : undefined;
       return `${a.status} ${e ? `${e.code}: ${e.message}` : a.phase} after ${ms(a.at - a.s0)} ms`;
     })
     .slice(0, 10);

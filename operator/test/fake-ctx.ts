@@ -22,6 +22,28 @@ export class FakeInformer<T extends KObject> {
 
 export type Write = [verb: string, plural: string, ...args: unknown[]];
 
+/**
+ * An API client that makes no request: each write goes to `onWrite`, and is answered with what
+ * `onWrite` returns, else the object it was given.
+ */
+export function recordingKube(onWrite: (w: Write) => KObject | void): Ctx["kube"] {
+  const record =
+    (verb: string) =>
+    async (r: Resource, ...args: unknown[]): Promise<KObject> => {
+      const answer = onWrite([verb, r.plural, ...args]);
+      const o = args.find((a) => typeof a === "object" && a && "metadata" in a) as KObject;
+      return answer ?? o ?? { metadata: { name: "x" } };
+    };
+  return {
+    create: record("create"),
+    apply: record("apply"),
+    patch: record("patch"),
+    delete: record("delete"),
+    get: record("get"),
+    list: async () => ({ items: [], metadata: {} }),
+  } as unknown as Ctx["kube"];
+}
+
 /** A context whose caches hold `objects`; every write is recorded (and answered with its body). */
 export function fakeCtx(objects: {
   pools?: KObject[];
@@ -30,13 +52,6 @@ export function fakeCtx(objects: {
   sandboxes?: KObject[];
 }) {
   const writes: Write[] = [];
-  const record =
-    (verb: string) =>
-    async (r: Resource, ...args: unknown[]): Promise<KObject> => {
-      writes.push([verb, r.plural, ...args]);
-      const o = args.find((a) => typeof a === "object" && a && "metadata" in a) as KObject;
-      return o ?? { metadata: { name: "x" } };
-    };
   const caches = {
     sandboxes: new FakeInformer(objects.sandboxes),
     pools: new FakeInformer(objects.pools),
@@ -48,14 +63,7 @@ export function fakeCtx(objects: {
     apiServerEndpoints: new FakeInformer(),
   };
   const ctx = {
-    kube: {
-      create: record("create"),
-      apply: record("apply"),
-      patch: record("patch"),
-      delete: record("delete"),
-      get: record("get"),
-      list: async () => ({ items: [], metadata: {} }),
-    } as unknown as Ctx["kube"],
+    kube: recordingKube((w) => void writes.push(w)),
     cfg: readConfig({}),
     log: pino({ level: "silent" }),
     events: { record: () => undefined } as unknown as Ctx["events"],

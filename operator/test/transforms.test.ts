@@ -14,7 +14,7 @@ import { readConfig } from "../src/config.ts";
 import { type Caches, type Ctx, Expectations } from "../src/context.ts";
 import type { Informer } from "../src/kube/informer.ts";
 import type { EndpointSlice, Node, Pod, StorageClass } from "../src/kube/resources.ts";
-import type { KObject, Resource } from "../src/kube/rest.ts";
+import type { KObject } from "../src/kube/rest.ts";
 import * as transforms from "../src/kube/transforms.ts";
 import { claimable } from "../src/pool/warm.ts";
 import type { PoolMembership } from "../src/sandbox/membership.ts";
@@ -33,7 +33,7 @@ import {
   sliceAddresses,
   sliceEndpoint,
 } from "../src/workload/egress.ts";
-import { FakeInformer } from "./fake-ctx.ts";
+import { FakeInformer, recordingKube } from "./fake-ctx.ts";
 
 const NS = "t";
 const cfg = readConfig({});
@@ -189,28 +189,15 @@ async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolea
     new FakeInformer(
       (list ?? []).map((o) => (transformed ? f(structuredClone(o) as T) : o)),
     ) as unknown as Informer<T>;
-  const record =
-    (verb: string) =>
-    async (r: Resource, ...args: unknown[]): Promise<KObject> => {
-      // A new token is random each time: only that one was minted counts.
-      writes.push(
-        JSON.parse(
-          JSON.stringify([verb, r.plural, ...args]).replace(
-            /"token(-sha256)?":"[^"]*"/g,
-            '"token$1":"…"',
-          ),
-        ),
-      );
-      return { metadata: { name: "x" } };
-    };
+  // A new token is random each time: only that one was minted counts.
+  const kube = recordingKube((w) => {
+    writes.push(
+      JSON.parse(JSON.stringify(w).replace(/"token(-sha256)?":"[^"]*"/g, '"token$1":"…"')),
+    );
+    return { metadata: { name: "x" } };
+  });
   const ctx: Ctx = {
-    kube: {
-      create: record("create"),
-      apply: record("apply"),
-      patch: record("patch"),
-      delete: record("delete"),
-      get: record("get"),
-    } as unknown as Ctx["kube"],
+    kube,
     cfg,
     log: pino({ level: "silent" }),
     events: {

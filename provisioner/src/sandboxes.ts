@@ -500,15 +500,10 @@ export class SandboxStore implements SandboxBackend {
     }
     try {
       const fast = await initReserved(this.#reservations!, reserved, made, pool);
+      const at = { sandbox: made.metadata.name, pod: reserved.podName };
       if (fast.operatorFirst)
-        this.#log.info(
-          { sandbox: made.metadata.name, pod: reserved.podName },
-          "the operator initialised the reserved warm pod first",
-        );
-      this.#log.debug(
-        { sandbox: made.metadata.name, pod: reserved.podName, operatorFirst: fast.operatorFirst },
-        "initialised the reserved warm pod",
-      );
+        this.#log.info(at, "the operator initialised the reserved warm pod first");
+      else this.#log.debug(at, "initialised the reserved warm pod");
       this.#tokens.set(fast.uid, fast.token);
       this.#fastReady.set(made.metadata.name, fast);
       // Being created is activity: the first command needs no activity write of its own.

@@ -174,7 +174,7 @@ export async function tryAdopt(
   const shape = shapeHash(eff);
   if (shape !== shapeHash(template)) return undefined; // the sandbox overrides the pod's shape
   const ns = sbx.metadata.namespace!;
-  const handed = sbx.metadata.annotations?.[RESERVATION.pod];
+  let handed = sbx.metadata.annotations?.[RESERVATION.pod];
   // Pods other Sandboxes name were handed to them, reserved or not by now.
   const named = namedPods(ctx, ns);
   for (let attempt = 0; attempt < 3; attempt++) {
@@ -182,6 +182,7 @@ export async function tryAdopt(
     // answered the create with it and may have initialised it already. After a failed claim
     // (a status update moves its resourceVersion too) it is read again from the API.
     const reserved = handed ? await reservedPod(ctx, sbx, pool, attempt > 0) : undefined;
+    if (!reserved) handed = undefined; // gone, taken or given back: not asked for again
     // The pod as it is now, reservation and resourceVersion together: the claim below is
     // conditional on that version, so a reservation made after this look makes it fail.
     const candidate =
