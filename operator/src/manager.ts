@@ -46,6 +46,8 @@ import {
 import { Pools } from "./pool/pools.ts";
 import { reconcilePool } from "./pool/reconciler.ts";
 import { reconcileSandbox } from "./sandbox/reconciler.ts";
+import { UNUSED_GRACE_MS, reconcileEgressPolicy } from "./network/reconciler.ts";
+import { ISOLATION_POLICY, egressPolicyName } from "./workload/network.ts";
 import { classesSignature } from "./workload/disk.ts";
 import {
   clusterAddressExceptions,
@@ -71,6 +73,7 @@ export class Manager {
   readonly #informers: Informer<KObject>[];
   readonly #sandboxes: Controller;
   readonly #pools: Controller;
+  readonly #policies: Controller;
   readonly #poolState: Pools;
   readonly #elector: LeaderElector | undefined;
   #server: Server | undefined;
@@ -155,6 +158,12 @@ export class Manager {
       workers: cfg.poolWorkers,
       timeoutMs: RECONCILE_TIMEOUT_MS,
       reconcile: (key, signal) => reconcilePool(this.ctx, this.#poolState, key, signal),
+    });
+    this.#policies = new Controller({
+      name: "networkpolicy",
+      logger: log,
+      workers: 1,
+      reconcile: (key) => reconcileEgressPolicy(this.ctx, key),
     });
     const identity = cfg.leaderElection.identity;
     this.ctx = {
@@ -242,9 +251,13 @@ export class Manager {
     this.#leading = true;
     this.#sandboxes.start();
     this.#pools.start();
+    this.#policies.start();
     // Everything is reconciled once on taking over: nothing that changed meanwhile is missed.
     for (const s of this.ctx.caches.sandboxes.list()) this.#sandboxes.enqueue(keyOf(s));
     for (const p of this.ctx.caches.pools.list()) this.#pools.enqueue(keyOf(p));
+    for (const np of this.ctx.caches.networkPolicies.list()) {
+      if (np.metadata.labels?.[LABEL.network]) this.#policies.enqueue(keyOf(np));
+    }
     this.#log.info({ sandboxes: this.ctx.caches.sandboxes.list().length }, "controllers started");
     if (this.#elector && (await this.#elector.holdUntilLost()) === "lost") {
       // Another replica may already act: stop at once, without draining (controller-runtime exits too).
@@ -257,7 +270,7 @@ export class Manager {
   stop(): Promise<void> {
     this.#stopping ??= (async () => {
       this.#log.info("shutting down");
-      await Promise.all([this.#sandboxes.stop(), this.#pools.stop()]);
+      await Promise.all([this.#sandboxes.stop(), this.#pools.stop(), this.#policies.stop()]);
       await this.#elector?.release();
       this.#leading = false;
       for (const i of this.#informers) i.stop();
@@ -325,6 +338,30 @@ export class Manager {
       );
     c.networkPolicies.on("add", policySeen);
     c.networkPolicies.on("update", policySeen);
+    this.#wireSharedPolicies(c);
+  }
+
+  /**
+   * The namespace's shared network policies (network/reconciler.ts): an egress policy is looked
+   * at when made and when a pod with its key goes; when one goes, or the isolation policy does,
+   * every sandbox and pool of the namespace is reconciled, and whichever needs it makes it again.
+   */
+  #wireSharedPolicies(c: Caches): void {
+    c.pods.on("delete", (p) => {
+      const key = p.metadata.labels?.[LABEL.network];
+      if (key) {
+        this.#policies.enqueue(`${p.metadata.namespace}/${egressPolicyName(key)}`, UNUSED_GRACE_MS);
+      }
+    });
+    c.networkPolicies.on("add", (np) => {
+      if (np.metadata.labels?.[LABEL.network]) this.#policies.enqueue(keyOf(np), UNUSED_GRACE_MS);
+    });
+    c.networkPolicies.on("delete", (np) => {
+      if (!np.metadata.labels?.[LABEL.network] && np.metadata.name !== ISOLATION_POLICY) return;
+      const ns = np.metadata.namespace;
+      for (const s of c.sandboxes.list(ns)) this.#sandboxes.enqueue(keyOf(s));
+      for (const p of c.pools.list(ns)) this.#pools.enqueue(keyOf(p));
+    });
   }
 
   /**

@@ -19,13 +19,8 @@ import * as transforms from "../src/kube/transforms.ts";
 import { claimable } from "../src/pool/warm.ts";
 import type { PoolMembership } from "../src/sandbox/membership.ts";
 import { reconcileSandbox } from "../src/sandbox/reconciler.ts";
-import {
-  dataClaim,
-  networkPolicy,
-  newToken,
-  pod as podManifest,
-  tokenSecret,
-} from "../src/workload/manifests.ts";
+import { dataClaim, newToken, pod as podManifest, tokenSecret } from "../src/workload/manifests.ts";
+import { egressPolicy, isolationPolicy, networkKey } from "../src/workload/network.ts";
 import { effectiveSpec } from "../src/workload/spec.ts";
 import {
   clusterAddressExceptions,
@@ -128,7 +123,7 @@ function children(sbx: Sandbox, podStatus: Pod["status"], podExtra: Partial<Pod[
     name: n,
     namespace: NS,
     owner: sbx,
-    labels: { [LABEL.sandbox]: name },
+    labels: { [LABEL.sandbox]: name, [LABEL.network]: networkKey(eff.network, cfg) },
   });
   const pod = served<Pod>(
     podManifest(
@@ -147,15 +142,8 @@ function children(sbx: Sandbox, podStatus: Pod["status"], podExtra: Partial<Pod[
     pods: [pod],
     secrets: [served(tokenSecret(m(tokenSecretName(name)), newToken()))],
     networkPolicies: [
-      served(
-        networkPolicy(
-          m(name),
-          { [LABEL.sandbox]: name },
-          eff.network,
-          cfg,
-          clusterAddressExceptions(CLUSTER),
-        ),
-      ),
+      served(isolationPolicy(NS, cfg)),
+      served(egressPolicy(NS, eff.network, cfg, clusterAddressExceptions(CLUSTER))!),
     ],
     claims: [
       served(dataClaim(m(dataClaimName(name)), eff), {
@@ -500,11 +488,15 @@ describe("a reconcile from transformed caches", () => {
     const sbx = sandbox("again");
     const old = children(sandbox("again", {}, undefined), { phase: "Running" });
     for (const list of Object.values(old)) {
-      for (const o of list) o.metadata.ownerReferences![0]!.uid = "uid-of-the-deleted-one";
+      for (const o of list) {
+        // The namespace's policies are no sandbox's: they stay.
+        if (o.metadata.ownerReferences)
+          o.metadata.ownerReferences[0]!.uid = "uid-of-the-deleted-one";
+      }
     }
     const { writes } = await same(sbx, old);
-    // The token Secret and the NetworkPolicy (a sandbox has no Service of its own).
-    expect(writes.filter((w) => (w as string[])[0] === "delete")).toHaveLength(2);
+    // The token Secret (a sandbox has no Service or NetworkPolicy of its own).
+    expect(writes.filter((w) => (w as string[])[0] === "delete")).toHaveLength(1);
   });
 });
 

@@ -1,15 +1,13 @@
-/** What a sandbox's pod is made of: effective spec precedence, secure Pod, NetworkPolicy. */
+/** What a sandbox's pod is made of: effective spec precedence, secure Pod, volumes, token. */
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { SANDBOXD_PORT, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
-import { ANNOTATION, LABEL, SandboxPoolSpec, SandboxSpec } from "../src/api/index.ts";
+import { LABEL, SandboxPoolSpec, SandboxSpec } from "../src/api/index.ts";
 import { readConfig } from "../src/config.ts";
 import type { KObject } from "../src/kube/rest.ts";
 import {
-  BLOCKED_CIDRS,
   dataClaim,
   legacyTokenSecret,
-  networkPolicy,
   pod,
   tokenSecret,
 } from "../src/workload/manifests.ts";
@@ -391,189 +389,6 @@ describe("claim and secret", () => {
     const s = tokenSecret(meta, "s3cret");
     expect(s.immutable).toBe(true);
     expect(Buffer.from(at(s, "data", "token") as string, "base64").toString()).toBe("s3cret");
-  });
-});
-
-describe("networkPolicy", () => {
-  const selector = { [LABEL.sandbox]: "sbx-1" };
-  /** A node and an API server with public addresses (as /32 exceptions). */
-  const cluster = ["198.51.100.4/32", "203.0.113.9/32"];
-  const policy = (network: unknown, addresses: string[] = cluster) =>
-    networkPolicy(
-      meta,
-      selector,
-      effectiveSpec(sandbox({ network }), undefined, cfg).network,
-      cfg,
-      addresses,
-    );
-  const dnsRule = {
-    to: [
-      {
-        namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } },
-        podSelector: { matchLabels: { "k8s-app": "kube-dns" } },
-      },
-      { ipBlock: { cidr: "10.96.0.10/32" } },
-    ],
-    ports: [
-      { protocol: "UDP", port: 53 },
-      { protocol: "TCP", port: 53 },
-    ],
-  };
-
-  it("selects the sandbox's pods and governs both directions", () => {
-    const np = policy({ egress: "Deny" });
-    expect(at(np, "spec", "podSelector")).toEqual({ matchLabels: selector });
-    expect(at(np, "spec", "policyTypes")).toEqual(["Ingress", "Egress"]);
-  });
-
-  it("accepts ingress only from the provisioner and operator pods of the system namespace, on 8080", () => {
-    const np = policy({ egress: "Internet" });
-    expect(at(np, "spec", "ingress")).toEqual([
-      {
-        from: [
-          {
-            namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "sandpit-system" } },
-            podSelector: {
-              matchExpressions: [
-                {
-                  key: "app.kubernetes.io/name",
-                  operator: "In",
-                  values: ["sandpit-provisioner", "sandpit-operator"],
-                },
-              ],
-            },
-          },
-        ],
-        ports: [{ protocol: "TCP", port: 8080 }],
-      },
-    ]);
-  });
-
-  it("Deny allows nothing out, DNS included (a resolver forwarding any name is a channel out)", () => {
-    expect(at(policy({ egress: "Deny" }), "spec", "egress")).toEqual([]);
-    expect(at(policy({ egress: "Deny" }), "spec", "policyTypes")).toContain("Egress");
-  });
-
-  it("Internet allows every address except private ranges, cloud metadata and the cluster's own", () => {
-    const egress = at(policy({ egress: "Internet" }), "spec", "egress");
-    expect(egress).toHaveLength(2);
-    expect(at(egress, 0)).toEqual(dnsRule);
-    expect(at(egress, 1)).toEqual({
-      to: [{ ipBlock: { cidr: "0.0.0.0/0", except: [...BLOCKED_CIDRS, ...cluster] } }],
-    });
-    for (const cidr of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"]) {
-      expect(BLOCKED_CIDRS).toContain(cidr);
-    }
-    // The default is Internet, with the same blocks.
-    expect(at(policy(undefined), "spec", "egress")).toEqual(egress);
-  });
-
-  it("Allowlist allows exactly the listed ranges, on their ports (all ports when none are listed)", () => {
-    const egress = at(
-      policy({
-        egress: "Allowlist",
-        allow: [{ cidr: "203.0.113.0/24", ports: [443, 8443] }, { cidr: "198.51.100.7/32" }],
-      }),
-      "spec",
-      "egress",
-    );
-    expect(egress).toEqual([
-      {
-        to: [{ ipBlock: { cidr: "203.0.113.0/24" } }],
-        ports: [
-          { protocol: "TCP", port: 443 },
-          { protocol: "TCP", port: 8443 },
-        ],
-      },
-      { to: [{ ipBlock: { cidr: "198.51.100.7/32" } }] },
-    ]);
-  });
-
-  it("Internet also excludes the ranges the operator is told the cluster does not report", () => {
-    // 203.0.113.9 is a node's too: listed once.
-    const told = readConfig({ SANDPIT_EGRESS_EXCLUDE_CIDRS: "192.0.2.2/32,203.0.113.9/32" });
-    const np = networkPolicy(
-      meta,
-      selector,
-      effectiveSpec(sandbox({}), undefined, told).network,
-      told,
-      cluster,
-    );
-    expect(at(np, "spec", "egress", 1)).toEqual({
-      to: [
-        {
-          ipBlock: {
-            cidr: "0.0.0.0/0",
-            except: [...BLOCKED_CIDRS, "192.0.2.2/32", "203.0.113.9/32", "198.51.100.4/32"],
-          },
-        },
-      ],
-    });
-  });
-
-  it("Allowlist resolves names only when it asks for DNS", () => {
-    const allow = [{ cidr: "203.0.113.0/24", ports: [443] }];
-    expect(at(policy({ egress: "Allowlist", allow }), "spec", "egress")).not.toContainEqual(
-      dnsRule,
-    );
-    expect(at(policy({ egress: "Allowlist", allow, dns: true }), "spec", "egress")).toEqual([
-      dnsRule,
-      { to: [{ ipBlock: { cidr: "203.0.113.0/24" } }], ports: [{ protocol: "TCP", port: 443 }] },
-    ]);
-  });
-
-  it("Allowlist with domains reaches the egress proxy's pods on its port, and no name service", () => {
-    const proxied = readConfig({
-      SANDPIT_SYSTEM_NAMESPACE: "sandpit-system",
-      SANDPIT_EGRESS_PROXY: "10.96.7.7:3128",
-    });
-    const network = { egress: "Allowlist", allowDomains: ["pypi.org"] };
-    const np = networkPolicy(
-      meta,
-      selector,
-      effectiveSpec(sandbox({ network }), undefined, proxied).network,
-      proxied,
-      cluster,
-    );
-    expect(at(np, "spec", "egress")).toEqual([
-      {
-        to: [
-          {
-            namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "sandpit-system" } },
-            podSelector: { matchLabels: { [LABEL.name]: "sandpit-egress" } },
-          },
-        ],
-        ports: [{ protocol: "TCP", port: 3128 }],
-      },
-    ]);
-    // With no proxy to reach, nothing is opened (the sandbox fails: notStartableReason).
-    expect(at(policy(network), "spec", "egress")).toEqual([]);
-  });
-
-  it("changes its spec hash when the cluster's addresses change, and only then", () => {
-    const hash = (addresses: string[]) =>
-      policy({ egress: "Internet" }, addresses).metadata.annotations?.[ANNOTATION.specHash];
-    expect(hash(cluster)).toBe(hash([...cluster]));
-    expect(hash(cluster)).not.toBe(hash([...cluster, "192.0.2.2/32"]));
-    // With no public address of its own, a cluster's policies are what they were before.
-    expect(at(policy({ egress: "Internet" }, []), "spec", "egress", 1)).toEqual({
-      to: [{ ipBlock: { cidr: "0.0.0.0/0", except: BLOCKED_CIDRS } }],
-    });
-  });
-
-  it("changes its spec hash when the network spec changes, and only then", () => {
-    const hash = (network: unknown) => policy(network).metadata.annotations?.[ANNOTATION.specHash];
-    const deny = hash({ egress: "Deny" });
-    expect(deny).toMatch(/^[0-9a-f]{16}$/);
-    expect(hash({ egress: "Deny" })).toBe(deny);
-    expect(hash({ egress: "Internet" })).not.toBe(deny);
-    const allow443 = hash({
-      egress: "Allowlist",
-      allow: [{ cidr: "203.0.113.0/24", ports: [443] }],
-    });
-    const allow80 = hash({ egress: "Allowlist", allow: [{ cidr: "203.0.113.0/24", ports: [80] }] });
-    expect(allow443).not.toBe(allow80);
-    expect(allow443).not.toBe(deny);
   });
 });
 

@@ -12,6 +12,12 @@ export const LABEL = {
   pool: "sandpit.dev/pool",
   /** On a warm pod not yet claimed: "true". */
   warm: "sandpit.dev/warm",
+  /**
+   * On every sandbox pod and warm pod from birth, and on the egress policy it names: the pod's
+   * network key (workload/network.ts networkKey). The namespace's isolation policy selects every
+   * pod carrying it; the egress policy of that key adds what the pod may reach.
+   */
+  network: "sandpit.dev/network",
   /** On a Sandbox the provisioner made: the tenant (API key) holding it. */
   tenant: "sandpit.dev/tenant",
   /**

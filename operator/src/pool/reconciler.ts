@@ -13,14 +13,11 @@ import { type Ctx, keyOf, splitKey } from "../context.ts";
 import { type Condition, setCondition } from "../kube/conditions.ts";
 import { canonical } from "../kube/canonical.ts";
 import { keyFingerprint, warmPodToken } from "../api/reservations.ts";
-import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
+import { PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
 import { isNotFound } from "../kube/rest.ts";
-import {
-  dataClaim,
-  networkPolicy,
-  pod as podManifest,
-  tokenDigest,
-} from "../workload/manifests.ts";
+import { dataClaim, pod as podManifest, tokenDigest } from "../workload/manifests.ts";
+import { deleteOwnPolicy, ensureNetwork } from "../network/policies.ts";
+import { networkKey } from "../workload/network.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { podMounts } from "../workload/mounts.ts";
 import { policyProbeFor } from "../workload/egress.ts";
@@ -57,31 +54,18 @@ export async function reconcilePool(
   const template = effectiveSpec({}, pool.spec, ctx.cfg);
   const hash = templateHash(ctx, pool);
   const shape = shapeHash(template);
-  const meta = (n: string, extra: Record<string, string> = {}) => ({
-    name: n,
-    namespace: ns,
-    owner: pool,
-    labels: { [LABEL.pool]: name, ...extra },
-  });
 
   // A lowered maxActive takes effect now, least recently active first.
   for (const victim of pools.admission.trim(key, pools.view(pool))) ctx.enqueueSandbox(victim);
 
   if ((warmable(template) && pool.spec.warm > 0) || warmPods(ctx, pool).length > 0) {
     await ensureTokenKey(ctx, ns);
-    const np = networkPolicy(
-      meta(`${name}-warm`),
-      { [LABEL.pool]: name, [LABEL.warm]: "true" },
-      template.network,
-      ctx.cfg,
-      ctx.clusterAddresses(),
-    );
-    const current = ctx.caches.networkPolicies.get(`${name}-warm`, ns);
-    if (
-      current?.metadata.annotations?.[ANNOTATION.specHash] !==
-      np.metadata.annotations?.[ANNOTATION.specHash]
-    ) {
-      await ctx.kube.apply(NETWORK_POLICIES, np);
+    await ensureNetwork(ctx, ns, template.network);
+    // The pool's own policy of old, once no warm pod is without its network key.
+    const own = ctx.caches.networkPolicies.get(`${name}-warm`, ns);
+    const pools = own?.metadata.ownerReferences?.some((r) => r.uid === pool.metadata.uid);
+    if (pools && warmPods(ctx, pool).every((p) => p.metadata.labels?.[LABEL.network])) {
+      await deleteOwnPolicy(ctx, own);
     }
   }
 
@@ -220,7 +204,16 @@ async function createWarmPod(
   await ctx.kube.apply(
     PODS,
     podManifest(
-      { name: podName, namespace: ns, owner: pool, labels: { ...labels, [LABEL.warm]: "true" } },
+      {
+        name: podName,
+        namespace: ns,
+        owner: pool,
+        labels: {
+          ...labels,
+          [LABEL.warm]: "true",
+          [LABEL.network]: networkKey(e.network, ctx.cfg),
+        },
+      },
       e,
       {
         token: { digest: tokenDigest(token) },

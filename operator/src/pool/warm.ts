@@ -29,6 +29,7 @@ import { PODS, PVCS, type Pod, SECRETS, type Secret } from "../kube/resources.ts
 import { isAlreadyExists, isConflict, isNotFound } from "../kube/rest.ts";
 import type { Adoption } from "../sandbox/membership.ts";
 import { controllerRef, newToken } from "../workload/manifests.ts";
+import { networkKey } from "../workload/network.ts";
 import { podReady, restartCount } from "../workload/pod-state.ts";
 import { init } from "../workload/sandboxd.ts";
 import type { Holders } from "./holders.ts";
@@ -201,12 +202,12 @@ export async function tryAdopt(
     const uid = candidate.metadata.uid!;
     claims.claiming.add(uid); // no other reconcile in this process picks it meanwhile
     try {
-      // The token Secret's creation (by the caller) and the sandbox's NetworkPolicy come
-      // first: the claim moves the pod out of the warm pods' policy into the sandbox's, which
-      // must already be there, so the pod is never reachable by anything but its callers.
+      // The token Secret's creation (by the caller) and the policies of the sandbox's network
+      // come first: the claim gives the pod the sandbox's network key (a sandbox may have
+      // another network than its pool's template), whose egress policy must already be there.
       const [tok, warm] = await Promise.all([token, warmTokenOf(ctx, pool, candidate), isolated]);
       if (!warm) continue; // an old pod whose pool Secret is gone: the pool replaces it
-      const claimed = await claim(ctx, sbx, candidate);
+      const claimed = await claim(ctx, sbx, candidate, networkKey(eff.network, ctx.cfg));
       if (!claimed) continue;
       ctx.log.debug(
         { sandbox: sbx.metadata.name, pod: candidate.metadata.name, handed, attempt },
@@ -263,12 +264,16 @@ export async function tryAdopt(
 }
 
 /** Moves the pod to the sandbox, unless someone else changed it first. */
-async function claim(ctx: Ctx, sbx: Sandbox, pod: Pod): Promise<Pod | undefined> {
+async function claim(ctx: Ctx, sbx: Sandbox, pod: Pod, network: string): Promise<Pod | undefined> {
   try {
     return await ctx.kube.patch<Pod>(PODS, pod.metadata.namespace, pod.metadata.name, "merge", {
       metadata: {
         resourceVersion: pod.metadata.resourceVersion,
-        labels: { [LABEL.warm]: null, [LABEL.sandbox]: sbx.metadata.name },
+        labels: {
+          [LABEL.warm]: null,
+          [LABEL.sandbox]: sbx.metadata.name,
+          [LABEL.network]: network,
+        },
         ownerReferences: [controllerRef(sbx)],
       },
     });

@@ -1,27 +1,29 @@
 /**
- * The writes that make a sandbox's children exist: its token Secret, NetworkPolicy, volume and
- * Pod. No Service: nothing reaches sandboxd by one (the provisioner and the operator, the only
- * clients its NetworkPolicy admits, use the pod's address from the status). Each writes only when the cache shows the child missing or changed, and
+ * The writes that make a sandbox's children exist: its token Secret, volume and Pod, and the
+ * namespace's network policies it needs. No Service: nothing reaches sandboxd by one (the
+ * provisioner and the operator, the only clients the policies admit, use the pod's address from
+ * the status). Each writes only when the cache shows the child missing or changed, and
  * remembers what it wrote until the cache catches up, so a reconcile on a lagging cache never
  * writes the same child twice.
  */
-import { ANNOTATION, LABEL } from "../api/labels.ts";
+import { LABEL } from "../api/labels.ts";
 import { dataClaimName, tokenSecretName } from "../api/names.ts";
 import type { Sandbox } from "../api/v1alpha1.ts";
-import { type Ctx, keyOf } from "../context.ts";
-import { NETWORK_POLICIES, PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
+import type { Ctx } from "../context.ts";
+import { PODS, PVCS, type Pod, SECRETS } from "../kube/resources.ts";
 import { type KObject, type Resource, isAlreadyExists, isConflict } from "../kube/rest.ts";
 import {
   controlledByAnother,
   controllerRef,
   dataClaim,
   legacyTokenSecret,
-  networkPolicy,
   newToken,
   pod as podManifest,
   tokenSecret,
 } from "../workload/manifests.ts";
+import { deleteOwnPolicy, ensureNetwork, relabel } from "../network/policies.ts";
 import { reservedSandboxToken } from "../pool/warm.ts";
+import { networkKey } from "../workload/network.ts";
 import { policyProbeFor } from "../workload/egress.ts";
 import type { ClaimMount } from "../workload/mounts.ts";
 import type { Effective } from "../workload/spec.ts";
@@ -64,21 +66,25 @@ export async function ensureTokenSecret(ctx: Ctx, sbx: Sandbox): Promise<string>
   }
 }
 
-export async function ensureNetworkPolicy(ctx: Ctx, sbx: Sandbox, eff: Effective): Promise<void> {
-  const desired = networkPolicy(
-    meta(sbx, sbx.metadata.name),
-    { [LABEL.sandbox]: sbx.metadata.name },
-    eff.network,
-    ctx.cfg,
-    ctx.clusterAddresses(),
-  );
-  const current = ctx.caches.networkPolicies.get(sbx.metadata.name, sbx.metadata.namespace);
-  const hash = desired.metadata.annotations?.[ANNOTATION.specHash];
-  if (current?.metadata.annotations?.[ANNOTATION.specHash] === hash) return;
-  await expected(ctx, `networkpolicies/${keyOf(sbx)}/${hash}`, () =>
-    ctx.kube.apply(NETWORK_POLICIES, desired),
-  );
+/**
+ * The namespace's policies this sandbox's network needs (network/policies.ts), and its pod
+ * carrying its network key: a pod made before keys, or whose sandbox's network changed, is
+ * relabeled, and a policy of the sandbox's own (made before policies were shared) deleted once
+ * its pod no longer needs it.
+ */
+export async function isolate(ctx: Ctx, sbx: Sandbox, eff: Effective, podName: string) {
+  const ns = sbx.metadata.namespace!;
+  const key = await ensureNetwork(ctx, ns, eff.network);
+  const found = ctx.caches.pods.get(podName, ns);
+  // A warm pod not claimed yet gets its key with the claim, never before.
+  const pod = found && controlledBy(found, sbx) ? found : undefined;
+  if (pod) await relabel(ctx, pod, key);
+  const own = ctx.caches.networkPolicies.get(sbx.metadata.name, ns);
+  if (own && controlledBy(own, sbx) && (!found || pod)) await deleteOwnPolicy(ctx, own);
 }
+
+const controlledBy = (o: KObject, owner: KObject) =>
+  o.metadata.ownerReferences?.some((r) => r.controller && r.uid === owner.metadata.uid) ?? false;
 
 export async function ensureClaim(
   ctx: Ctx,
@@ -122,7 +128,10 @@ export async function createPod(
   mounts: ClaimMount[],
 ): Promise<void> {
   const ns = sbx.metadata.namespace!;
-  const labels: Record<string, string> = { [LABEL.sandbox]: sbx.metadata.name };
+  const labels: Record<string, string> = {
+    [LABEL.sandbox]: sbx.metadata.name,
+    [LABEL.network]: networkKey(eff.network, ctx.cfg),
+  };
   if (sbx.spec.poolRef) labels[LABEL.pool] = sbx.spec.poolRef;
   // Expected before the write: its add event may arrive before the write returns.
   const podKey = `${ns}/${podName}`;

@@ -33,7 +33,7 @@ import {
   createPod,
   ensureAdoptedClaim,
   ensureClaim,
-  ensureNetworkPolicy,
+  isolate,
   ensureTokenSecret,
   stopPod,
 } from "./children.ts";
@@ -158,7 +158,7 @@ export async function reconcileSandbox(
     // The children every state has are made alongside the run state's work (a warm adoption
     // needs none of them to finish first); whatever waits on the token awaits it.
     const token = ensureTokenSecret(ctx, sbx);
-    const isolated = ensureNetworkPolicy(ctx, sbx, eff);
+    const isolated = isolate(ctx, sbx, eff, podName);
     const children = Promise.all([
       token,
       isolated,
@@ -215,7 +215,7 @@ interface Run {
   eff: Effective;
   st: SandboxStatusBuilder;
   token: Promise<string>;
-  /** Settles once the sandbox's NetworkPolicy is written. */
+  /** Settles once the network policies the sandbox's pod needs are written. */
   isolated: Promise<unknown>;
   podName: string;
   expiresAt: number;
@@ -336,6 +336,7 @@ async function start(
     }
   }
   await r.token; // the pod reads its token from the Secret: it must exist first
+  await r.isolated; // and its policies: the node's enforcer programs the pod with all of them
   await createPod(ctx, sbx, r.eff, r.podName, resolved.mounts);
   return recordPodCreated(ctx, sbx, r.podName, st, now, resuming, decision);
 }

@@ -1,18 +1,17 @@
 /**
  * The objects a sandbox is made of, as pure functions of its effective spec: the Pod running
- * sandboxd (with the claims it mounts), the ClusterIP Service in front of it, the PVC at
- * /mnt/user-data, the NetworkPolicy
- * and the Secret holding its bearer token. Secure defaults (docs/security.md) live here alone.
+ * sandboxd (with the claims it mounts), the PVC at /mnt/user-data and the Secret holding its
+ * bearer token (its network policies are workload/network.ts's). Secure defaults
+ * (docs/security.md) live here and there alone.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { SANDBOXD_PORT, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
-import { EGRESS_PROXY_NAME, ANNOTATION, LABEL, MANAGED_BY } from "../api/labels.ts";
+import { LABEL, MANAGED_BY } from "../api/labels.ts";
 import { quantityValue } from "../api/rules.ts";
 import type { OperatorConfig } from "../config.ts";
 import type { KObject, OwnerReference } from "../kube/rest.ts";
 import type { ClaimMount } from "./mounts.ts";
-import { BLOCKED_CIDRS } from "./egress.ts";
-import { type Effective, hashOf } from "./spec.ts";
+import type { Effective } from "./spec.ts";
 
 export const UID = 1000;
 
@@ -70,19 +69,20 @@ export function controlledByAnother(o: KObject | undefined, owner: KObject): boo
   );
 }
 
-interface Meta {
+export interface Meta {
   name: string;
   namespace: string;
-  owner: KObject;
+  /** The controlling owner; none for what a namespace's sandboxes share (their policies). */
+  owner?: KObject;
   labels: Record<string, string>;
 }
 
-const metadata = (m: Meta, annotations?: Record<string, string>) => ({
+export const metadata = (m: Meta, annotations?: Record<string, string>) => ({
   name: m.name,
   namespace: m.namespace,
   labels: { [LABEL.managedBy]: MANAGED_BY.operator, [LABEL.name]: "sandpit-sandbox", ...m.labels },
   ...(annotations ? { annotations } : {}),
-  ownerReferences: [controllerRef(m.owner)],
+  ...(m.owner ? { ownerReferences: [controllerRef(m.owner)] } : {}),
 });
 
 /**
@@ -127,113 +127,6 @@ export function dataClaim(m: Meta, e: Effective): KObject {
       resources: { requests: { storage: e.storage.size } },
       ...(e.storage.storageClassName ? { storageClassName: e.storage.storageClassName } : {}),
     },
-  };
-}
-
-/**
- * Ingress only from the provisioner and operator pods of the system namespace, to sandboxd;
- * egress per spec.network, and nothing else implied:
- * - `Internet`: every IPv4 address but the private and special ranges, `clusterAddresses` (the
- *   nodes' and the API server's own, egress.ts) and SANDPIT_EGRESS_EXCLUDE_CIDRS (what the
- *   cluster does not report), plus DNS to the cluster's resolvers;
- * - `Deny`: nothing at all, DNS included: a resolver that forwards external names is a channel
- *   out (data in the names looked up), so a Deny sandbox gets no resolver;
- * - `Allowlist`: the listed ranges, plus DNS only when `network.dns` asks for it, plus the
- *   egress proxy's pods on its port when `network.allowDomains` lists domains (the proxy decides
- *   which names; the pod itself reaches no other address by them).
- * NetworkPolicies are additive, so this one policy is the whole truth for the pods it selects.
- */
-export function networkPolicy(
-  m: Meta,
-  podSelector: Record<string, string>,
-  network: Effective["network"],
-  cfg: OperatorConfig,
-  clusterAddresses: readonly string[],
-): KObject {
-  const dns = {
-    to: [
-      {
-        namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } },
-        podSelector: { matchLabels: { "k8s-app": "kube-dns" } },
-      },
-      ...cfg.dnsCidrs.map((cidr) => ({ ipBlock: { cidr } })),
-    ],
-    ports: [
-      { protocol: "UDP", port: 53 },
-      { protocol: "TCP", port: 53 },
-    ],
-  };
-  const egress: unknown[] = [];
-  if (network.egress === "Internet") {
-    egress.push(dns, {
-      to: [
-        {
-          ipBlock: {
-            cidr: "0.0.0.0/0",
-            // Each once: a node may report an address the settings name too.
-            except: [
-              ...new Set([...BLOCKED_CIDRS, ...cfg.egressExcludeCidrs, ...clusterAddresses]),
-            ],
-          },
-        },
-      ],
-    });
-  } else if (network.egress === "Allowlist") {
-    if (network.dns) egress.push(dns);
-    // Domains are reached through the egress proxy's pods, and only on its port.
-    if (network.allowDomains?.length && cfg.egressProxy) {
-      egress.push({
-        to: [
-          {
-            namespaceSelector: {
-              matchLabels: { "kubernetes.io/metadata.name": cfg.systemNamespace },
-            },
-            podSelector: { matchLabels: { [LABEL.name]: EGRESS_PROXY_NAME } },
-          },
-        ],
-        ports: [{ protocol: "TCP", port: cfg.egressProxy.port }],
-      });
-    }
-    for (const rule of network.allow ?? []) {
-      egress.push({
-        to: [{ ipBlock: { cidr: rule.cidr } }],
-        ...(rule.ports?.length
-          ? { ports: rule.ports.map((port) => ({ protocol: "TCP", port })) }
-          : {}),
-      });
-    }
-  }
-  const spec = {
-    podSelector: { matchLabels: podSelector },
-    policyTypes: ["Ingress", "Egress"],
-    ingress: [
-      {
-        from: [
-          {
-            namespaceSelector: {
-              matchLabels: { "kubernetes.io/metadata.name": cfg.systemNamespace },
-            },
-            podSelector: {
-              matchExpressions: [
-                {
-                  key: LABEL.name,
-                  operator: "In",
-                  values: ["sandpit-provisioner", "sandpit-operator"],
-                },
-              ],
-            },
-          },
-        ],
-        ports: [{ protocol: "TCP", port: SANDBOXD_PORT }],
-      },
-    ],
-    egress,
-  };
-  return {
-    apiVersion: "networking.k8s.io/v1",
-    kind: "NetworkPolicy",
-    metadata: metadata(m, { [ANNOTATION.specHash]: hashOf(spec) }),
-    spec,
   };
 }
 
