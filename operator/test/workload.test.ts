@@ -5,12 +5,7 @@ import { SANDBOXD_PORT, VIRTUAL_ROOT } from "@sandpit/sandboxd/protocol";
 import { LABEL, SandboxPoolSpec, SandboxSpec } from "../src/api/index.ts";
 import { readConfig } from "../src/config.ts";
 import type { KObject } from "../src/kube/rest.ts";
-import {
-  dataClaim,
-  legacyTokenSecret,
-  pod,
-  tokenSecret,
-} from "../src/workload/manifests.ts";
+import { dataClaim, legacyTokenSecret, pod, tokenSecret } from "../src/workload/manifests.ts";
 import { podMounts } from "../src/workload/mounts.ts";
 import {
   effectiveSpec,
