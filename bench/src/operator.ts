@@ -18,7 +18,7 @@
  *   node_modules/.bin/node bench/src/operator.ts --report   (the section again from the JSON)
  */
 import { execFile } from "node:child_process";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readFile, readdir, rename, stat, writeFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -396,6 +396,12 @@ async function floor(m: Main) {
 }
 
 async function cold(m: Main, count = COLD) {
+  // The namespace's first sandbox also makes the namespace's shared network policies (once per
+  // namespace and network): its writes are counted apart from the sandboxes' own.
+  const first = await costOf(m.op, 1, async () => {
+    await sandboxes.create(m.c, m.ns, "cold-first", {});
+    await m.sbx.waitMark("cold-first", "ready", 120_000);
+  });
   const names = Array.from({ length: count }, (_, i) => `cold-${i}`);
   const ready: number[] = [];
   const bound: number[] = [];
@@ -416,8 +422,9 @@ async function cold(m: Main, count = COLD) {
       if (r) podRunningAt.push(r - t0);
     }
   });
-  await removeAll(m, names);
+  await removeAll(m, ["cold-first", ...names]);
   return {
+    first,
     ready: summarize(ready),
     sandboxSeen: summarize(stored),
     claimBound: summarize(bound),
@@ -706,6 +713,14 @@ async function scale(
         // (--operator-env overrides).
         ...imageEnv(),
         ...operatorEnv,
+        ...(HEAP_SNAPSHOT
+          ? {
+              NODE_OPTIONS: [
+                operatorEnv.NODE_OPTIONS ?? imageEnv().NODE_OPTIONS ?? "",
+                "--heapsnapshot-signal=SIGUSR2",
+              ].join(" "),
+            }
+          : {}),
       },
     });
     const pid = op.proc.pid!;
@@ -757,6 +772,7 @@ async function scale(
     const runningS = (now() - t0) / 1000;
     await sleep(15_000); // let the first burst of work pass before reading memory
     const metrics = await op.metrics();
+    if (HEAP_SNAPSHOT) await heapSnapshot(pid, HEAP_SNAPSHOT);
     const full = {
       ...(await procStatus(pid)),
       heapUsedMiB: gauge(metrics, "nodejs_heap_size_used_bytes") / 2 ** 20,
@@ -1164,6 +1180,34 @@ const GOAL_COLD_WRITES = 4;
 const GOAL_BURST = 200;
 const GOAL_BURST_RATIO = 1.1;
 
+/**
+ * `--heap-snapshot FILE` (with --memory-only): where the measured operator's heap goes once all
+ * its Sandboxes' pods run, to see what holds its memory. Taken after the memory is read (a
+ * snapshot costs the process memory of its own), by the signal its NODE_OPTIONS then name.
+ */
+const HEAP_SNAPSHOT = argument("--heap-snapshot");
+
+/** Has process `pid` write its heap snapshot (node's own name, in its cwd), and moves it to `to`. */
+async function heapSnapshot(pid: number, to: string): Promise<void> {
+  process.kill(pid, "SIGUSR2");
+  const ours = (f: string) => f.startsWith("Heap.") && f.includes(`.${pid}.`);
+  let [last, still] = [-1, 0];
+  for (let i = 0; i < 300; i++) {
+    await sleep(1_000);
+    const file = (await readdir(ROOT)).find(ours);
+    if (!file) continue;
+    const size = (await stat(join(ROOT, file))).size;
+    still = size > 0 && size === last ? still + 1 : 0;
+    if (still >= 3) {
+      await rename(join(ROOT, file), to);
+      log(`scale: the operator's heap snapshot is ${to} (${(size / 2 ** 20).toFixed(0)} MiB)`);
+      return;
+    }
+    last = size;
+  }
+  log("scale: warning: no heap snapshot within 300 s");
+}
+
 function argument(name: string): string | undefined {
   const i = process.argv.indexOf(name);
   return i < 0 ? undefined : process.argv[i + 1];
@@ -1197,6 +1241,8 @@ interface WritesRun extends RunInfo {
   samples: number;
   readyP50Ms: number;
   writes: Counts;
+  /** The namespace's first sandbox's, which also made the namespace's policies (since 2026-12-05). */
+  firstWrites?: Counts;
 }
 type BurstRun = RunInfo & BurstAndFloor;
 interface Record_ {
@@ -1301,7 +1347,16 @@ ${rows.join("\n")}
 ${b ? burstText(b) : ""}${
     w
       ? `
-Writes per cold sandbox (${w.samples} created one after another and awaited Ready, p50 ${ms(w.readyP50Ms)} ms; \`${w.commit}\`, ${w.date.slice(0, 16).replace("T", " ")} UTC, load ${w.loadStart.toFixed(1)} → ${w.loadEnd.toFixed(1)}):
+Writes per cold sandbox (${w.samples} created one after another and awaited Ready, p50 ${ms(w.readyP50Ms)} ms; \`${w.commit}\`, ${w.date.slice(0, 16).replace("T", " ")} UTC, load ${w.loadStart.toFixed(1)} → ${w.loadEnd.toFixed(1)})${
+          w.firstWrites
+            ? `, after a first sandbox of the namespace, which also made the namespace's shared network policies: its writes were ${Object.entries(
+                w.firstWrites,
+              )
+                .filter(([k]) => !isEvent(k) && !isLease(k))
+                .map(([k, v]) => `\`${k}\` ${v}`)
+                .join(", ")}`
+            : ""
+        }:
 
 | Resource and verb | per sandbox |
 | --- | ---: |
@@ -1407,6 +1462,7 @@ async function partial(mode: "memory" | "writes" | "burst"): Promise<void> {
           samples: count,
           readyP50Ms: co.ready.p50,
           writes: co.cost.writes,
+          firstWrites: co.first.writes,
         };
       }
     } catch (err) {

@@ -35,9 +35,10 @@ export interface FastReady {
 
 /**
  * Whether a create may take a reserved warm pod: it changes nothing a pod is made of (limits,
- * image, volumes: those the pod has already) nor its network policy (the warm pod's is the
- * template's until the operator moves it under the sandbox's own), and the pool has room (a
- * sandbox over the cap would be stopped by the operator's admission).
+ * image, volumes: those the pod has already) nor its network (the warm pod carries the
+ * template's network key, and its code runs as soon as the create answers, before the
+ * operator's claim could give it another), and the pool has room (a sandbox over the cap would
+ * be stopped by the operator's admission).
  */
 export function fastEligible(input: CreateInput, pool: SandboxPool | undefined): boolean {
   if (!pool || pool.spec.warm <= 0) return false;
