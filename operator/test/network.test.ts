@@ -9,6 +9,7 @@ import { readConfig } from "../src/config.ts";
 import type { KObject } from "../src/kube/rest.ts";
 import { ensureNetwork } from "../src/network/policies.ts";
 import { UNUSED_GRACE_MS, reconcileEgressPolicy } from "../src/network/reconciler.ts";
+import { isolate } from "../src/sandbox/children.ts";
 import { BLOCKED_CIDRS } from "../src/workload/egress.ts";
 import {
   ISOLATION_POLICY,
@@ -343,5 +344,56 @@ describe("collecting unused egress policies", () => {
     const gone = fakeCtx({});
     await reconcileEgressPolicy(gone.ctx, `${NS}/${egressPolicyName(key)}`);
     expect([...writes, ...gone.writes]).toEqual([]);
+  });
+});
+
+describe("a sandbox's pod and its network key", () => {
+  const cfg0 = readConfig({});
+  const sbx = {
+    apiVersion: "sandpit.dev/v1alpha1",
+    kind: "Sandbox",
+    metadata: { name: "s", namespace: NS, uid: "uid-s" },
+    spec: SandboxSpec.parse({ network: { egress: "Deny" } }),
+  } as KObject & { spec: SandboxSpec };
+  const eff = effectiveSpec(sbx.spec, undefined, cfg0);
+  const deny = networkKey(eff.network, cfg0);
+  const owned = (uid: string) => [{ kind: "Sandbox", name: "s", uid, controller: true }];
+  const podOf = (labels: Record<string, string>, uid = "uid-s"): KObject => ({
+    metadata: { name: "s", namespace: NS, labels, ownerReferences: owned(uid) as never },
+  });
+  /** A policy of the sandbox's own, as sandboxes had before policies were shared. */
+  const ownPolicy: KObject = {
+    metadata: { name: "s", namespace: NS, uid: "uid-np", ownerReferences: owned("uid-s") as never },
+  };
+  const run = async (pods: KObject[], policies: KObject[] = []) => {
+    const f = fakeCtx({ pods });
+    for (const p of [isolationPolicy(NS, f.ctx.cfg), ...policies])
+      f.caches.networkPolicies.objects.set(p.metadata.name, served(p));
+    await isolate(f.ctx, sbx as never, eff, "s");
+    return f.writes.map(([verb, plural, ...rest]) => [verb, plural, ...rest.slice(0, 2)]);
+  };
+
+  it("relabels a running pod whose network changed, or that was made before keys", async () => {
+    expect(await run([podOf({ [LABEL.network]: "0123456789abcdef" })])).toEqual([
+      ["patch", "pods", NS, "s"],
+    ]);
+    expect(await run([podOf({})])).toEqual([["patch", "pods", NS, "s"]]);
+    expect(await run([podOf({ [LABEL.network]: deny })])).toEqual([]);
+  });
+
+  it("leaves a warm pod it does not own yet to the claim, which sets its key", async () => {
+    expect(await run([podOf({ [LABEL.warm]: "true" }, "uid-pool")])).toEqual([]);
+  });
+
+  it("deletes the sandbox's own policy of old once its pod carries a key, or it has no pod", async () => {
+    const deleted = [["delete", "networkpolicies", NS, "s"]];
+    expect(await run([podOf({ [LABEL.network]: deny })], [ownPolicy])).toEqual(deleted);
+    expect(await run([], [ownPolicy])).toEqual(deleted);
+    // A namesake's (another uid) is not this sandbox's to delete here.
+    const other = {
+      ...ownPolicy,
+      metadata: { ...ownPolicy.metadata, ownerReferences: owned("x") },
+    };
+    expect(await run([podOf({ [LABEL.network]: deny })], [other as KObject])).toEqual([]);
   });
 });
