@@ -75,6 +75,11 @@ export interface Ctx {
   /** Services, NetworkPolicies (by spec hash) and PVCs written but not yet seen in the cache. */
   writeExpectations: Expectations;
   /**
+   * Sandboxes (by uid) whose Starting status was written within the last PROGRESS_EVERY_MS
+   * (sandbox/status.ts): their progress alone is not written again until then.
+   */
+  progressShown: Expectations;
+  /**
    * The nodes' and the API server's addresses Internet egress excludes (workload/egress.ts), as
    * the caches show them now; the manager requeues every sandbox and pool when they change.
    */

@@ -46,6 +46,7 @@ import {
 import { Pools } from "./pool/pools.ts";
 import { reconcilePool } from "./pool/reconciler.ts";
 import { reconcileSandbox } from "./sandbox/reconciler.ts";
+import { PROGRESS_EVERY_MS } from "./sandbox/status.ts";
 import { UNUSED_GRACE_MS, reconcileEgressPolicy } from "./network/reconciler.ts";
 import { ISOLATION_POLICY, egressPolicyName } from "./workload/network.ts";
 import { classesSignature } from "./workload/disk.ts";
@@ -174,6 +175,7 @@ export class Manager {
       caches,
       podExpectations: new Expectations(),
       writeExpectations: new Expectations(),
+      progressShown: new Expectations(PROGRESS_EVERY_MS),
       clusterAddresses: () => this.#clusterAddresses,
       policyProbe: () =>
         cfg.policyProbe === "off"

@@ -70,6 +70,7 @@ export function fakeCtx(objects: {
     caches: caches as unknown as Ctx["caches"],
     podExpectations: new Expectations(),
     writeExpectations: new Expectations(),
+    progressShown: new Expectations(),
     clusterAddresses: () => [],
     policyProbe: () => undefined,
     enqueueSandbox: () => undefined,

@@ -207,6 +207,7 @@ async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolea
     },
     podExpectations: new Expectations(),
     writeExpectations: new Expectations(),
+    progressShown: new Expectations(),
     clusterAddresses: () =>
       clusterAddressExceptions([
         ...ctx.caches.nodes.list().flatMap(nodeAddresses),

@@ -15,6 +15,15 @@ import {
 import { canonical } from "../kube/canonical.ts";
 
 type Phase = NonNullable<SandboxStatus["phase"]>;
+
+/**
+ * A starting sandbox's shown progress (the Ready condition's reason and message) is rewritten
+ * at most this often: in a burst each sandbox passes through several reasons while it starts,
+ * and a write for each made the statuses most of the operator's writes. Anything else that
+ * changes is written at once, and so is the progress of the first write after the window (the
+ * reconciles that report progress come back within seconds).
+ */
+export const PROGRESS_EVERY_MS = 10_000;
 type Owned = Omit<SandboxStatus, "lastActivityTime">;
 
 export class SandboxStatusBuilder {
@@ -22,6 +31,8 @@ export class SandboxStatusBuilder {
   readonly now: string;
   #next: Owned;
   readonly #before: string;
+  /** The Ready condition's reason and message as the status shows them now. */
+  readonly #shown: { reason?: string; message?: string } | undefined;
 
   constructor(sandbox: Sandbox, now: Date) {
     this.sandbox = sandbox;
@@ -29,6 +40,8 @@ export class SandboxStatusBuilder {
     const { lastActivityTime: _ignored, ...owned } = sandbox.status ?? {};
     this.#next = structuredClone(owned);
     this.#before = canonical(this.#next);
+    const ready = this.conditionOf("Ready");
+    this.#shown = ready && { reason: ready.reason, message: ready.message };
   }
 
   get current(): Readonly<Owned> {
@@ -76,6 +89,18 @@ export class SandboxStatusBuilder {
     return canonical(this.#next) !== this.#before;
   }
 
+  /** Whether all that changed is the progress of a start already shown as Starting. */
+  get onlyProgress(): boolean {
+    if (this.sandbox.status?.phase !== "Starting" || this.#next.phase !== "Starting") return false;
+    const ready = this.conditionOf("Ready");
+    if (!ready || !this.#shown) return false;
+    const { reason, message } = ready;
+    Object.assign(ready, this.#shown);
+    const same = canonical(this.#next) === this.#before;
+    Object.assign(ready, { reason, message });
+    return same;
+  }
+
   /**
    * Applies the status if it changed. The resourceVersion makes it conditional: a status
    * computed from a cache that has not seen the last write is refused (409) and recomputed,
@@ -84,11 +109,13 @@ export class SandboxStatusBuilder {
   async write(ctx: Ctx): Promise<void> {
     this.#next.observedGeneration = this.sandbox.metadata.generation;
     if (!this.changed) return;
-    const { name, namespace, resourceVersion } = this.sandbox.metadata;
+    const { name, namespace, resourceVersion, uid } = this.sandbox.metadata;
+    if (this.onlyProgress && ctx.progressShown.pending(uid!)) return;
     await ctx.kube.apply(
       SANDBOXES,
       { metadata: { name, namespace: namespace!, resourceVersion }, status: this.#next },
       "status",
     );
+    if (this.#next.phase === "Starting") ctx.progressShown.expect(uid!);
   }
 }
