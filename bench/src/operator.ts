@@ -772,7 +772,6 @@ async function scale(
     const runningS = (now() - t0) / 1000;
     await sleep(15_000); // let the first burst of work pass before reading memory
     const metrics = await op.metrics();
-    if (HEAP_SNAPSHOT) await heapSnapshot(pid, HEAP_SNAPSHOT);
     const full = {
       ...(await procStatus(pid)),
       heapUsedMiB: gauge(metrics, "nodejs_heap_size_used_bytes") / 2 ** 20,
@@ -781,6 +780,7 @@ async function scale(
       heapSpacesMiB: heapSpaces(metrics),
     };
     const operatorCpuS = (await cpuSeconds(pid)) - cpu0;
+    if (HEAP_SNAPSHOT) await heapSnapshot(pid, HEAP_SNAPSHOT);
     const phases: Counts = {};
     for (const s of await sandboxes.list(c, ns)) {
       const ph = s.status?.phase ?? "(none)";
