@@ -58,6 +58,12 @@ describe("status writes", () => {
     expect(await step((st) => st.phaseIs("Starting", "NetworkPolicyPending", "waiting"))).toBe(
       false,
     );
+    // Another condition is progress too.
+    expect(
+      await step((st) =>
+        st.condition({ type: "DiskEnforced", status: "True", reason: "Bounded", message: "m" }),
+      ),
+    ).toBe(false);
     // The window over (its record expired): the progress goes out.
     ctx.progressShown.observed("uid-s");
     expect(await step((st) => st.phaseIs("Starting", "NetworkPolicyPending", "waiting"))).toBe(

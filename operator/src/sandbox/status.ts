@@ -17,11 +17,12 @@ import { canonical } from "../kube/canonical.ts";
 type Phase = NonNullable<SandboxStatus["phase"]>;
 
 /**
- * A starting sandbox's shown progress (the Ready condition's reason and message) is rewritten
- * at most this often: in a burst each sandbox passes through several reasons while it starts,
- * and a write for each made the statuses most of the operator's writes. Anything else that
- * changes is written at once, and so is the progress of the first write after the window (the
- * reconciles that report progress come back within seconds).
+ * A starting sandbox's shown progress (its conditions: the Ready condition's reason and message,
+ * whether its disk is held to its size) is rewritten at most this often: in a burst each sandbox
+ * passes through several of them while it starts, and a write for each made the statuses most
+ * of the operator's writes. Any other field (the phase, the pod, the endpoint, what was
+ * initialised) is written at once, the progress with it; so is the progress of the first write
+ * after the window (the reconciles that report progress come back within seconds).
  */
 export const PROGRESS_EVERY_MS = 10_000;
 type Owned = Omit<SandboxStatus, "lastActivityTime">;
@@ -31,8 +32,8 @@ export class SandboxStatusBuilder {
   readonly now: string;
   #next: Owned;
   readonly #before: string;
-  /** The Ready condition's reason and message as the status shows them now. */
-  readonly #shown: { reason?: string; message?: string } | undefined;
+  /** The status as it is now, but its conditions. */
+  readonly #beforeFields: string;
 
   constructor(sandbox: Sandbox, now: Date) {
     this.sandbox = sandbox;
@@ -40,8 +41,7 @@ export class SandboxStatusBuilder {
     const { lastActivityTime: _ignored, ...owned } = sandbox.status ?? {};
     this.#next = structuredClone(owned);
     this.#before = canonical(this.#next);
-    const ready = this.conditionOf("Ready");
-    this.#shown = ready && { reason: ready.reason, message: ready.message };
+    this.#beforeFields = canonical({ ...this.#next, conditions: undefined });
   }
 
   get current(): Readonly<Owned> {
@@ -92,13 +92,7 @@ export class SandboxStatusBuilder {
   /** Whether all that changed is the progress of a start already shown as Starting. */
   get onlyProgress(): boolean {
     if (this.sandbox.status?.phase !== "Starting" || this.#next.phase !== "Starting") return false;
-    const ready = this.conditionOf("Ready");
-    if (!ready || !this.#shown) return false;
-    const { reason, message } = ready;
-    Object.assign(ready, this.#shown);
-    const same = canonical(this.#next) === this.#before;
-    Object.assign(ready, { reason, message });
-    return same;
+    return canonical({ ...this.#next, conditions: undefined }) === this.#beforeFields;
   }
 
   /**
