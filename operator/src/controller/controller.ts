@@ -14,6 +14,7 @@ import {
   reconcileTotal,
   terminalReconcileErrors,
 } from "../metrics.ts";
+import { deadline } from "../kube/deadline.ts";
 import { type ExponentialBackoff, WorkQueue } from "./workqueue.ts";
 
 export interface ReconcileResult {
@@ -100,9 +101,9 @@ export class Controller {
 
   async #handle(key: string): Promise<void> {
     const labels = { controller: this.name };
-    const signal = AbortSignal.timeout(this.#timeoutMs);
+    const bound = deadline(this.#timeoutMs);
     try {
-      const result = await this.#reconcile(key, signal);
+      const result = await this.#reconcile(key, bound.signal);
       this.queue.forget(key);
       if (result?.requeueAfterMs !== undefined && result.requeueAfterMs >= 0) {
         reconcileTotal.inc({ ...labels, result: "requeue_after" });
@@ -126,6 +127,8 @@ export class Controller {
       const level = retries >= 3 ? "warn" : "debug";
       this.#log[level]({ key, err, retries }, "reconcile failed; retrying with backoff");
       this.queue.addRateLimited(key);
+    } finally {
+      bound.clear();
     }
   }
 }

@@ -6,6 +6,7 @@
  */
 import { type HttpMethod, KubeConfig, RequestContext } from "@kubernetes/client-node";
 import { fetch } from "undici";
+import { deadline } from "./deadline.ts";
 
 export interface ObjectMeta {
   name: string;
@@ -144,16 +145,22 @@ export class Kube {
     await this.config.applySecurityAuthentication(ctx);
     const headers: Record<string, string> = { ...ctx.getHeaders(), accept: "application/json" };
     if (opts.body !== undefined) headers["content-type"] = opts.contentType ?? "application/json";
-    const timeout = AbortSignal.timeout(opts.timeoutMs ?? 30_000);
+    const bound = deadline(opts.timeoutMs ?? 30_000, opts.signal);
     const started = performance.now();
-    const res = await fetch(url, {
-      method,
-      headers,
-      body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-      dispatcher: (this.#dispatcher ??= ctx.getDispatcher()),
-      signal: opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout,
-    });
-    const text = await res.text();
+    let res: Response;
+    let text: string;
+    try {
+      res = await fetch(url, {
+        method,
+        headers,
+        body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+        dispatcher: (this.#dispatcher ??= ctx.getDispatcher()),
+        signal: bound.signal,
+      });
+      text = await res.text();
+    } finally {
+      bound.clear();
+    }
     this.#onResponse?.(method, path, res.status, performance.now() - started);
     if (!res.ok) {
       let reason: string | undefined;
