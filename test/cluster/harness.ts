@@ -232,6 +232,7 @@ export interface SandboxObject {
     uid?: string;
     creationTimestamp?: string;
     resourceVersion?: string;
+    annotations?: Record<string, string>;
   };
   spec: Record<string, unknown>;
   status?: {
@@ -342,6 +343,12 @@ export const pools = {
       spec: Record<string, unknown>;
       status?: { active?: number; warmReady?: number; evictions?: number };
     }>,
+  /** Waits until the pool's status counts `count` ready warm pods. */
+  waitWarm: (c: Clients, namespace: string, name: string, count: number, ms = 180_000) =>
+    waitFor(`${count} warm pods of pool ${name} ready`, ms, async () => {
+      const p = await pools.get(c, namespace, name);
+      return (p.status?.warmReady ?? 0) >= count;
+    }),
   /** Deletes the pool (its warm pods go with it); one already gone is fine. */
   delete: async (c: Clients, namespace: string, name: string) => {
     await c.custom

@@ -13,7 +13,7 @@ import { Watch } from "@kubernetes/client-node";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { LABEL } from "@sandpit/operator/api";
-import { type Stack, pools, startStack, waitFor } from "../cluster/harness.ts";
+import { type Stack, pools, sandboxes, startStack, waitFor } from "../cluster/harness.ts";
 import { type FakeInternet, startFakeInternet } from "../security/fake-internet.ts";
 
 const KEY = "e2b-burst-key-0123456789abcdefghij";
@@ -44,22 +44,7 @@ async function create(o: { allowInternetAccess?: boolean } = {}): Promise<Sandbo
 }
 
 /** The Sandbox object behind an E2B sandbox id (the E2B API's id is the Sandbox's name). */
-async function sandboxObject(id: string) {
-  const list = (await stack.c.custom.listNamespacedCustomObject({
-    group: "sandpit.dev",
-    version: "v1alpha1",
-    namespace: stack.ns,
-    plural: "sandboxes",
-  })) as {
-    items: {
-      metadata: { name: string; annotations?: Record<string, string> };
-      status?: { podName?: string };
-    }[];
-  };
-  const found = list.items.find((s) => s.metadata.name === id);
-  if (!found) throw new Error(`no Sandbox for E2B sandbox ${id}`);
-  return found;
-}
+const sandboxObject = (id: string) => sandboxes.get(stack.c, stack.ns, id);
 
 /** What code in the sandbox gets from the test's internet: its body, or why it got nothing. */
 async function reach(sbx: Sandbox, address: string): Promise<string> {
@@ -89,10 +74,7 @@ beforeAll(async () => {
     },
     beforeProvisioner: async (c, ns) => {
       await pools.create(c, ns, POOL, { warm: WARM, maxActive: 20, template: {} });
-      await waitFor("the warm pool filled", 180_000, async () => {
-        const p = await pools.get(c, ns, POOL);
-        return (p.status?.warmReady ?? 0) >= WARM;
-      });
+      await pools.waitWarm(c, ns, POOL, WARM);
     },
   });
   // The provisioner holds its reservation before the first create.
@@ -150,10 +132,7 @@ describe("the official E2B SDK on a warm pool", () => {
     { timeout: 240_000 },
     async () => {
       // Warm pods free for the operator's adoption (the pool refills after the burst).
-      await waitFor("the warm pool filled again", 180_000, async () => {
-        const p = await pools.get(stack.c, stack.ns, POOL);
-        return (p.status?.warmReady ?? 0) >= WARM;
-      });
+      await pools.waitWarm(stack.c, stack.ns, POOL, WARM);
       // Every version of every pod from now on: the adopted pod must never belong to the
       // sandbox while it still carries the template's network key, not even for a moment.
       const versions: { sandbox?: string; network?: string }[] = [];

@@ -60,10 +60,7 @@ beforeAll(async () => {
   ns = await createNamespace(c, "fastpath");
   operator = await operatorWith();
   await pools.create(c, ns, POOL, { warm: WARM, maxActive: 50, template: {} });
-  await waitFor("the warm pool filled", 180_000, async () => {
-    const p = await pools.get(c, ns, POOL);
-    return (p.status?.warmReady ?? 0) >= WARM;
-  });
+  await pools.waitWarm(c, ns, POOL, WARM);
 }, 240_000);
 
 afterAll(async () => {
