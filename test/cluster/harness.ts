@@ -130,6 +130,20 @@ export async function freePort(): Promise<number> {
 }
 
 /**
+ * Starts a service on ports freePort picked, and again on new ones when another process took
+ * one of them between the pick and the service's listen (EADDRINUSE), at most 3 times.
+ */
+async function onFreePorts<T>(start: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start();
+    } catch (err) {
+      if (attempt >= 3 || !String((err as Error).message).includes("EADDRINUSE")) throw err;
+    }
+  }
+}
+
+/**
  * Runs one of the project's services (`script`, relative to the repository) as a child process
  * with just `env` (plus PATH and HOME), keeping its recent output, and waits for `readyUrl`.
  */
@@ -191,7 +205,11 @@ export interface OperatorOptions {
   entry?: string;
 }
 
-export async function startOperator(o: OperatorOptions): Promise<OperatorProcess> {
+export function startOperator(o: OperatorOptions): Promise<OperatorProcess> {
+  return onFreePorts(() => startOperatorOnce(o));
+}
+
+async function startOperatorOnce(o: OperatorOptions): Promise<OperatorProcess> {
   const probePort = await freePort();
   const identity = o.identity ?? `op-${Math.random().toString(36).slice(2, 8)}`;
   const service = await spawnService(
@@ -484,8 +502,7 @@ export interface ProvisionerProcess {
  */
 export const CAPABILITY_KEY = "test-capability-key-of-the-cluster-suites";
 
-/** Starts the provisioner out of cluster for `namespace`, with one API key of its own. */
-export async function startProvisioner(o: {
+interface ProvisionerOptions {
   kubeconfig: string;
   namespace: string;
   keys?: {
@@ -495,7 +512,14 @@ export async function startProvisioner(o: {
     maxResources?: Record<string, string>;
   }[];
   env?: Record<string, string>;
-}): Promise<ProvisionerProcess> {
+}
+
+/** Starts the provisioner out of cluster for `namespace`, with one API key of its own. */
+export function startProvisioner(o: ProvisionerOptions): Promise<ProvisionerProcess> {
+  return onFreePorts(() => startProvisionerOnce(o));
+}
+
+async function startProvisionerOnce(o: ProvisionerOptions): Promise<ProvisionerProcess> {
   const port = await freePort();
   const metricsPort = await freePort();
   const apiKey =

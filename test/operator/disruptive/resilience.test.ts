@@ -160,9 +160,24 @@ describe("operator resilience", () => {
           claims: 1,
           services: 0,
           secrets: 1,
-          policies: 1,
+          // None of its own: the namespace's shared policies (below) select its pod.
+          policies: 0,
         });
       }
+      // The namespace's isolation policy and its one egress policy, each made once, whatever
+      // the kill interrupted; every pod carries the key the egress policy selects.
+      const policies = (await c.net.listNamespacedNetworkPolicy({ namespace: ns })).items;
+      expect(policies.map((p) => p.metadata?.name).sort()).toEqual([
+        expect.stringMatching(/^sandpit-egress-[0-9a-f]{16}$/),
+        "sandpit-isolation",
+      ]);
+      const key = policies.find((p) => p.metadata?.name?.startsWith("sandpit-egress-"))!.metadata!
+        .labels!["sandpit.dev/network"];
+      const keyed = await c.core.listNamespacedPod({
+        namespace: ns,
+        labelSelector: `sandpit.dev/network=${key}`,
+      });
+      expect(keyed.items.length).toBe(50);
       // Nothing managed that no Sandbox owns.
       const owned = new Set((await sandboxes.list(c, ns)).map((s) => s.metadata.uid));
       const managed = "app.kubernetes.io/managed-by=sandpit-operator";
