@@ -53,6 +53,20 @@ export class Expectations {
   observed(key: string): void {
     this.#pending.delete(key);
   }
+  /**
+   * Runs `write` unless a write under `key` is still expected: until the cache shows its object
+   * (the manager marks it observed), a reconcile that runs meanwhile does not write it again.
+   */
+  async once(key: string, write: () => Promise<unknown>): Promise<void> {
+    if (this.pending(key)) return;
+    this.expect(key);
+    try {
+      await write();
+    } catch (err) {
+      this.observed(key);
+      throw err;
+    }
+  }
   pending(key: string): boolean {
     const at = this.#pending.get(key);
     if (at === undefined) return false;

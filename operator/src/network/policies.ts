@@ -27,15 +27,10 @@ export async function ensureNetwork(
       const hash = desired.metadata.annotations?.[ANNOTATION.specHash];
       const current = ctx.caches.networkPolicies.get(desired.metadata.name, namespace);
       if (current?.metadata.annotations?.[ANNOTATION.specHash] === hash) return;
-      const key = `networkpolicies/${namespace}/${desired.metadata.name}/${hash}`;
-      if (ctx.writeExpectations.pending(key)) return;
-      ctx.writeExpectations.expect(key);
-      try {
-        await ctx.kube.apply(NETWORK_POLICIES, desired);
-      } catch (err) {
-        ctx.writeExpectations.observed(key);
-        throw err;
-      }
+      await ctx.writeExpectations.once(
+        `networkpolicies/${namespace}/${desired.metadata.name}/${hash}`,
+        () => ctx.kube.apply(NETWORK_POLICIES, desired),
+      );
     }),
   );
   return networkKey(network, ctx.cfg);

@@ -63,8 +63,8 @@ export async function reconcilePool(
     await ensureNetwork(ctx, ns, template.network);
     // The pool's own policy of old, once no warm pod is without its network key.
     const own = ctx.caches.networkPolicies.get(`${name}-warm`, ns);
-    const pools = own?.metadata.ownerReferences?.some((r) => r.uid === pool.metadata.uid);
-    if (pools && warmPods(ctx, pool).every((p) => p.metadata.labels?.[LABEL.network])) {
+    const ours = own?.metadata.ownerReferences?.some((r) => r.uid === pool.metadata.uid);
+    if (ours && warmPods(ctx, pool).every((p) => p.metadata.labels?.[LABEL.network])) {
       await deleteOwnPolicy(ctx, own);
     }
   }

@@ -93,13 +93,16 @@ export async function ensureClaim(
   name: string,
 ): Promise<void> {
   if (ctx.caches.claims.get(name, sbx.metadata.namespace)) return;
-  await expected(ctx, `persistentvolumeclaims/${sbx.metadata.namespace}/${name}`, async () => {
-    try {
-      await ctx.kube.create(PVCS, dataClaim(meta(sbx, name), eff));
-    } catch (err) {
-      if (!isAlreadyExists(err)) throw err;
-    }
-  });
+  await ctx.writeExpectations.once(
+    `persistentvolumeclaims/${sbx.metadata.namespace}/${name}`,
+    async () => {
+      try {
+        await ctx.kube.create(PVCS, dataClaim(meta(sbx, name), eff));
+      } catch (err) {
+        if (!isAlreadyExists(err)) throw err;
+      }
+    },
+  );
 }
 
 /** Finishes an adoption interrupted between claiming the warm pod and taking over its volume. */
@@ -193,19 +196,4 @@ export async function stopPod(ctx: Ctx, pod: Pod | undefined): Promise<void> {
   await ctx.kube.delete(PODS, pod.metadata.namespace, pod.metadata.name, {
     uid: pod.metadata.uid!,
   });
-}
-
-/**
- * Writes a child once: until the cache shows it (the manager marks it observed), a reconcile
- * that runs meanwhile does not write it again.
- */
-async function expected(ctx: Ctx, key: string, write: () => Promise<unknown>): Promise<void> {
-  if (ctx.writeExpectations.pending(key)) return;
-  ctx.writeExpectations.expect(key);
-  try {
-    await write();
-  } catch (err) {
-    ctx.writeExpectations.observed(key);
-    throw err;
-  }
 }
