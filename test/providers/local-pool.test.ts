@@ -7,7 +7,7 @@
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
@@ -129,6 +129,71 @@ describe("local warm pool", () => {
     );
     expect(refused).toBeInstanceOf(SandboxError);
     expect((refused as SandboxError).code).toBe("UNAUTHORIZED");
+  });
+
+  it("makes one sandbox of a thread that two providers create at the same moment, warm or cold", async () => {
+    const { provider: a, baseDir } = await newProvider(3);
+    const b = new LocalProvider({ baseDir, isolation: "none", warm: 3 });
+    const cold = new LocalProvider({ baseDir, isolation: "none", warm: 0 });
+    cleanups.push(
+      () => b.close(),
+      () => cold.close(),
+    );
+    await Promise.all([a.fillWarmPool(), b.fillWarmPool()]);
+    const warm = [...a.warmProcesses, ...b.warmProcesses].map((w) => w.run.pid);
+    // Three threads: warm against warm twice, then warm against a cold create.
+    for (const [thread, other] of [
+      ["same-1", b],
+      ["same-2", b],
+      ["same-3", cold],
+    ] as const) {
+      const [x, y] = await Promise.all([
+        a.create({ language: "python", threadId: thread }),
+        other.create({ language: "python", threadId: thread }),
+      ]);
+      expect(y.sandboxId).toBe(x.sandboxId);
+      await x.filesystem.write("/mnt/user-data/workspace/who.txt", thread);
+      expect(await y.filesystem.read("/mnt/user-data/workspace/who.txt")).toBe(thread);
+      // One sandboxd serves both: the same process answers each.
+      const [px, py] = await Promise.all([x, y].map((s) => s.commands.run("echo $PPID")));
+      expect(py!.stdout).toBe(px!.stdout);
+      expect(Number(px!.stdout)).toBe(await pidOf(baseDir, x.sandboxId));
+    }
+    // Every warm process either serves one of the threads or was stopped: none is left over.
+    const serving = await Promise.all(
+      ["same-1", "same-2", "same-3"].map((t) => pidOf(baseDir, `default.${t}`)),
+    );
+    const unclaimed = [...a.warmProcesses, ...b.warmProcesses].map((w) => w.run.pid);
+    await until("the losing claims' processes to stop", async () => {
+      const states = await Promise.all(
+        warm.filter((p) => !serving.includes(p) && !unclaimed.includes(p)).map(alive),
+      );
+      return states.every((s) => !s);
+    });
+  });
+
+  it("finishes a thread's sandbox whose maker died before writing its record", async () => {
+    const baseDir = await mkdtemp(join(tmpdir(), "sandpit-pool-"));
+    const provider = new LocalProvider({
+      baseDir,
+      isolation: "none",
+      warm: 1,
+      startTimeoutMs: 1_000,
+    });
+    cleanups.push(async () => {
+      await provider.close();
+      await rm(baseDir, { recursive: true, force: true });
+    });
+    // What a create leaves when killed between claiming the thread and writing the record.
+    const data = join(baseDir, "users", "default", "threads", "half", "user-data", "workspace");
+    await mkdir(data, { recursive: true });
+    await writeFile(join(data, "kept.txt"), "kept");
+    await provider.fillWarmPool();
+    const s = await provider.create({ language: "python", threadId: "half" });
+    expect(await s.filesystem.read("/mnt/user-data/workspace/kept.txt")).toBe("kept");
+    expect((await s.commands.run("echo ok")).stdout).toBe("ok\n");
+    expect((await provider.list()).map((i) => i.sandboxId)).toEqual(["default.half"]);
+    await s.kill();
   });
 
   it("keeps a warm-started sandbox's files across pause and resume, and removes them at kill (from any provider)", async () => {

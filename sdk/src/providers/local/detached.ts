@@ -7,9 +7,11 @@
  *
  * A pid alone could name an unrelated process after a reboot or wrap-around, so the run file
  * also keeps the process's start time, and nothing is attached to or signalled unless both match.
+ * Small files are read and written synchronously, as the record is (see ./records.ts).
  */
 import { execFile } from "node:child_process";
 import * as fs from "node:fs/promises";
+import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 
@@ -29,7 +31,7 @@ export interface RunRecord {
 
 export async function readRun(dir: string): Promise<RunRecord | null> {
   try {
-    return JSON.parse(await fs.readFile(join(dir, RUN_FILE), "utf8")) as RunRecord;
+    return JSON.parse(readFileSync(join(dir, RUN_FILE), "utf8")) as RunRecord;
   } catch {
     // Absent, or cut short by a crash mid-write: either way there is nothing to reach.
     return null;
@@ -39,13 +41,13 @@ export async function readRun(dir: string): Promise<RunRecord | null> {
 /** Created 0600 under a temporary name, then renamed: never readable by others, never half. */
 export async function writeRun(dir: string, record: RunRecord): Promise<void> {
   const tmp = join(dir, `.${RUN_FILE}.${process.pid}`);
-  await fs.rm(tmp, { force: true });
-  await fs.writeFile(tmp, JSON.stringify(record), { mode: 0o600, flag: "wx" });
-  await fs.rename(tmp, join(dir, RUN_FILE));
+  rmSync(tmp, { force: true });
+  writeFileSync(tmp, JSON.stringify(record), { mode: 0o600, flag: "wx" });
+  renameSync(tmp, join(dir, RUN_FILE));
 }
 
 export async function removeRun(dir: string): Promise<void> {
-  await fs.rm(join(dir, RUN_FILE), { force: true });
+  rmSync(join(dir, RUN_FILE), { force: true });
 }
 
 /**
@@ -54,7 +56,7 @@ export async function removeRun(dir: string): Promise<void> {
  */
 export async function startTimeOf(pid: number): Promise<string | null> {
   try {
-    const stat = await fs.readFile(`/proc/${pid}/stat`, "utf8");
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // Fields after the command name, which is in parentheses and may itself hold spaces.
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     if (fields[0] === "Z" || fields[0] === "X") return null;
@@ -143,7 +145,7 @@ export async function withStartLock<T>(
   const me = JSON.stringify({ pid: process.pid, startTime: await myStartTime });
   for (;;) {
     try {
-      await fs.writeFile(path, me, { flag: "wx", mode: 0o600 });
+      writeFileSync(path, me, { flag: "wx", mode: 0o600 });
       break;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
@@ -153,7 +155,7 @@ export async function withStartLock<T>(
       .then((t) => JSON.parse(t) as { pid: number; startTime: string | null })
       .catch(() => null);
     if (holder && (await startTimeOf(holder.pid)) !== holder.startTime) {
-      await fs.rm(path, { force: true });
+      rmSync(path, { force: true });
       continue;
     }
     if (Date.now() >= until) break; // A stuck holder: go ahead rather than hang.
@@ -162,6 +164,6 @@ export async function withStartLock<T>(
   try {
     return await fn();
   } finally {
-    await fs.rm(path, { force: true });
+    rmSync(path, { force: true });
   }
 }

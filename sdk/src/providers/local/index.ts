@@ -15,6 +15,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs/promises";
+import { mkdirSync, symlinkSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -75,6 +76,17 @@ const REAP_EVERY_MS = 1_000;
  * A dependency that does not resolve is not needed: the built SDK's sandboxd bundle has all but
  * node-pty inside, and node-pty (terminals only) is an optional peer dependency.
  */
+/** False when `make` failed because its path exists: another creator was first. */
+function madeFirst(make: () => unknown): boolean {
+  try {
+    make();
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "EEXIST") return false;
+    throw err;
+  }
+}
+
 async function sandboxdCodeDirs(): Promise<string[]> {
   const dirs = new Set([dirname(dirname(SANDBOXD_MAIN))]);
   const require = createRequire(SANDBOXD_MAIN);
@@ -122,9 +134,6 @@ class LocalSandbox implements SandboxdLifecycle {
   readonly record: SandboxRecord;
   readonly dir: string;
   private readonly provider: LocalProvider;
-  /** The warm process a fresh create took, adopted by the first connect. */
-  claim: WarmProcess | undefined;
-
   constructor(provider: LocalProvider, dir: string, record: SandboxRecord) {
     this.provider = provider;
     this.dir = dir;
@@ -155,31 +164,26 @@ class LocalSandbox implements SandboxdLifecycle {
   }
 
   private async attachOrStart(): Promise<SandboxdClient> {
-    const warm = this.claim;
-    this.claim = undefined;
     let run = await readRun(this.dir);
-    let client: SandboxdClient | undefined;
     if (!run || !(await isAlive(run))) {
       if (!(await fs.stat(this.dir).catch(() => null)))
         throw new SandboxError(`sandbox ${this.record.sandboxId} was killed`, "NOT_FOUND");
       if (run) await this.cleanUp(run);
-      const adopted = warm && (await this.provider.adopt(warm, this));
-      if (adopted) ({ run, client } = adopted);
-      else {
-        run = await this.provider.spawnSandboxd(this);
-        await writeRun(this.dir, run);
-      }
-    } else if (warm) {
-      // Another process started this sandbox's sandboxd first: the claim is not needed.
-      await this.provider.releaseWarm(warm);
+      run = await this.provider.spawnSandboxd(this);
+      await writeRun(this.dir, run);
     }
-    client ??= new SandboxdClient({
+    const client = new SandboxdClient({
       baseUrl: "http://sandboxd",
       socketPath: run.socketPath,
       token: run.token,
     });
-    this.state = { kind: "running", client, run };
+    this.attached(run, client);
     return client;
+  }
+
+  /** This process reaches sandboxd `run` through `client` (started, attached or adopted). */
+  attached(run: RunRecord, client: SandboxdClient): void {
+    this.state = { kind: "running", client, run };
   }
 
   /** Lets go of sandboxd in this process (connections, forwards); sandboxd keeps running. */
@@ -357,21 +361,13 @@ export class LocalProvider implements SandboxProvider {
         // bubblewrap's namespace, set before sandboxd runs; the environment goes through init.
         const warm =
           !o.mounts?.length && record.network === undefined ? this.pool?.take() : undefined;
-        try {
-          if (warm) {
-            await fs.mkdir(dir, { recursive: true });
-            await fs.symlink(warm.dataDir, join(dir, "user-data"));
-          } else {
-            await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
-          }
-          await writeRecord(dir, record);
-        } catch (err) {
-          if (warm) await this.pool!.discard(warm);
-          throw err;
-        }
-        const sandbox = new LocalSandbox(this, dir, record);
-        sandbox.claim = warm;
-        return sandbox;
+        const made = warm
+          ? await this.createWarm(dir, record, warm)
+          : await this.createCold(dir, record);
+        if (made) return made;
+        // Another process made this thread's sandbox at the same moment: it is that one.
+        fresh = false;
+        return this.madeElsewhere(dir, record);
       })();
     this.sandboxes.set(sandboxId, pending);
     let sandbox: LocalSandbox;
@@ -397,6 +393,67 @@ export class LocalProvider implements SandboxProvider {
     return this.instance(sandbox);
   }
 
+  /*
+   * A fresh thread's sandbox. Its `user-data` entry is the claim on the thread: made exclusively
+   * (a symlink to a warm process's data, or a directory), so of two processes creating the same
+   * thread at the same moment one makes it and the other gets null and waits for its record.
+   */
+
+  /** On a warm process: adopted before the record is written (see adopt()). */
+  private async createWarm(
+    dir: string,
+    record: SandboxRecord,
+    warm: WarmProcess,
+  ): Promise<LocalSandbox | null> {
+    try {
+      mkdirSync(dir, { recursive: true });
+      if (!madeFirst(() => symlinkSync(warm.dataDir, join(dir, "user-data")))) {
+        await this.pool!.discard(warm);
+        return null;
+      }
+    } catch (err) {
+      await this.pool!.discard(warm);
+      throw err;
+    }
+    const sandbox = new LocalSandbox(this, dir, record);
+    const adopted = await this.adopt(warm, sandbox);
+    // Not adopted (the process died): the first connect starts one on the same data.
+    if (adopted) sandbox.attached(adopted.run, adopted.client);
+    try {
+      await writeRecord(dir, record);
+    } catch (err) {
+      await sandbox.kill().catch(() => undefined);
+      throw err;
+    }
+    return sandbox;
+  }
+
+  /** Started by the first connect, under the start lock. */
+  private async createCold(dir: string, record: SandboxRecord): Promise<LocalSandbox | null> {
+    mkdirSync(dir, { recursive: true });
+    if (!madeFirst(() => mkdirSync(join(dir, "user-data")))) return null;
+    await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
+    await writeRecord(dir, record);
+    return new LocalSandbox(this, dir, record);
+  }
+
+  /**
+   * The sandbox another process is making for this thread, once its record is written. A maker
+   * that died before writing it left only the data: this create finishes the sandbox with its own
+   * record, and the first connect attaches to (or starts) sandboxd under the start lock.
+   */
+  private async madeElsewhere(dir: string, record: SandboxRecord): Promise<LocalSandbox> {
+    const until = Date.now() + this.options.startTimeoutMs;
+    for (;;) {
+      const made = await readRecord(dir);
+      if (made) return new LocalSandbox(this, dir, made);
+      if (Date.now() >= until) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await writeRecord(dir, record);
+    return new LocalSandbox(this, dir, record);
+  }
+
   /**
    * Starts the warm pool's processes (untimed set-up for callers that want the first create to be
    * a claim too); creates refill it in the background on their own.
@@ -412,8 +469,10 @@ export class LocalProvider implements SandboxProvider {
 
   /**
    * Adopts a warm process for a fresh sandbox: the sandbox's environment and its own token in one
-   * `/v1/init` (after which the bootstrap token opens nothing). Null when the process is no longer
-   * usable: it is stopped and the create starts one cold, on the same data directory.
+   * `/v1/init` (after which the bootstrap token opens nothing), and the run file. Both are done
+   * before the sandbox's record exists, so whoever finds the record finds sandboxd ready: the
+   * claim takes no start lock. Null when the process is no longer usable: it is stopped and the
+   * create starts one cold, on the same data directory.
    */
   async adopt(
     warm: WarmProcess,
@@ -421,14 +480,14 @@ export class LocalProvider implements SandboxProvider {
   ): Promise<{ run: RunRecord; client: SandboxdClient } | null> {
     const run = { ...warm.run, token: warm.token };
     try {
-      if (!(await this.pool!.alive(warm))) throw new Error("it exited");
-      // The run file goes out while init is on the wire: both before anyone can use the sandbox.
-      const [init, written] = await Promise.allSettled([
+      // The run file goes out while init is on the wire.
+      const [alive, init, written] = await Promise.allSettled([
+        this.pool!.alive(warm),
         warm.bootstrap.init({ token: warm.token, env: sandbox.record.envs }),
         writeRun(sandbox.dir, run),
       ]);
-      if (init.status === "rejected") throw init.reason;
-      if (written.status === "rejected") throw written.reason;
+      if (alive.status === "fulfilled" && !alive.value) throw new Error("it exited");
+      for (const r of [alive, init, written]) if (r.status === "rejected") throw r.reason;
     } catch (err) {
       this.logger?.warn({ err, pid: warm.run.pid }, "a warm local sandboxd could not be claimed");
       await removeRun(sandbox.dir);

@@ -188,6 +188,8 @@ export class WarmPool {
     };
     try {
       for (let i = 0; i < WARM_UP_COMMANDS; i++) await p.bootstrap.runCommand({ command: "true" });
+      // The claim's init runs warm too: an init that sets the bootstrap token again changes nothing.
+      await p.bootstrap.init({ token: run.token });
       await p.client.health();
     } catch (err) {
       await this.discard(p);
