@@ -106,10 +106,10 @@ async function instrument(provider: DockerProvider): Promise<Tracer> {
     }
   };
   const waitReady = provider.waitReady.bind(provider);
-  provider.waitReady = async (info) => {
+  provider.waitReady = async (...args) => {
     const start = now();
     try {
-      return await waitReady(info);
+      return await waitReady(...args);
     } finally {
       tracer.waitReady.push({ start, ms: now() - start });
     }

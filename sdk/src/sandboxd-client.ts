@@ -138,7 +138,7 @@ export class SandboxdClient {
   /** Requests not yet finished, which close() waits for. */
   private readonly inFlight = new Set<Promise<void>>();
   /** Where this client connects, and with which token (see ./sandboxd-connection.ts). */
-  readonly connection: SandboxdConnection;
+  connection: SandboxdConnection;
 
   constructor(opts: SandboxdClientOptions) {
     this.base = opts.baseUrl.replace(/\/+$/, "");
@@ -263,6 +263,10 @@ export class SandboxdClient {
   /** `timeoutMs` bounds the whole call; the default leaves room for installing packages. */
   async init(req: InitRequest, timeoutMs = 10 * 60_000): Promise<void> {
     await this.json("POST", "/v1/init", req, timeoutMs);
+    // The token this client had opens nothing now: it carries on, connections and all, with
+    // the one it set (a warm claim's first command reuses the connection that warmed it up).
+    this.headers.authorization = `Bearer ${req.token}`;
+    this.connection = { ...this.connection, token: req.token };
   }
 
   /**

@@ -1,20 +1,20 @@
 /**
  * The local provider's warm pool (sdk/src/providers/local/warm-pool.ts): a create claims a
  * pre-started blank sandboxd through /v1/init. Claims are exclusive, the pool refills, a process
- * that died is replaced and never handed out, the bootstrap token stops working at the claim,
+ * that died is replaced and never handed out, a claimed sandbox's token is in its run file only,
+ * two processes creating one thread make one sandbox,
  * unclaimed processes die with the process that owns the pool (even SIGKILLed) while claimed
  * ones live on, and bad pool options are INVALID_ARGUMENT.
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
-import { LocalProvider, SandboxError } from "@sandpit/sdk";
-import { SandboxdClient } from "../../sdk/src/sandboxd-client.ts";
+import { LocalProvider } from "@sandpit/sdk";
 import { bwrapAvailable } from "../../sdk/src/providers/local/bwrap.ts";
 import { startTimeOf } from "../../sdk/src/providers/local/detached.ts";
 
@@ -110,25 +110,30 @@ describe("local warm pool", () => {
     expect(await s.filesystem.read("/mnt/user-data/workspace/x.txt")).toBe("x");
   });
 
-  it("revokes the bootstrap token at the claim", async () => {
-    const { provider } = await newProvider(1);
+  it("keeps a claimed sandbox's token in its run file (0600) only: not in sandboxd's arguments or environment, nor the sandbox's", async () => {
+    const { provider, baseDir } = await newProvider(1);
     await provider.fillWarmPool();
     const { run } = provider.warmProcesses[0]!;
-    const bootstrap = new SandboxdClient({
-      baseUrl: "http://sandboxd",
-      socketPath: run.socketPath,
-      token: run.token,
-    });
-    cleanups.push(() => bootstrap.destroy());
-    expect((await bootstrap.runCommand({ command: "true" })).exitCode).toBe(0);
-    const s = await provider.create({ language: "python" });
-    expect((await s.commands.run("true")).exitCode).toBe(0);
-    const refused = await bootstrap.runCommand({ command: "true" }).then(
-      () => null,
-      (err: unknown) => err,
+    const s = await provider.create({ language: "python", envs: { SEEN: "yes" } });
+    const file = join(
+      baseDir,
+      "users",
+      "default",
+      "threads",
+      s.sandboxId.split(".")[1]!,
+      "sandboxd.json",
     );
-    expect(refused).toBeInstanceOf(SandboxError);
-    expect((refused as SandboxError).code).toBe("UNAUTHORIZED");
+    const record = JSON.parse(await readFile(file, "utf8")) as { pid: number; token: string };
+    expect(record.pid).toBe(run.pid);
+    expect(record.token).toMatch(/^[0-9a-f]{64}$/);
+    expect((await stat(file)).mode & 0o777).toBe(0o600);
+    const exposed = [
+      await readFile(`/proc/${run.pid}/cmdline`, "utf8"),
+      await readFile(`/proc/${run.pid}/environ`, "utf8"),
+      (await s.commands.run("env; cat /proc/$PPID/environ /proc/$PPID/cmdline")).stdout,
+    ];
+    expect(exposed[2]).toContain("SEEN=yes");
+    for (const text of exposed) expect(text).not.toContain(record.token);
   });
 
   it("makes one sandbox of a thread that two providers create at the same moment, warm or cold", async () => {

@@ -687,11 +687,18 @@ export class DockerProvider implements SandboxProvider {
    */
   async waitReady(info: ContainerInfo, claim?: Claim): Promise<SandboxdClient> {
     const tokens = await this.tokens.of(info);
-    // A warm container this process started answers already.
-    const { endpoint, client } =
-      claim?.client && info.endpoint
-        ? { endpoint: info.endpoint, client: clientAt(info.endpoint, tokens.live) }
-        : await this.answering(info, tokens.live);
+    // A warm container this process started answers already, on the connection that warmed it
+    // up: after the init that client carries the thread's token.
+    if (claim?.client) {
+      try {
+        await claim.client.init({ token: tokens.live, env: claim.env });
+      } catch (err) {
+        await claim.client.close();
+        throw err;
+      }
+      return claim.client;
+    }
+    const { endpoint, client } = await this.answering(info, tokens.live);
     try {
       if (claim || tokens.boot !== tokens.live) await handOver(endpoint, tokens, claim);
     } catch (err) {
@@ -979,6 +986,8 @@ export class DockerProvider implements SandboxProvider {
         // connection set-up; the claimer should not. The client (and its connection) is the
         // claimer's.
         for (let n = 0; n < 5; n++) await client.runCommand({ command: "true" });
+        // And the claim's init: one that sets the token the client has changes nothing.
+        await client.init({ token: client.connection.token });
         this.warmReady.push({ name, info, client });
         this.logger?.debug({ container: name }, "warm container ready");
       }
@@ -1094,7 +1103,7 @@ export class DockerProvider implements SandboxProvider {
  * refusal means it has the current one already (handed over since it started).
  */
 async function handOver(endpoint: string, tokens: SandboxTokens, claim?: Claim): Promise<void> {
-  const client = claim?.client ?? clientAt(endpoint, tokens.boot);
+  const client = clientAt(endpoint, tokens.boot);
   try {
     await client.init({ token: tokens.live, ...(claim ? { env: claim.env } : {}) });
   } catch (err) {

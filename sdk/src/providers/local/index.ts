@@ -468,8 +468,10 @@ export class LocalProvider implements SandboxProvider {
   }
 
   /**
-   * Adopts a warm process for a fresh sandbox: the sandbox's environment and its own token in one
-   * `/v1/init` (after which the bootstrap token opens nothing), and the run file. Both are done
+   * Adopts a warm process for a fresh sandbox: the run file, and the sandbox's environment in a
+   * `/v1/init` when it has one. The token stays the one this process drew when it started the
+   * warm process and passed on its stdin: no other process has ever held it, so there is nothing
+   * to revoke, and a create without an environment makes no round trip at all. Both are done
    * before the sandbox's record exists, so whoever finds the record finds sandboxd ready: the
    * claim takes no start lock. Null when the process is no longer usable: it is stopped and the
    * create starts one cold, on the same data directory.
@@ -478,12 +480,13 @@ export class LocalProvider implements SandboxProvider {
     warm: WarmProcess,
     sandbox: LocalSandbox,
   ): Promise<{ run: RunRecord; client: SandboxdClient } | null> {
-    const run = { ...warm.run, token: warm.token };
+    const { run } = warm;
+    const env = sandbox.record.envs;
     try {
       // The run file goes out while init is on the wire.
       const [alive, init, written] = await Promise.allSettled([
         this.pool!.alive(warm),
-        warm.bootstrap.init({ token: warm.token, env: sandbox.record.envs }),
+        Object.keys(env).length > 0 ? warm.client.init({ token: run.token, env }) : undefined,
         writeRun(sandbox.dir, run),
       ]);
       if (alive.status === "fulfilled" && !alive.value) throw new Error("it exited");
@@ -494,14 +497,13 @@ export class LocalProvider implements SandboxProvider {
       await this.releaseWarm(warm);
       return null;
     }
-    void warm.bootstrap.close().catch(() => undefined);
     return { run, client: warm.client };
   }
 
   /** Stops a warm process that was taken but not adopted; its data directory is the sandbox's now. */
   async releaseWarm(warm: WarmProcess): Promise<void> {
     await stopDetached(warm.run).catch(() => undefined);
-    await Promise.all([warm.bootstrap.destroy(), warm.client.destroy()]).catch(() => undefined);
+    await warm.client.destroy().catch(() => undefined);
     await fs.rm(dirname(warm.run.socketPath), { recursive: true, force: true });
   }
 

@@ -2,9 +2,10 @@
  * The local provider's warm pool: blank sandboxds started ahead of demand, so a create is a claim
  * (one `/v1/init` on an open connection) rather than a process start (~250 ms of Node start-up).
  * The same blank-then-init adoption as the Docker provider's warm containers and the Kubernetes
- * warm pods: a warm sandboxd serves an empty data directory with a bootstrap token only this
- * process knows; a claim sends the sandbox's environment and its own token, and sandboxd's
- * token gate then accepts only that token (the bootstrap one no longer opens anything).
+ * warm pods: a warm sandboxd serves an empty data directory with a token only this process knows
+ * (drawn here, passed on its stdin); a claim sends the sandbox's environment, if it has one, and
+ * the token becomes the sandbox's (written to its run file, 0600). Unlike a warm pod's, the token
+ * was never anywhere another party could read it, so a claim has nothing to revoke.
  *
  * A sandboxd's root is fixed when it starts, so a warm one serves `<baseDir>/data/<key>/user-data`
  * and a claim links the thread's `user-data` to it; the data stays there for the sandbox's life.
@@ -42,16 +43,9 @@ export interface WarmProcess {
   readonly key: string;
   /** The directory sandboxd serves (its root): `<baseDir>/data/<key>/user-data`. */
   readonly dataDir: string;
-  /** Its run record, with the bootstrap token. */
+  /** Its run record, with its token (the claimer's from the claim on). */
   readonly run: RunRecord;
-  /** With the bootstrap token: warmed up with a few commands, then sends the claim's init. */
-  readonly bootstrap: SandboxdClient;
-  /**
-   * The token the claimer's init will set, drawn now so that its client (`client`) has its
-   * connection open already (to the unauthenticated /healthz): the first command after a claim
-   * pays no connect. Known to this process only, and accepted by sandboxd only after init.
-   */
-  readonly token: string;
+  /** Warmed up with a few commands and an init; the claimer's client, its connection open. */
   readonly client: SandboxdClient;
   readonly child: ChildProcess;
 }
@@ -174,23 +168,21 @@ export class WarmPool {
       throw err;
     }
     const { run, child } = started;
-    const at = (token: string) =>
-      new SandboxdClient({ baseUrl: "http://sandboxd", socketPath: run.socketPath, token });
-    const token = randomBytes(32).toString("hex");
     const p: WarmProcess = {
       key,
       dataDir,
       run,
-      bootstrap: at(run.token),
-      token,
-      client: at(token),
+      client: new SandboxdClient({
+        baseUrl: "http://sandboxd",
+        socketPath: run.socketPath,
+        token: run.token,
+      }),
       child,
     };
     try {
-      for (let i = 0; i < WARM_UP_COMMANDS; i++) await p.bootstrap.runCommand({ command: "true" });
-      // The claim's init runs warm too: an init that sets the bootstrap token again changes nothing.
-      await p.bootstrap.init({ token: run.token });
-      await p.client.health();
+      for (let i = 0; i < WARM_UP_COMMANDS; i++) await p.client.runCommand({ command: "true" });
+      // A claim's init runs warm too: one that sets the same token again changes nothing.
+      await p.client.init({ token: run.token });
     } catch (err) {
       await this.discard(p);
       throw err;
@@ -210,7 +202,7 @@ export class WarmPool {
   /** Stops an unclaimed (or failed-to-claim) process and removes its directories. */
   async discard(p: WarmProcess): Promise<void> {
     p.child.removeAllListeners("exit");
-    await Promise.all([p.bootstrap.destroy(), p.client.destroy()]).catch(() => undefined);
+    await p.client.destroy().catch(() => undefined);
     await stopDetached(p.run).catch(() => undefined);
     this.tell(`del ${p.run.pid}`);
     await this.removeDirs(p.key);
