@@ -1,6 +1,7 @@
 /**
  * A Sandbox's status writes: one apply when anything changed, and while a start drags on, its
- * shown progress (the Ready condition's reason) rewritten at most once per PROGRESS_EVERY_MS.
+ * shown progress (the Ready condition's reason, its moves between Pending and Starting)
+ * rewritten at most once per PROGRESS_EVERY_MS, a held-back write saying so (heldBack).
  */
 import { describe, expect, it } from "vitest";
 import type { Sandbox } from "../src/api/index.ts";
@@ -22,8 +23,10 @@ function writer() {
   const { ctx, writes } = fakeCtx({});
   ctx.progressShown = new Expectations(PROGRESS_EVERY_MS);
   let current = sandbox();
+  let built: SandboxStatusBuilder | undefined;
+  const last = () => built!;
   const step = async (f: (st: SandboxStatusBuilder) => void) => {
-    const st = new SandboxStatusBuilder(current, new Date());
+    const st = (built = new SandboxStatusBuilder(current, new Date()));
     f(st);
     const before = writes.length;
     await st.write(ctx);
@@ -32,7 +35,7 @@ function writer() {
     }
     return writes.length > before;
   };
-  return { step, ctx };
+  return { step, ctx, last };
 }
 
 describe("status writes", () => {
@@ -71,5 +74,28 @@ describe("status writes", () => {
     );
     // Ready is never held back.
     expect(await step((st) => st.phaseIs("Ready", "SandboxReady", "ready"))).toBe(true);
+  });
+
+  it("holds back a start's moves between Pending and Starting like its reasons, and says so", async () => {
+    const { step, ctx, last } = writer();
+    expect(await step((st) => st.phaseIs("Starting", "PodCreated", "pod made"))).toBe(true);
+    expect(last().heldBack).toBe(false);
+    // Not on a node yet, then on one: progress, held within the window.
+    expect(await step((st) => st.phaseIs("Pending", "Unschedulable", "0/1 nodes"))).toBe(false);
+    expect(last().heldBack).toBe(true);
+    expect(await step((st) => st.phaseIs("Starting", "ContainerCreating", "starting"))).toBe(false);
+    // The window over: the move goes out, and opens a new window.
+    ctx.progressShown.observed("uid-s");
+    expect(await step((st) => st.phaseIs("Pending", "Unschedulable", "0/1 nodes"))).toBe(true);
+    expect(last().heldBack).toBe(false);
+    expect(await step((st) => st.phaseIs("Starting", "ContainerCreating", "starting"))).toBe(false);
+    // A move out of a start is not progress: Failed goes at once.
+    expect(await step((st) => st.phaseIs("Failed", "TooManyRecreations", "gave up"))).toBe(true);
+  });
+
+  it("writes the first move into a start at once, after Ready too", async () => {
+    const { step } = writer();
+    expect(await step((st) => st.phaseIs("Ready", "SandboxReady", "ready"))).toBe(true);
+    expect(await step((st) => st.phaseIs("Pending", "Unschedulable", "pod gone"))).toBe(true);
   });
 });

@@ -19,6 +19,7 @@ import * as transforms from "../src/kube/transforms.ts";
 import { claimable } from "../src/pool/warm.ts";
 import type { PoolMembership } from "../src/sandbox/membership.ts";
 import { reconcileSandbox } from "../src/sandbox/reconciler.ts";
+import { PROGRESS_EVERY_MS } from "../src/sandbox/status.ts";
 import { dataClaim, newToken, pod as podManifest, tokenSecret } from "../src/workload/manifests.ts";
 import { egressPolicy, isolationPolicy, networkKey } from "../src/workload/network.ts";
 import { effectiveSpec } from "../src/workload/spec.ts";
@@ -171,7 +172,12 @@ const noPool: PoolMembership = {
 };
 
 /** Reconciles `sbx` from caches holding `objects` (transformed or not); what it wrote and said. */
-async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolean) {
+async function reconcileFrom(
+  sbx: Sandbox,
+  objects: Objects,
+  transformed: boolean,
+  progressShownRecently = false,
+) {
   const writes: unknown[] = [];
   const t = <T extends KObject>(list: KObject[] | undefined, f: transforms.Transform<T>) =>
     new FakeInformer(
@@ -217,6 +223,7 @@ async function reconcileFrom(sbx: Sandbox, objects: Objects, transformed: boolea
     enqueueSandbox: () => undefined,
     enqueuePool: () => undefined,
   };
+  if (progressShownRecently) ctx.progressShown.expect(sbx.metadata.uid!);
   const result = await reconcileSandbox(
     ctx,
     noPool,
@@ -557,5 +564,42 @@ describe("a warm pod from a transformed cache", () => {
       { data: { key: "a2V5", other: "b3RoZXI=" } },
     );
     expect(transforms.secret(s).data).toEqual({ key: "a2V5" });
+  });
+});
+
+describe("a start whose progress was shown a moment ago", () => {
+  const starting = () => {
+    const sbx = sandbox("slow", {}, { phase: "Starting", podName: "slow", startedAt: "x" });
+    const objects = children(sbx, {
+      phase: "Pending",
+      conditions: [
+        { type: "PodScheduled", status: "False", reason: "Unschedulable", message: "0/1 nodes" },
+      ],
+    });
+    return { sbx, objects };
+  };
+  const statusWrites = (w: unknown[]) =>
+    w.filter((x) => (x as string[])[0] === "apply" && (x as string[])[1] === "sandboxes");
+
+  test("writes its progress when none was shown within the window", async () => {
+    const { sbx, objects } = starting();
+    const { writes } = await reconcileFrom(sbx, objects, true);
+    expect(statusWrites(writes)).toHaveLength(1);
+  });
+
+  test("holds a move to Pending back, and comes back for it within the window", async () => {
+    const { sbx, objects } = starting();
+    // The status as the last write left it, but Starting: the pod not scheduled moves it to
+    // Pending, a move within the start.
+    const written = statusWrites((await reconcileFrom(sbx, objects, true)).writes)[0] as unknown[];
+    const status = structuredClone((written[2] as { status: Sandbox["status"] }).status)!;
+    expect(status.phase).toBe("Pending");
+    status.phase = "Starting";
+    status.conditions = status.conditions!.filter((c) => c.type !== "Ready");
+    const before = sandbox("slow", {}, status);
+    const { writes, result } = await reconcileFrom(before, objects, true, true);
+    expect(statusWrites(writes)).toEqual([]);
+    expect(result?.requeueAfterMs).toBeGreaterThan(0);
+    expect(result?.requeueAfterMs).toBeLessThanOrEqual(PROGRESS_EVERY_MS);
   });
 });

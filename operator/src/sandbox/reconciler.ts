@@ -60,7 +60,7 @@ import {
   suspensionOf,
 } from "./lifecycle.ts";
 import type { PoolMembership } from "./membership.ts";
-import { SandboxStatusBuilder } from "./status.ts";
+import { PROGRESS_EVERY_MS, SandboxStatusBuilder } from "./status.ts";
 
 /** A PVC that has not bound by then is probably WaitForFirstConsumer: create the pod anyway. */
 const BIND_WAIT_MS = 2_000;
@@ -205,6 +205,10 @@ export async function reconcileSandbox(
     };
   }
   await st.write(ctx);
+  if (st.heldBack) {
+    const soon = Math.min(result?.requeueAfterMs ?? PROGRESS_EVERY_MS, PROGRESS_EVERY_MS);
+    return { ...result, requeueAfterMs: soon };
+  }
   return result;
 }
 

@@ -17,14 +17,17 @@ import { canonical } from "../kube/canonical.ts";
 type Phase = NonNullable<SandboxStatus["phase"]>;
 
 /**
- * A starting sandbox's shown progress (its conditions: the Ready condition's reason and message,
- * whether its disk is held to its size) is rewritten at most this often: in a burst each sandbox
- * passes through several of them while it starts, and a write for each made the statuses most
- * of the operator's writes. Any other field (the phase, the pod, the endpoint, what was
- * initialised) is written at once, the progress with it; so is the progress of the first write
- * after the window (the reconciles that report progress come back within seconds).
+ * A starting sandbox's shown progress is rewritten at most this often: its conditions (the Ready
+ * condition's reason and message, whether its disk is held to its size) and its moves between
+ * Pending (not on a node yet) and Starting (on one). In a burst each sandbox passes through
+ * several of them while it starts, and a write for each made the statuses most of the
+ * operator's writes. Any other field (the pod, the endpoint, what was initialised), and Ready,
+ * is written at once, the progress with it. Progress held back is written by the first
+ * reconcile after the window, which the reconciler makes sure comes (heldBack).
  */
 export const PROGRESS_EVERY_MS = 10_000;
+/** The phases of a start, between which a move is progress. */
+const STARTING: ReadonlySet<string> = new Set(["Pending", "Starting"]);
 type Owned = Omit<SandboxStatus, "lastActivityTime">;
 
 export class SandboxStatusBuilder {
@@ -32,8 +35,9 @@ export class SandboxStatusBuilder {
   readonly now: string;
   #next: Owned;
   readonly #before: string;
-  /** The status as it is now, but its conditions. */
+  /** The status as it is now, but its progress (conditions and phase). */
   readonly #beforeFields: string;
+  #heldBack = false;
 
   constructor(sandbox: Sandbox, now: Date) {
     this.sandbox = sandbox;
@@ -41,7 +45,7 @@ export class SandboxStatusBuilder {
     const { lastActivityTime: _ignored, ...owned } = sandbox.status ?? {};
     this.#next = structuredClone(owned);
     this.#before = canonical(this.#next);
-    this.#beforeFields = canonical({ ...this.#next, conditions: undefined });
+    this.#beforeFields = canonical({ ...this.#next, conditions: undefined, phase: undefined });
   }
 
   get current(): Readonly<Owned> {
@@ -89,10 +93,18 @@ export class SandboxStatusBuilder {
     return canonical(this.#next) !== this.#before;
   }
 
-  /** Whether all that changed is the progress of a start already shown as Starting. */
+  /** Whether all that changed is the progress of a start already shown as one. */
   get onlyProgress(): boolean {
-    if (this.sandbox.status?.phase !== "Starting" || this.#next.phase !== "Starting") return false;
-    return canonical({ ...this.#next, conditions: undefined }) === this.#beforeFields;
+    const [was, next] = [this.sandbox.status?.phase, this.#next.phase];
+    if (!was || !next || !STARTING.has(was) || !STARTING.has(next)) return false;
+    return (
+      canonical({ ...this.#next, conditions: undefined, phase: undefined }) === this.#beforeFields
+    );
+  }
+
+  /** The last write() held progress back: a reconcile must come within PROGRESS_EVERY_MS. */
+  get heldBack(): boolean {
+    return this.#heldBack;
   }
 
   /**
@@ -104,12 +116,13 @@ export class SandboxStatusBuilder {
     this.#next.observedGeneration = this.sandbox.metadata.generation;
     if (!this.changed) return;
     const { name, namespace, resourceVersion, uid } = this.sandbox.metadata;
-    if (this.onlyProgress && ctx.progressShown.pending(uid!)) return;
+    this.#heldBack = this.onlyProgress && ctx.progressShown.pending(uid!);
+    if (this.#heldBack) return;
     await ctx.kube.apply(
       SANDBOXES,
       { metadata: { name, namespace: namespace!, resourceVersion }, status: this.#next },
       "status",
     );
-    if (this.#next.phase === "Starting") ctx.progressShown.expect(uid!);
+    if (STARTING.has(this.#next.phase ?? "")) ctx.progressShown.expect(uid!);
   }
 }
