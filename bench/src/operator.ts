@@ -171,6 +171,33 @@ async function cpuSeconds(pid: number): Promise<number> {
   return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ)
 }
 
+/**
+ * CPU seconds each of the test cluster's own processes (API server, etcd, kubelet, kube-router,
+ * ...: the pid files the cluster keeps) has used so far; its containers' processes are not
+ * among them. Read before and after each side of the burst: where the machine's time went.
+ */
+async function clusterCpu(): Promise<Record<string, number>> {
+  const dir = join(CLUSTER_STATE, "pids");
+  const out: Record<string, number> = {};
+  for (const name of (await readdir(dir).catch(() => [])).sort()) {
+    const pid = Number((await readFile(join(dir, name), "utf8").catch(() => "")).trim());
+    if (pid > 0) {
+      const s = await cpuSeconds(pid).catch(() => undefined);
+      if (s !== undefined) out[name] = s;
+    }
+  }
+  return out;
+}
+
+/** `after` − `before`, per component present in both. */
+function cpuSpent(before: Record<string, number>, after: Record<string, number>) {
+  return Object.fromEntries(
+    Object.entries(after)
+      .filter(([k]) => before[k] !== undefined)
+      .map(([k, v]) => [k, Math.round((v - before[k]!) * 10) / 10]),
+  );
+}
+
 interface PhaseCost {
   samples: number;
   elapsedS: number;
@@ -583,11 +610,15 @@ async function burst(m: Main, count = BURST) {
 async function burstAndFloor(m: Main, count: number) {
   const floorStart = await settleCpu(SETTLE_MS);
   log(`bare burst: ${count} pods at once (CPU ${(floorStart.cpuBusy * 100).toFixed(0)}% busy)`);
-  const floor = await bareBurst(m, count);
+  const floorCpu0 = await clusterCpu();
+  const floor = { ...(await bareBurst(m, count)), clusterCpuS: {} as Record<string, number> };
+  floor.clusterCpuS = cpuSpent(floorCpu0, await clusterCpu());
   log(`bare burst: ${floor.ready} Ready, the last after ${(floor.wallMs / 1000).toFixed(1)} s`);
   const sandboxStart = await settleCpu(SETTLE_MS);
   log(`burst: ${count} Sandboxes at once (CPU ${(sandboxStart.cpuBusy * 100).toFixed(0)}% busy)`);
-  const sandboxes = await burst(m, count);
+  const sandboxesCpu0 = await clusterCpu();
+  const sandboxes = { ...(await burst(m, count)), clusterCpuS: {} as Record<string, number> };
+  sandboxes.clusterCpuS = cpuSpent(sandboxesCpu0, await clusterCpu());
   log(`burst: ${sandboxes.ready} Ready, the last after ${(sandboxes.wallMs / 1000).toFixed(1)} s`);
   return { count, floor, floorStart, sandboxes, sandboxStart };
 }
@@ -1387,6 +1418,30 @@ Sandboxes / floor: ${(b.sandboxes.wallMs / b.floor.wallMs).toFixed(2)}x; the ope
     sum(b.sandboxes.cost.writes, (k) => !isEvent(k) && !isLease(k)),
     b.count,
   )}.
+${clusterCpuTable(b)}`;
+}
+
+/** CPU seconds of the cluster's own processes over each side, from creates to cleanup's end. */
+function clusterCpuTable(b: {
+  floor: { clusterCpuS?: Record<string, number> };
+  sandboxes: { clusterCpuS?: Record<string, number>; cost: PhaseCost };
+}): string {
+  const f = b.floor.clusterCpuS;
+  const s = b.sandboxes.clusterCpuS;
+  if (!f || !s) return "";
+  const names = Object.keys(s).filter((k) => f[k] !== undefined);
+  const total = (x: Record<string, number>) => names.reduce((a, k) => a + x[k]!, 0);
+  const rows = names
+    .sort((x, y) => s[y]! - s[x]!)
+    .map((k) => `| ${k} | ${f[k]!.toFixed(1)} | ${s[k]!.toFixed(1)} |`);
+  return `
+CPU seconds of the cluster's own processes over each side (creates, Ready, deletion and cleanup; the pods' own processes not included), the operator apart:
+
+| process | bare pods (floor) | Sandboxes |
+| --- | ---: | ---: |
+${rows.join("\n")}
+| all of the above | ${total(f).toFixed(1)} | ${total(s).toFixed(1)} |
+| the operator | – | ${b.sandboxes.cost.operatorCpuS.toFixed(1)} |
 `;
 }
 

@@ -18,6 +18,8 @@
  *   node_modules/.bin/node bench/src/provisioner.ts --report   (the section again from the JSON)
  *   SANDPIT_BENCH_SMOKE=1 node_modules/.bin/node bench/src/provisioner.ts   (a few samples of
  *   each part; nothing is written)
+ *   node_modules/.bin/node bench/src/provisioner.ts --burst-only [--reservation N]   (part 3
+ *   alone, optionally with the provisioner holding N warm pods per pool; nothing is written)
  */
 import { readFile } from "node:fs/promises";
 import { createServer } from "node:http";
@@ -67,6 +69,14 @@ const HEADING = "## Provisioner";
 const SMOKE = process.env.SANDPIT_BENCH_SMOKE === "1";
 /** `--burst-only`: part 3 alone, with a check of which pod each sandbox got; nothing is written. */
 const BURST_ONLY = process.argv.includes("--burst-only");
+/**
+ * `--reservation N`: the provisioner's warm reservation per pool (SANDPIT_WARM_RESERVATION),
+ * to see what holding more warm pods ahead of a burst does; the provisioner's default otherwise.
+ */
+const RESERVATION_ARG = process.argv.indexOf("--reservation");
+const RESERVATION_SIZE = RESERVATION_ARG > 0 ? process.argv[RESERVATION_ARG + 1] : undefined;
+if (RESERVATION_SIZE !== undefined && !/^\d+$/.test(RESERVATION_SIZE))
+  throw new Error(`--reservation takes a count, not ${JSON.stringify(RESERVATION_SIZE)}`);
 const COLD = SMOKE ? 3 : 20;
 const WARM = SMOKE ? 5 : 50;
 const WARM_ATTEMPTS = WARM + 20; // samples that turn out not to be adoptions are retried, this far
@@ -982,7 +992,10 @@ async function main(): Promise<void> {
           maxSandboxes: 1000,
         },
       ],
-      env: { SANDPIT_LOG_LEVEL: "debug" },
+      env: {
+        SANDPIT_LOG_LEVEL: "debug",
+        ...(RESERVATION_SIZE ? { SANDPIT_WARM_RESERVATION: RESERVATION_SIZE } : {}),
+      },
     });
     const pods = new Tracker(c.kc, `/api/v1/namespaces/${ns}/pods`, {
       running: podRunning,
