@@ -1014,6 +1014,9 @@ async function main(): Promise<void> {
       // The burst alone, to look into it: printed, nothing written.
       const bu = await burst(m);
       log(`burst: ${bu.ok}/${bu.issued} answered; failures: ${bu.failures.join("; ") || "none"}`);
+      log(
+        `burst: ${bu.adopted} adopted a warm pod; the last answered after ${ms(bu.wallMs)} ms, each create p50 / p90 / p99 ${ms(bu.perCreate.p50)} / ${ms(bu.perCreate.p90)} / ${ms(bu.perCreate.p99)} ms; ${bu.commandsOk} first commands done, the last ${ms(bu.commandsWallMs)} ms after the first POST`,
+      );
       return;
     }
     const af = await apiFloor(m);
