@@ -71,11 +71,6 @@ const RUN_ROOT = join(tmpdir(), `sandpit-${process.getuid?.() ?? "u"}`);
 /** How often the reaper looks at lifetimes and idleness. */
 const REAP_EVERY_MS = 1_000;
 
-/**
- * Host directories sandboxd's code needs: its package and the node_modules its imports load from.
- * A dependency that does not resolve is not needed: the built SDK's sandboxd bundle has all but
- * node-pty inside, and node-pty (terminals only) is an optional peer dependency.
- */
 /** False when `make` failed because its path exists: another creator was first. */
 function madeFirst(make: () => unknown): boolean {
   try {
@@ -87,6 +82,11 @@ function madeFirst(make: () => unknown): boolean {
   }
 }
 
+/**
+ * Host directories sandboxd's code needs: its package and the node_modules its imports load from.
+ * A dependency that does not resolve is not needed: the built SDK's sandboxd bundle has all but
+ * node-pty inside, and node-pty (terminals only) is an optional peer dependency.
+ */
 async function sandboxdCodeDirs(): Promise<string[]> {
   const dirs = new Set([dirname(dirname(SANDBOXD_MAIN))]);
   const require = createRequire(SANDBOXD_MAIN);
