@@ -1,6 +1,7 @@
 /**
  * The local provider's warm pool: blank sandboxds started ahead of demand, so a create is a claim
- * (one `/v1/init` on an open connection) rather than a process start (~250 ms of Node start-up).
+ * (a link and two small files, and a `/v1/init` on an open connection when the sandbox has an
+ * environment) rather than a process start (~250 ms of Node start-up).
  * The same blank-then-init adoption as the Docker provider's warm containers and the Kubernetes
  * warm pods: a warm sandboxd serves an empty data directory with a token only this process knows
  * (drawn here, passed on its stdin); a claim sends the sandbox's environment, if it has one, and
