@@ -189,13 +189,19 @@ async function clusterCpu(): Promise<Record<string, number>> {
   return out;
 }
 
-/** `after` − `before`, per component present in both. */
-function cpuSpent(before: Record<string, number>, after: Record<string, number>) {
-  return Object.fromEntries(
+/** What `f` returns, with the CPU seconds each cluster process used meanwhile (clusterCpuS). */
+async function withClusterCpu<T extends object>(
+  f: () => Promise<T>,
+): Promise<T & { clusterCpuS: Record<string, number> }> {
+  const before = await clusterCpu();
+  const result = await f();
+  const after = await clusterCpu();
+  const clusterCpuS = Object.fromEntries(
     Object.entries(after)
       .filter(([k]) => before[k] !== undefined)
       .map(([k, v]) => [k, Math.round((v - before[k]!) * 10) / 10]),
   );
+  return { ...result, clusterCpuS };
 }
 
 interface PhaseCost {
@@ -610,15 +616,11 @@ async function burst(m: Main, count = BURST) {
 async function burstAndFloor(m: Main, count: number) {
   const floorStart = await settleCpu(SETTLE_MS);
   log(`bare burst: ${count} pods at once (CPU ${(floorStart.cpuBusy * 100).toFixed(0)}% busy)`);
-  const floorCpu0 = await clusterCpu();
-  const floor = { ...(await bareBurst(m, count)), clusterCpuS: {} as Record<string, number> };
-  floor.clusterCpuS = cpuSpent(floorCpu0, await clusterCpu());
+  const floor = await withClusterCpu(() => bareBurst(m, count));
   log(`bare burst: ${floor.ready} Ready, the last after ${(floor.wallMs / 1000).toFixed(1)} s`);
   const sandboxStart = await settleCpu(SETTLE_MS);
   log(`burst: ${count} Sandboxes at once (CPU ${(sandboxStart.cpuBusy * 100).toFixed(0)}% busy)`);
-  const sandboxesCpu0 = await clusterCpu();
-  const sandboxes = { ...(await burst(m, count)), clusterCpuS: {} as Record<string, number> };
-  sandboxes.clusterCpuS = cpuSpent(sandboxesCpu0, await clusterCpu());
+  const sandboxes = await withClusterCpu(() => burst(m, count));
   log(`burst: ${sandboxes.ready} Ready, the last after ${(sandboxes.wallMs / 1000).toFixed(1)} s`);
   return { count, floor, floorStart, sandboxes, sandboxStart };
 }

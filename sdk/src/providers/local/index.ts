@@ -432,7 +432,7 @@ export class LocalProvider implements SandboxProvider {
   private async createCold(dir: string, record: SandboxRecord): Promise<LocalSandbox | null> {
     mkdirSync(dir, { recursive: true });
     if (!madeFirst(() => mkdirSync(join(dir, "user-data")))) return null;
-    await fs.mkdir(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
+    mkdirSync(join(dir, "user-data", ".sandpit", "home"), { recursive: true });
     await writeRecord(dir, record);
     return new LocalSandbox(this, dir, record);
   }
