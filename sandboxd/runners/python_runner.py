@@ -4,17 +4,34 @@ argv: <code file> <error file>. The code runs as __main__ under the filename "<c
 tracebacks show the user's lines but never a host path. An uncaught exception is written to the
 error file as JSON {name, message, traceback} (sandboxd turns it into CodeExecutionResult.error),
 printed to stderr as Python would, and the process exits 1.
+
+argv: --spare <ms>. A spare runner (sandboxd/src/spare-runner.ts), started at <ms> (ms since
+the epoch): the interpreter starts ahead of the cell and waits for one line on stdin, JSON
+{code, error, cwd, env}: the two files as above, the cell's working directory and its whole
+environment, which replace the ones it started with. sandboxd hands it a cell only when every
+variable read at interpreter start-up is the same. What start-up read from disk (the site
+directories and every directory on sys.path) must not change under it:
+- a directory changed after the view of it was taken (a package installed, a .pth file or
+  sitecustomize written, the user site made);
+- or changed shortly before the spare started, so perhaps while start-up read it (UNSURE_NS).
+Then the cell must not run here: the runner writes {"stale": true} to the error file and exits
+STALE_EXIT without running it; sandboxd then starts a fresh one.
 """
 import json
 import linecache
+import os
+import site
 import sys
 import traceback
 
 FILENAME = "<code>"
+STALE_EXIT = 75
+# A change this close before the spare started may have raced start-up's reads (and a file
+# system may keep mtimes to the second).
+UNSURE_NS = 2_000_000_000
 
 
-def main() -> int:
-    code_path, error_path = sys.argv[1], sys.argv[2]
+def main(code_path: str, error_path: str) -> int:
     with open(code_path, encoding="utf-8") as f:
         source = f.read()
     # Let tracebacks show source lines for the pseudo file name.
@@ -44,8 +61,45 @@ def main() -> int:
     return 0
 
 
+def startup_view() -> list:
+    """What interpreter start-up read from disk: each site and sys.path directory's mtime."""
+    dirs = list(sys.path[1:])  # sys.path[0] is this runner's own directory
+    try:
+        dirs += site.getsitepackages()
+        dirs.append(site.getusersitepackages())
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    view = []
+    for d in dirs:
+        try:
+            view.append((d, os.stat(d or ".").st_mtime_ns))
+        except OSError:
+            view.append((d, None))
+    return view
+
+
+def spare(spawned_ns: int) -> int:
+    before = startup_view()
+    unsure = any(m is not None and m >= spawned_ns - UNSURE_NS for _, m in before)
+    line = sys.stdin.readline()
+    if not line:
+        return 0  # sandboxd let this spare go
+    cell = json.loads(line)
+    if unsure or startup_view() != before:
+        with open(cell["error"], "w", encoding="utf-8") as f:
+            json.dump({"stale": True}, f)
+        return STALE_EXIT
+    os.chdir(cell["cwd"])
+    os.environ.clear()
+    os.environ.update(cell["env"])
+    return main(cell["code"], cell["error"])
+
+
 if __name__ == "__main__":
-    status = main()
+    if sys.argv[1] == "--spare":
+        status = spare(int(sys.argv[2]) * 1_000_000)
+    else:
+        status = main(sys.argv[1], sys.argv[2])
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(status)

@@ -4,6 +4,7 @@
  * a CodeExecutionResult built from the runner's structured error. Isolation is whatever
  * sandboxd itself runs in (a container, a pod, or bubblewrap started by the local provider).
  */
+import type { ChildProcessWithoutNullStreams } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -18,7 +19,8 @@ import type { ExecuteCodeRequest, InstallPackagesRequest, RunCommandRequest } fr
 import type { Interpreters } from "./environment.ts";
 import { RUNNERS, RUNNERS_DIR } from "./runners.ts";
 import type { JailPath, PathJail } from "./jail.ts";
-import { runProcess } from "./process.ts";
+import { runProcess, superviseProcess } from "./process.ts";
+import { STALE_EXIT, SpareRunner } from "./spare-runner.ts";
 
 export interface ExecutorOptions {
   jail: PathJail;
@@ -36,9 +38,20 @@ export class Executor {
   /** Sandbox-wide environment, set at start and by warm-pool adoption (/v1/init). */
   private sandboxEnv: Record<string, string> = {};
   private readonly rootRef: RegExp;
+  /** A Python interpreter started ahead of the next cell (spare-runner.ts). */
+  private readonly spare: SpareRunner;
 
   constructor(opts: ExecutorOptions) {
     this.opts = opts;
+    this.spare = new SpareRunner(async () => {
+      const interp = await opts.interpreters;
+      return {
+        file: interp.python,
+        args: ["-u", join(RUNNERS_DIR, RUNNERS.python), "--spare"],
+        cwd: opts.jail.hostPath(await this.existingDir(undefined)),
+        env: this.processEnv(),
+      };
+    });
     this.rootRef = new RegExp(
       `${opts.jail.virtualRoot.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![\\w.-])`,
       "g",
@@ -47,6 +60,17 @@ export class Executor {
 
   setSandboxEnv(env: Record<string, string>): void {
     this.sandboxEnv = { ...this.sandboxEnv, ...env };
+    this.spare.renew(this.processEnv());
+  }
+
+  /** Starts the spare interpreter for the first cell (sandboxd has answered its first request). */
+  prepare(): void {
+    this.spare.fill();
+  }
+
+  /** Lets the spare interpreter go (sandboxd stops). */
+  close(): void {
+    this.spare.close();
   }
 
   async runCommand(
@@ -79,6 +103,23 @@ export class Executor {
     const code = this.inSandbox(codePath);
     const error = this.inSandbox(errorPath);
     try {
+      if (req.language === "python") {
+        // The spare interpreter, when it is what a fresh start would be (spare-runner.ts).
+        const spare = this.spare.take(this.processEnv(req.env));
+        if (spare) {
+          const cell = { code, error, cwd: this.inSandbox(cwd), env: this.processEnv(req.env) };
+          const result = await this.spawn(spare, {
+            cwd,
+            stdin: `${JSON.stringify(cell)}\n`,
+            timeoutMs: req.timeoutMs,
+            signal,
+          });
+          if (!(result.exitCode === STALE_EXIT && (await this.declined(errorPath)))) {
+            const reported = await this.readError(errorPath);
+            return toCodeResult(result, reported, req.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+          }
+        }
+      }
       const argv =
         req.language === "python"
           ? [interp.python, "-u", join(RUNNERS_DIR, RUNNERS.python), code, error]
@@ -100,6 +141,8 @@ export class Executor {
     } finally {
       await jail.remove(codePath, false).catch(() => undefined);
       await jail.remove(errorPath, false).catch(() => undefined);
+      // The next cell's interpreter starts now, after everything this one changed.
+      if (req.language === "python") this.spare.fill();
     }
   }
 
@@ -153,6 +196,7 @@ export class Executor {
       cwd: await this.existingDir(undefined),
       timeoutMs: req.timeoutMs ?? 10 * 60_000,
     });
+    if (req.language === "python") this.spare.discard();
     if (result.timedOut)
       throw new SandboxdError("TIMEOUT", `installing ${req.packages.join(" ")} timed out`);
     if (result.exitCode !== 0) {
@@ -219,6 +263,20 @@ export class Executor {
       : text.replaceAll(jail.realRoot, jail.virtualRoot);
   }
 
+  /** Whether the spare runner declined the cell: what it started with has changed (spare-runner.ts). */
+  private async declined(p: JailPath): Promise<boolean> {
+    try {
+      const { fh } = await this.opts.jail.openFileForRead(p);
+      try {
+        return (JSON.parse(await fh.readFile("utf8")) as { stale?: unknown }).stale === true;
+      } finally {
+        await fh.close();
+      }
+    } catch {
+      return false;
+    }
+  }
+
   private async readError(
     p: JailPath,
   ): Promise<{ name: string; message: string; traceback?: string } | null> {
@@ -244,8 +302,9 @@ export class Executor {
     }
   }
 
+  /** Runs `what`: a command line to start, or a spare interpreter already started. */
   private async spawn(
-    argv: string[],
+    what: string[] | ChildProcessWithoutNullStreams,
     o: {
       cwd: JailPath;
       env?: Record<string, string> | undefined;
@@ -256,22 +315,28 @@ export class Executor {
     },
   ): Promise<RunCommandResult> {
     const { jail } = this.opts;
-    const env = this.processEnv(o.env);
-    const [file, ...args] = argv as [string, ...string[]];
     const onChunk = o.onChunk;
+    const run = {
+      stdin: o.stdin,
+      timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+      outputCapBytes: this.opts.outputCapBytes,
+      // A chunk boundary can split a path; streamed output is masked chunk by chunk.
+      onChunk:
+        onChunk &&
+        ((s: "stdout" | "stderr", d: string, off: number) => onChunk(s, this.virtualise(d), off)),
+      signal: o.signal,
+    };
+    const file = Array.isArray(what) ? what[0]! : what.spawnfile;
     try {
-      const r = await runProcess({
-        file,
-        args,
-        cwd: jail.hostPath(o.cwd),
-        env,
-        stdin: o.stdin,
-        timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT_MS,
-        outputCapBytes: this.opts.outputCapBytes,
-        // A chunk boundary can split a path; streamed output is masked chunk by chunk.
-        onChunk: onChunk && ((s, d, off) => onChunk(s, this.virtualise(d), off)),
-        signal: o.signal,
-      });
+      const r = Array.isArray(what)
+        ? await runProcess({
+            file,
+            args: what.slice(1),
+            cwd: jail.hostPath(o.cwd),
+            env: this.processEnv(o.env),
+            ...run,
+          })
+        : await superviseProcess(what, run);
       return { ...r, stdout: this.virtualise(r.stdout), stderr: this.virtualise(r.stderr) };
     } catch (err) {
       throw new SandboxdError(

@@ -218,9 +218,23 @@ export async function signalGroup(
 }
 
 export function runProcess(spec: ProcessSpec): Promise<RunCommandResult> {
+  return superviseProcess(
+    spawnDetached(spec.file, spec.args, { cwd: spec.cwd, env: spec.env }),
+    spec,
+  );
+}
+
+/**
+ * Runs `child` (started by spawnDetached, now or ahead of time: spare-runner.ts) to completion
+ * as runProcess does: its stdin gets `spec.stdin` and is closed, and the deadline and duration
+ * count from this call.
+ */
+export function superviseProcess(
+  child: ChildProcessWithoutNullStreams,
+  spec: Omit<ProcessSpec, "file" | "args" | "cwd" | "env">,
+): Promise<RunCommandResult> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
-    const child = spawnDetached(spec.file, spec.args, { cwd: spec.cwd, env: spec.env });
     const out = new CappedStream("stdout", spec.outputCapBytes, spec.onChunk);
     const err = new CappedStream("stderr", spec.outputCapBytes, spec.onChunk);
     let timedOut = false;

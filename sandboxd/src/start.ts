@@ -120,6 +120,8 @@ export async function startSandboxd(o: {
     aio: { files, sessions, open: o.settings.SANDBOXD_AIO_NO_AUTH === "1" },
   });
   const server = createServer(app.handle);
+  // The spare Python interpreter starts once the first request is answered, not beside it.
+  server.once("request", (_req, res) => res.once("close", () => executor.prepare()));
   attachUpgrades(
     server,
     gate,
@@ -156,6 +158,7 @@ export async function startSandboxd(o: {
       await terminals.shutdown();
       await contexts.shutdown();
       processes.shutdown();
+      executor.close();
       activity.stop();
       isolation?.stop();
       await killStartedSessions();
