@@ -89,6 +89,15 @@ async function rssKiB(pid: number): Promise<number> {
   return Number(m[1]);
 }
 
+/** The RSS of `pid`'s child processes (sandboxd's spare Python interpreter), summed. */
+async function childrenRssKiB(pid: number): Promise<number> {
+  const children = await readFile(`/proc/${pid}/task/${pid}/children`, "utf8").catch(() => "");
+  let sum = 0;
+  for (const c of children.split(" ").filter(Boolean))
+    sum += await rssKiB(Number(c)).catch(() => 0);
+  return sum;
+}
+
 /** Spawn → ready line (`{"port":...}`) → first answered GET; then RSS after IDLE_MS; then SIGTERM. */
 async function server(argv: string[], env: NodeJS.ProcessEnv, path: string) {
   const t0 = now();
@@ -99,7 +108,11 @@ async function server(argv: string[], env: NodeJS.ProcessEnv, path: string) {
     const ms = now() - t0;
     if (status !== 200) throw new Error(`GET ${path}: ${status}`);
     await new Promise((r) => setTimeout(r, IDLE_MS));
-    return { ms, rssKiB: await rssKiB(p.child.pid!) };
+    return {
+      ms,
+      rssKiB: await rssKiB(p.child.pid!),
+      childrenKiB: await childrenRssKiB(p.child.pid!),
+    };
   } finally {
     p.child.kill("SIGTERM");
     await p.exited;
@@ -248,7 +261,10 @@ async function main() {
       SANDBOXD_TOKEN: randomBytes(24).toString("hex"),
     };
     const floorEnv = { PATH: process.env.PATH, HOME: workspace };
-    const cases: Record<string, () => Promise<{ ms?: number; rssKiB?: number }>> = {
+    const cases: Record<
+      string,
+      () => Promise<{ ms?: number; rssKiB?: number; childrenKiB?: number }>
+    > = {
       sandboxd: () => server([entry], env, "/healthz"),
       "node -e 0": async () => {
         const t0 = now();
@@ -282,6 +298,7 @@ async function main() {
         if (i < WARMUP) continue;
         if (r.ms !== undefined) (ms[name] ??= []).push(r.ms);
         if (r.rssKiB !== undefined) (rss[name] ??= []).push(r.rssKiB / 1024);
+        if (r.childrenKiB) (rss[`${name}: its child processes`] ??= []).push(r.childrenKiB / 1024);
       }
       if (i % 5 === 0) log(`round ${i + 1}/${WARMUP + rounds}`);
     }
@@ -315,7 +332,7 @@ async function main() {
     const out = [
       `| Case (N=${rounds}) | start → first answer, ms p50 / p95 / p99 | ratio to \`node -e 0\` p50 | idle RSS, MiB p50 / p95 / p99 | ratio to bare idle node p50 |`,
       "| --- | ---: | ---: | ---: | ---: |",
-      ...names.map((n) => {
+      ...[...names, ...Object.keys(rss).filter((n) => !names.includes(n))].map((n) => {
         const s = startMs[n];
         const r = rssMiB[n];
         return `| ${n} | ${s ? f(s) : "–"} | ${s ? `${(s.p50 / startMs["node -e 0"]!.p50).toFixed(2)}x` : "–"} | ${r ? f(r) : "–"} | ${r ? `${(r.p50 / rssMiB["bare idle node"]!.p50).toFixed(2)}x` : "–"} |`;
