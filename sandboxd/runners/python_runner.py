@@ -7,9 +7,9 @@ printed to stderr as Python would, and the process exits 1.
 
 argv: --spare <ms>. A spare runner (sandboxd/src/spare-runner.ts), started at <ms> (ms since
 the epoch): the interpreter starts ahead of the cell and waits for one line on stdin, JSON
-{code, error, cwd, env}: the two files as above, the cell's working directory and its whole
-environment, which replace the ones it started with. sandboxd hands it a cell only when every
-variable read at interpreter start-up is the same. What start-up read from disk (the site
+{source, error, cwd, env}: the code itself, the error file as above, and the cell's working
+directory and whole environment, which replace the ones it started with. sandboxd hands it a
+cell only when every variable read at interpreter start-up is the same. What start-up read from disk (the site
 directories and every directory on sys.path) must not change under it:
 - a directory changed after the view of it was taken (a package installed, a .pth file or
   sitecustomize written, the user site made);
@@ -33,7 +33,10 @@ UNSURE_NS = 2_000_000_000
 
 def main(code_path: str, error_path: str) -> int:
     with open(code_path, encoding="utf-8") as f:
-        source = f.read()
+        return run(f.read(), error_path)
+
+
+def run(source: str, error_path: str) -> int:
     # Let tracebacks show source lines for the pseudo file name.
     linecache.cache[FILENAME] = (len(source), None, source.splitlines(True), FILENAME)
     sys.argv = [FILENAME]
@@ -92,7 +95,7 @@ def spare(spawned_ns: int) -> int:
     os.chdir(cell["cwd"])
     os.environ.clear()
     os.environ.update(cell["env"])
-    return main(cell["code"], cell["error"])
+    return run(cell["source"], cell["error"])
 
 
 if __name__ == "__main__":

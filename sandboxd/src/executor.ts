@@ -99,15 +99,17 @@ export class Executor {
     const ext = req.language === "python" ? "py" : "mts";
     const codePath = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/run/${id}.${ext}`);
     const errorPath = jail.resolve(`${jail.virtualRoot}/${STATE_DIR}/run/${id}.error.json`);
-    await jail.writeFile(codePath, this.localise(req.code));
+    const source = this.localise(req.code);
     const code = this.inSandbox(codePath);
     const error = this.inSandbox(errorPath);
+    let written = false;
     try {
       if (req.language === "python") {
-        // The spare interpreter, when it is what a fresh start would be (spare-runner.ts).
+        // The spare interpreter, when it is what a fresh start would be (spare-runner.ts); the
+        // code goes with the hand-over, not through a file.
         const spare = this.spare.take(this.processEnv(req.env));
         if (spare) {
-          const cell = { code, error, cwd: this.inSandbox(cwd), env: this.processEnv(req.env) };
+          const cell = { source, error, cwd: this.inSandbox(cwd), env: this.processEnv(req.env) };
           const result = await this.spawn(spare, {
             cwd,
             stdin: `${JSON.stringify(cell)}\n`,
@@ -120,6 +122,8 @@ export class Executor {
           }
         }
       }
+      await jail.writeFile(codePath, source);
+      written = true;
       const argv =
         req.language === "python"
           ? [interp.python, "-u", join(RUNNERS_DIR, RUNNERS.python), code, error]
@@ -139,7 +143,7 @@ export class Executor {
       const reported = await this.readError(errorPath);
       return toCodeResult(result, reported, req.timeoutMs ?? DEFAULT_TIMEOUT_MS);
     } finally {
-      await jail.remove(codePath, false).catch(() => undefined);
+      if (written) await jail.remove(codePath, false).catch(() => undefined);
       await jail.remove(errorPath, false).catch(() => undefined);
       // The next cell's interpreter starts now, after everything this one changed.
       if (req.language === "python") this.spare.fill();
