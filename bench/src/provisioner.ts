@@ -20,6 +20,8 @@
  *   each part; nothing is written)
  *   node_modules/.bin/node bench/src/provisioner.ts --burst-only [--reservation N]   (part 3
  *   alone, optionally with the provisioner holding N warm pods per pool; nothing is written)
+ *   node_modules/.bin/node bench/src/provisioner.ts --warm-only   (part 1's warm creates alone;
+ *   printed, nothing is written)
  */
 import { readFile } from "node:fs/promises";
 import { createServer } from "node:http";
@@ -69,6 +71,8 @@ const HEADING = "## Provisioner";
 const SMOKE = process.env.SANDPIT_BENCH_SMOKE === "1";
 /** `--burst-only`: part 3 alone, with a check of which pod each sandbox got; nothing is written. */
 const BURST_ONLY = process.argv.includes("--burst-only");
+/** `--warm-only`: part 1's warm creates alone, printed; nothing is written. */
+const WARM_ONLY = process.argv.includes("--warm-only");
 /**
  * `--reservation N`: the provisioner's warm reservation per pool (SANDPIT_WARM_RESERVATION),
  * to see what holding more warm pods ahead of a burst does; the provisioner's default otherwise.
@@ -1016,6 +1020,18 @@ async function main(): Promise<void> {
       log(`burst: ${bu.ok}/${bu.issued} answered; failures: ${bu.failures.join("; ") || "none"}`);
       log(
         `burst: ${bu.adopted} adopted a warm pod; the last answered after ${ms(bu.wallMs)} ms, each create p50 / p90 / p99 ${ms(bu.perCreate.p50)} / ${ms(bu.perCreate.p90)} / ${ms(bu.perCreate.p99)} ms; ${bu.commandsOk} first commands done, the last ${ms(bu.commandsWallMs)} ms after the first POST`,
+      );
+      return;
+    }
+    if (WARM_ONLY) {
+      // The warm part alone, to look into it: printed, nothing written.
+      const wa = await warm(m);
+      const f = (x: Stats) => `${ms(x.p50)} / ${ms(x.p90)} / ${ms(x.p99)}`;
+      log(`warm: ${wa.samples.length} adopted, ${wa.notAdopted.length} not (left out)`);
+      log(`warm: create → first command p50 / p90 / p99 ${f(wa.total)} ms`);
+      log(`warm: the answer ${f(wa.answered)} ms; the first command ${f(wa.firstCommand)} ms`);
+      log(
+        `warm: a second command ${f(wa.secondCommand)} ms; one straight to the pod ${f(wa.directCommand)} ms`,
       );
       return;
     }

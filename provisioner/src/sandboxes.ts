@@ -130,6 +130,8 @@ export class SandboxStore implements SandboxBackend {
   readonly namespace: string;
   readonly #kube: Kube;
   readonly #informer: Informer<Sandbox>;
+  /** The namespace's pools: a create reads its pool from here, not from the API server. */
+  readonly #pools: Informer<SandboxPool>;
   readonly #log: Logger;
   readonly #waiters = new Map<string, Set<(s: Sandbox | undefined) => void>>();
   readonly #tokens = new Map<string, string>(); // by Sandbox uid
@@ -179,6 +181,7 @@ export class SandboxStore implements SandboxBackend {
     this.#log = logger;
     this.#activityIntervalMs = activityIntervalMs;
     this.#informer = new Informer<Sandbox>(kube, { resource: SANDBOXES, namespace, logger });
+    this.#pools = new Informer<SandboxPool>(kube, { resource: POOLS, namespace, logger });
     const notify = (s: Sandbox) => {
       this.#caughtUp(s, false);
       const fast = this.#fastReady.get(s.metadata.name);
@@ -209,10 +212,12 @@ export class SandboxStore implements SandboxBackend {
 
   start(): void {
     this.#informer.start();
+    this.#pools.start();
   }
 
   stop(): void {
     this.#informer.stop();
+    this.#pools.stop();
   }
 
   /** A tenant's sandbox by name; another tenant's is reported as missing. */
@@ -248,8 +253,13 @@ export class SandboxStore implements SandboxBackend {
       .filter((s): s is Sandbox => !!s && !s.metadata.deletionTimestamp);
   }
 
-  /** The SandboxPool of that name as the API server has it now, or undefined. */
+  /**
+   * The SandboxPool of that name: from the watch's cache, or (a pool the cache does not show
+   * yet, just created) as the API server has it now; undefined when there is none.
+   */
   async getPool(name: string): Promise<SandboxPool | undefined> {
+    const cached = this.#pools.get(name, this.namespace);
+    if (cached && !cached.metadata.deletionTimestamp) return cached;
     try {
       return await this.#kube.get<SandboxPool>(POOLS, this.namespace, name);
     } catch (err) {
@@ -439,6 +449,7 @@ export class SandboxStore implements SandboxBackend {
       reservations && pool && fastEligible(input, pool)
         ? await reservations.take(pool.metadata.name)
         : undefined;
+
     const body: Sandbox = {
       apiVersion: `${SANDBOXES.group}/${SANDBOXES.version}`,
       kind: "Sandbox",
@@ -474,7 +485,9 @@ export class SandboxStore implements SandboxBackend {
       if (isAlreadyExists(err)) return undefined;
       throw err;
     }
+
     if (reserved) await this.#readyFromReserved(made, reserved, pool!);
+
     return made;
   }
 
