@@ -449,7 +449,6 @@ export class SandboxStore implements SandboxBackend {
       reservations && pool && fastEligible(input, pool)
         ? await reservations.take(pool.metadata.name)
         : undefined;
-
     const body: Sandbox = {
       apiVersion: `${SANDBOXES.group}/${SANDBOXES.version}`,
       kind: "Sandbox",
@@ -485,9 +484,7 @@ export class SandboxStore implements SandboxBackend {
       if (isAlreadyExists(err)) return undefined;
       throw err;
     }
-
     if (reserved) await this.#readyFromReserved(made, reserved, pool!);
-
     return made;
   }
 

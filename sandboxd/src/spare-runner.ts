@@ -40,7 +40,7 @@ export class SpareRunner {
   #startup = "";
   #filling: Promise<void> | undefined;
   #closed = false;
-  /** Counts renew() calls, so a spare launched across one is checked again. */
+  /** Counts renew() calls, so a launch worked out across one is worked out again. */
   #renewals = 0;
 
   /** `launch` says how to start one now. */
@@ -55,9 +55,16 @@ export class SpareRunner {
   }
 
   async #start(): Promise<void> {
-    const asked = this.#renewals;
-    const launch = await this.#launch().catch(() => undefined);
-    if (!launch || this.#closed) return;
+    let launch: SpareLaunch | undefined;
+    // The environment may change while the launch is worked out (a /v1/init): then again, so
+    // the spare never starts with the old one. From the spawn on, renew() sees it.
+    for (let tries = 0; !launch && tries < 3; tries++) {
+      const asked = this.#renewals;
+      launch = await this.#launch().catch(() => undefined);
+      if (!launch || this.#closed) return;
+      if (asked !== this.#renewals) launch = undefined;
+    }
+    if (!launch) return;
     // The runner is told when it started (python_runner.py: a directory changed since then may
     // have raced its start-up).
     const args = [...launch.args, String(Date.now())];
@@ -77,8 +84,6 @@ export class SpareRunner {
     // .pth file's message) is then the cell's, as it would be from a fresh start.
     this.#child = child;
     this.#startup = startupKey(launch.env);
-    // The environment changed while this one was being launched: it may be of the old one.
-    if (asked !== this.#renewals) queueMicrotask(() => this.renew(launch.env));
   }
 
   /**

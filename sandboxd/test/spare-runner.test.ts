@@ -5,6 +5,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SpareRunner, type SpareLaunch } from "../src/spare-runner.ts";
 import { json, processesMatching, startSandboxd, type TestSandboxd } from "./helpers.ts";
 
 interface CodeResult {
@@ -152,6 +153,39 @@ describe("the spare Python interpreter", () => {
       expect(await gone(pid)).toBe(true);
     } finally {
       await other.stop();
+    }
+  });
+});
+
+describe("SpareRunner", () => {
+  it("never starts a spare with an environment replaced while its launch was worked out", async () => {
+    let env: Record<string, string> = { PYTHONPATH: "/old" };
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let launches = 0;
+    // A real process stands in for the interpreter: `cat` waits on its stdin as the runner does
+    // (the start time SpareRunner appends is the shell's $0).
+    const spares = new SpareRunner(async (): Promise<SpareLaunch> => {
+      const at = env;
+      if (launches++ === 0) await gate;
+      return { file: "/bin/sh", args: ["-c", "exec cat"], cwd: "/", env: at };
+    });
+    spares.fill();
+    await new Promise((r) => setImmediate(r));
+    // A /v1/init replaces the environment while the first launch is still on its way.
+    env = { PYTHONPATH: "/new" };
+    spares.renew(env);
+    release();
+    let child: ReturnType<SpareRunner["take"]>;
+    for (let i = 0; i < 100 && !(child = spares.take(env)); i++)
+      await new Promise((r) => setTimeout(r, 20));
+    try {
+      expect(child).toBeDefined();
+      expect(launches).toBe(2);
+      expect(spares.take({ PYTHONPATH: "/old" })).toBeUndefined();
+    } finally {
+      child?.kill();
+      spares.close();
     }
   });
 });
