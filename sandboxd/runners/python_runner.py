@@ -58,10 +58,17 @@ def run(source: str, error_path: str) -> int:
         sys.stdout.flush()
         sys.stderr.write(text)
         sys.stderr.flush()
-        with open(error_path, "w", encoding="utf-8") as f:
-            json.dump({"name": type(exc).__name__, "message": str(exc), "traceback": text}, f)
+        report = {"name": type(exc).__name__, "message": str(exc), "traceback": text}
+        write_error(error_path, report)
         return 1
     return 0
+
+
+def write_error(path: str, report: dict) -> None:
+    # A spare's cell has no code file beside it: its directory may not be there yet.
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report, f)
 
 
 def startup_view() -> list:
@@ -89,8 +96,7 @@ def spare(spawned_ns: int) -> int:
         return 0  # sandboxd let this spare go
     cell = json.loads(line)
     if unsure or startup_view() != before:
-        with open(cell["error"], "w", encoding="utf-8") as f:
-            json.dump({"stale": True}, f)
+        write_error(cell["error"], {"stale": True})
         return STALE_EXIT
     os.chdir(cell["cwd"])
     os.environ.clear()

@@ -130,6 +130,26 @@ describe("the spare Python interpreter", () => {
     expect(exited.error?.message).toBe("process exited with code 3");
   });
 
+  it("reports the error of a new sandbox's very first cell", async () => {
+    // No cell has run here yet: the first one goes to the spare, and nothing else has made the
+    // directory its error report goes to.
+    const other = await startSandboxd();
+    try {
+      expect((await other.call("/healthz")).status).toBe(200);
+      const pid = await spare(other);
+      const res = await other.call(
+        "/v1/code/execute",
+        json({ language: "python", code: "import os\nprint(os.getpid())\nraise KeyError('k')" }),
+      );
+      const r = (await res.json()) as CodeResult;
+      expect(r.stdout).toBe(`${pid}\n`);
+      expect(r.error?.name).toBe("KeyError");
+      expect(r.error?.message).toBe("'k'");
+    } finally {
+      await other.stop();
+    }
+  });
+
   it("times a cell from its hand-over, and is replaced after a timeout", async () => {
     const pid = await spare();
     const res = await d.call(
