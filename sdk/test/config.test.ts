@@ -175,10 +175,17 @@ describe("fallback chain", () => {
         startTimeoutMs: 1,
       }),
     });
-    const err = await expectSandboxError(
-      new FallbackProvider([p("a"), p("b")], logger).create({ language: "python" }),
-      "CONNECTION_FAILED",
-    );
-    expect(err.message).toMatch(/a: .*\n\s+b: /s);
+    const chain = [p("a"), p("b")];
+    try {
+      const err = await expectSandboxError(
+        new FallbackProvider(chain, logger).create({ language: "python" }),
+        "CONNECTION_FAILED",
+      );
+      expect(err.message).toMatch(/a: .*\n\s+b: /s);
+    } finally {
+      // Their warm pools may be starting a process in the background (which also fails to start
+      // in 1 ms): closing waits for it, so nothing writes under the directory removed after.
+      await Promise.all(chain.map((c) => c.provider.close()));
+    }
   });
 });
