@@ -107,9 +107,10 @@ export class Executor {
       if (req.language === "python") {
         // The spare interpreter, when it is what a fresh start would be (spare-runner.ts); the
         // code goes with the hand-over, not through a file.
-        const spare = this.spare.take(this.processEnv(req.env));
+        const env = this.processEnv(req.env);
+        const spare = this.spare.take(env);
         if (spare) {
-          const cell = { source, error, cwd: this.inSandbox(cwd), env: this.processEnv(req.env) };
+          const cell = { source, error, cwd: this.inSandbox(cwd), env };
           const result = await this.spawn(spare, {
             cwd,
             stdin: `${JSON.stringify(cell)}\n`,
